@@ -1,0 +1,93 @@
+import { z } from "zod";
+
+/** The protocol's error codes (protocol.md). Wire errors carry exactly these. */
+export const ERROR_CODES = [
+  "INVALID_REQUEST",
+  "UNAUTHORIZED",
+  "FORBIDDEN",
+  "NOT_FOUND",
+  "CONFLICT",
+  "TIMEOUT",
+  "UNAVAILABLE",
+  "RATE_LIMITED",
+  "PAYLOAD_TOO_LARGE",
+  "INTERNAL",
+] as const;
+
+export const ErrorCodeSchema = z.enum(ERROR_CODES);
+export type ErrorCode = z.infer<typeof ErrorCodeSchema>;
+
+/** The error object inside a failed response frame. */
+export const WireErrorSchema = z.object({
+  code: ErrorCodeSchema,
+  message: z.string(),
+  details: z.unknown().optional(),
+  retryable: z.boolean().optional(),
+});
+export type WireError = z.infer<typeof WireErrorSchema>;
+
+export interface SwitchboardErrorOptions {
+  details?: unknown;
+  cause?: unknown;
+  retryable?: boolean;
+}
+
+/**
+ * The one base error of the project. Local failures (bad config, bad key, store errors) and
+ * failures that will cross the wire share it, so a caller can always switch on `code`.
+ */
+export class SwitchboardError extends Error {
+  readonly code: ErrorCode;
+  readonly details: unknown;
+  readonly retryable: boolean | undefined;
+
+  constructor(code: ErrorCode, message: string, options: SwitchboardErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = "SwitchboardError";
+    this.code = code;
+    this.details = options.details;
+    this.retryable = options.retryable;
+  }
+
+  /** The wire form; `cause` stays local so stack traces and internals never leave the process. */
+  toWire(): WireError {
+    const wire: WireError = { code: this.code, message: this.message };
+    if (this.details !== undefined) wire.details = this.details;
+    if (this.retryable !== undefined) wire.retryable = this.retryable;
+    return wire;
+  }
+
+  static fromWire(wire: WireError): SwitchboardError {
+    return new SwitchboardError(wire.code, wire.message, { details: wire.details, retryable: wire.retryable });
+  }
+}
+
+export function isSwitchboardError(value: unknown): value is SwitchboardError {
+  return value instanceof SwitchboardError;
+}
+
+/** Turns a zod error into one readable line per issue: `path.to[1].field: reason`. */
+export function formatZodIssues(error: z.ZodError, rootLabel = ""): string[] {
+  return error.issues.map((issue) => {
+    const path = formatPath(issue.path as PropertyKey[]);
+    const where = path === "" ? rootLabel || "(root)" : rootLabel ? `${rootLabel}.${path}` : path;
+    return `${where}: ${issue.message}`;
+  });
+}
+
+export function formatPath(path: readonly PropertyKey[]): string {
+  let out = "";
+  for (const part of path) {
+    if (typeof part === "number") out += `[${part}]`;
+    else out += out === "" ? String(part) : `.${String(part)}`;
+  }
+  return out;
+}
+
+/** An INVALID_REQUEST error built from a zod failure, naming each bad field. */
+export function invalidRequestFromZod(error: z.ZodError, rootLabel = ""): SwitchboardError {
+  const lines = formatZodIssues(error, rootLabel);
+  return new SwitchboardError("INVALID_REQUEST", lines.join("; "), {
+    details: { issues: error.issues.map((i) => ({ path: formatPath(i.path as PropertyKey[]), message: i.message })) },
+  });
+}

@@ -1,0 +1,12 @@
+import { fileURLToPath } from "node:url";
+
+const root = fileURLToPath(new URL(".", import.meta.url));
+
+/** Tests run against the workspace packages' sources, so `vitest` needs no build of the libraries. */
+export const workspaceAlias: Record<string, string> = {
+  "@switchboard/core/testing": `${root}packages/core/src/testing.ts`,
+  "@switchboard/core": `${root}packages/core/src/index.ts`,
+  "@switchboard/store-fs": `${root}packages/store-fs/src/index.ts`,
+  "@switchboard/tools": `${root}packages/tools/src/index.ts`,
+  "@switchboard/client": `${root}packages/client-sdk/src/index.ts`,
+};
