@@ -1,1 +1,9 @@
-export {};
+export * from "./errors";
+export * from "./keys/index";
+export * from "./labels/index";
+export * from "./policy/index";
+export * from "./protocol/index";
+export * from "./store/index";
+export * from "./audit/index";
+export * from "./config/index";
+export * from "./tools/index";

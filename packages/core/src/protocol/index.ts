@@ -1,0 +1,4 @@
+export * from "./events";
+export * from "./frames";
+export * from "./json-schema";
+export * from "./methods";

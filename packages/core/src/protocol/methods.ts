@@ -1,0 +1,228 @@
+import { z } from "zod";
+import { ERROR_CODES } from "../errors";
+import { LevelSchema } from "../labels/level";
+import { LaneSchema, UsageSchema } from "../store/run-record";
+import { SessionEntrySchema } from "../store/session-entry";
+import {
+  EvaluatedRuleSchema,
+  SessionRowSchema,
+  SessionStatusResultSchema,
+  SessionsHistoryParamsSchema,
+  SessionsHistoryResultSchema,
+  SessionsListParamsSchema,
+  SimulateResultSchema,
+  ToolDefinitionSchema,
+} from "../tools/tool-schemas";
+
+export const RoleSchema = z.enum(["operator", "agent", "client"]);
+export type Role = z.infer<typeof RoleSchema>;
+
+const SessionKeyParam = z.string().min(1).max(512);
+const ChatTypeParam = z.enum(["direct", "group", "channel"]);
+
+export const ConnectParamsSchema = z.object({
+  protocol: z.literal(1, { error: "must be 1 (the only protocol version this gateway speaks)" }),
+  client: z.object({ name: z.string().min(1).max(128), version: z.string().max(64) }),
+  auth: z.object({ token: z.string().min(1).max(4096) }),
+  role: RoleSchema,
+  agents: z.array(z.string().min(1).max(64)).max(256).optional(),
+  sessionKey: SessionKeyParam.optional(),
+});
+export type ConnectParams = z.infer<typeof ConnectParamsSchema>;
+
+export const LimitsSchema = z.object({
+  maxPayload: z.number().int().positive(),
+  maxBufferedBytes: z.number().int().positive(),
+  heartbeatMs: z.number().int().positive(),
+});
+
+export const ConnectResultSchema = z.object({
+  protocol: z.literal(1),
+  server: z.object({ name: z.literal("switchboard"), version: z.string(), instanceId: z.string() }),
+  connectionId: z.string(),
+  role: RoleSchema,
+  methods: z.array(z.string()),
+  events: z.array(z.string()),
+  limits: LimitsSchema,
+});
+export type ConnectResult = z.infer<typeof ConnectResultSchema>;
+
+const Empty = z.object({});
+const RunAccepted = z.object({ runId: z.string(), status: z.literal("accepted") });
+const IdempotencyKey = z.string().min(1).max(256);
+const Message = z.string().min(1, { error: "must not be empty" }).max(1_000_000);
+
+/** Every method's params and result (protocol.md). The single source of truth for server and SDK. */
+export const Methods = {
+  "sessions.list": {
+    params: SessionsListParamsSchema.extend({
+      agentId: z.string().optional(),
+      search: z.string().max(256).optional(),
+      label: z.string().max(64).optional(),
+      spawnedBy: z.string().optional(),
+    }),
+    result: z.object({ status: z.literal("ok"), count: z.number(), sessions: z.array(SessionRowSchema), hidden: z.number() }),
+  },
+  "sessions.resolve": {
+    params: z
+      .object({
+        key: SessionKeyParam.optional(),
+        sessionId: z.string().optional(),
+        label: z.string().max(64).optional(),
+        agentId: z.string().optional(),
+      })
+      .refine((p) => [p.key, p.sessionId, p.label].filter((v) => v !== undefined).length === 1, {
+        error: "exactly one of key, sessionId, label is required",
+      }),
+    result: z.object({ key: z.string(), sessionId: z.string() }),
+  },
+  "sessions.history": { params: SessionsHistoryParamsSchema, result: SessionsHistoryResultSchema },
+  "sessions.status": { params: z.object({ sessionKey: SessionKeyParam }), result: SessionStatusResultSchema },
+  "sessions.create": {
+    params: z.object({
+      key: SessionKeyParam,
+      channel: z.string().max(64).optional(),
+      chatType: ChatTypeParam.optional(),
+      label: z.string().max(64).optional(),
+      clearance: LevelSchema.optional(),
+      displayName: z.string().max(200).optional(),
+    }),
+    result: z.object({ key: z.string(), sessionId: z.string(), created: z.boolean() }),
+  },
+  "sessions.patch": {
+    params: z.object({
+      key: SessionKeyParam,
+      label: z.string().max(64).nullable().optional(),
+      sendPolicy: z.enum(["allow", "deny"]).nullable().optional(),
+      model: z.string().max(200).nullable().optional(),
+      clearance: LevelSchema.optional(),
+      displayName: z.string().max(200).nullable().optional(),
+    }),
+    result: z.object({ key: z.string(), entry: SessionEntrySchema }),
+  },
+  "sessions.reset": { params: z.object({ key: SessionKeyParam }), result: z.object({ key: z.string(), sessionId: z.string() }) },
+  "sessions.delete": {
+    params: z.object({ key: SessionKeyParam }),
+    result: z.object({ key: z.string(), deleted: z.literal(true) }),
+  },
+  "chat.send": {
+    params: z.object({ sessionKey: SessionKeyParam, message: Message, idempotencyKey: IdempotencyKey.optional() }),
+    result: RunAccepted,
+  },
+  agent: {
+    params: z.object({
+      sessionKey: SessionKeyParam,
+      message: Message,
+      lane: LaneSchema.optional(),
+      timeoutSeconds: z.number().min(0).max(86_400).optional(),
+      idempotencyKey: IdempotencyKey.optional(),
+    }),
+    result: RunAccepted,
+  },
+  "agent.wait": {
+    params: z.object({ runId: z.string().min(1).max(128), timeoutMs: z.number().int().min(0).max(600_000).optional() }),
+    result: z.object({
+      runId: z.string(),
+      status: z.enum(["ok", "error", "timeout"]),
+      reply: z.string().optional(),
+      error: z.string().optional(),
+      startedAt: z.number().optional(),
+      endedAt: z.number().optional(),
+    }),
+  },
+  "agents.list": {
+    params: Empty,
+    result: z.object({
+      agents: z.array(
+        z.object({ id: z.string(), name: z.string().optional(), configured: z.boolean(), connected: z.boolean(), workers: z.number() }),
+      ),
+    }),
+  },
+  "tools.list": {
+    params: z.object({ runId: z.string().optional(), as: SessionKeyParam.optional() }),
+    result: z.object({ tools: z.array(ToolDefinitionSchema) }),
+  },
+  "tools.invoke": {
+    params: z.object({
+      tool: z.string().min(1).max(128),
+      args: z.record(z.string(), z.unknown()).default({}),
+      runId: z.string().optional(),
+      as: SessionKeyParam.optional(),
+      toolCallId: z.string().max(128).optional(),
+    }),
+    result: z.looseObject({ status: z.string() }),
+  },
+  "policy.simulate": {
+    params: z.object({ as: SessionKeyParam, tool: z.string().min(1), args: z.record(z.string(), z.unknown()).default({}) }),
+    result: z.union([SimulateResultSchema, z.object({ status: z.string(), error: z.string() })]),
+  },
+  "audit.tail": {
+    params: z.object({ limit: z.number().int().min(1).max(1000).optional(), after: z.number().int().min(-1).optional() }),
+    result: z.object({ entries: z.array(z.record(z.string(), z.unknown())) }),
+  },
+  "audit.verify": {
+    params: Empty,
+    result: z.object({ ok: z.boolean(), entries: z.number(), firstBadIndex: z.number().optional(), reason: z.string().optional() }),
+  },
+  "events.subscribe": {
+    params: z.object({ sessionKey: SessionKeyParam.optional(), after: z.number().int().min(0).optional() }),
+    result: z.object({ subscribed: z.literal(true), seq: z.number() }),
+  },
+  "run.progress": {
+    params: z.object({
+      runId: z.string(),
+      kind: z.enum(["text-delta", "tool-call", "tool-result"]),
+      text: z.string().optional(),
+      toolCallId: z.string().optional(),
+      name: z.string().optional(),
+      args: z.record(z.string(), z.unknown()).optional(),
+      result: z.unknown().optional(),
+    }),
+    result: Empty,
+  },
+  "run.complete": {
+    params: z.object({ runId: z.string(), reply: z.string(), usage: UsageSchema.optional() }),
+    result: Empty,
+  },
+  "run.fail": { params: z.object({ runId: z.string(), error: z.string().max(10_000) }), result: Empty },
+} as const satisfies Record<string, { params: z.ZodType; result: z.ZodType }>;
+
+export type MethodName = keyof typeof Methods;
+export type MethodParams<M extends MethodName> = z.input<(typeof Methods)[M]["params"]>;
+export type MethodResult<M extends MethodName> = z.infer<(typeof Methods)[M]["result"]>;
+export const METHOD_NAMES = Object.keys(Methods) as MethodName[];
+
+/** Which roles may call which methods (`connect` is the handshake, not a method). */
+export const METHOD_ROLES: Record<MethodName, readonly Role[]> = {
+  "sessions.list": ["operator"],
+  "sessions.resolve": ["operator"],
+  "sessions.history": ["operator", "client"],
+  "sessions.status": ["operator", "client"],
+  "sessions.create": ["operator"],
+  "sessions.patch": ["operator"],
+  "sessions.reset": ["operator"],
+  "sessions.delete": ["operator"],
+  "chat.send": ["operator", "client"],
+  agent: ["operator"],
+  "agent.wait": ["operator", "client"],
+  "agents.list": ["operator"],
+  "tools.list": ["operator", "agent"],
+  "tools.invoke": ["operator", "agent"],
+  "policy.simulate": ["operator"],
+  "audit.tail": ["operator"],
+  "audit.verify": ["operator"],
+  "events.subscribe": ["operator", "agent", "client"],
+  "run.progress": ["agent"],
+  "run.complete": ["agent"],
+  "run.fail": ["agent"],
+};
+
+export function methodsForRole(role: Role): MethodName[] {
+  return METHOD_NAMES.filter((name) => METHOD_ROLES[name].includes(role));
+}
+
+export function isMethodName(name: string): name is MethodName {
+  return Object.hasOwn(Methods, name);
+}
+
+export { ERROR_CODES, EvaluatedRuleSchema };

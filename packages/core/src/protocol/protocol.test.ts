@@ -1,0 +1,37 @@
+import { describe, expect, it } from "vitest";
+import { EVENT_NAMES, METHOD_NAMES, METHOD_ROLES, Methods, methodsForRole, protocolJsonSchema } from "./index";
+
+describe("protocol schemas", () => {
+  it("gives every method a role list and every role a non-empty method set", () => {
+    for (const name of METHOD_NAMES) expect(METHOD_ROLES[name].length).toBeGreaterThan(0);
+    expect(methodsForRole("operator")).toHaveLength(METHOD_NAMES.length - 3);
+    expect(methodsForRole("client")).toEqual(
+      expect.arrayContaining(["chat.send", "sessions.history", "sessions.status", "agent.wait", "events.subscribe"]),
+    );
+    expect(methodsForRole("client")).not.toContain("sessions.list");
+    expect(methodsForRole("agent")).toEqual(
+      expect.arrayContaining(["tools.invoke", "tools.list", "run.complete", "run.fail", "run.progress"]),
+    );
+  });
+
+  it("requires exactly one selector in sessions.resolve", () => {
+    const schema = Methods["sessions.resolve"].params;
+    expect(schema.safeParse({ key: "main" }).success).toBe(true);
+    const both = schema.safeParse({ key: "main", label: "x" });
+    expect(both.success).toBe(false);
+    expect(both.error?.issues[0]?.message).toContain("exactly one of key, sessionId, label");
+    expect(schema.safeParse({}).success).toBe(false);
+  });
+
+  it("rejects an empty chat message naming the field", () => {
+    const result = Methods["chat.send"].params.safeParse({ sessionKey: "main", message: "" });
+    expect(result.success).toBe(false);
+    expect(result.error?.issues[0]?.path).toEqual(["message"]);
+  });
+
+  it("exports the whole protocol as JSON Schema", () => {
+    const schema = protocolJsonSchema() as { methods: Record<string, unknown>; events: Record<string, unknown> };
+    expect(Object.keys(schema.methods).sort()).toEqual([...METHOD_NAMES].sort());
+    expect(Object.keys(schema.events).sort()).toEqual([...EVENT_NAMES].sort());
+  });
+});

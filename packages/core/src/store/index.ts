@@ -1,0 +1,4 @@
+export * from "./interfaces";
+export * from "./run-record";
+export * from "./session-entry";
+export * from "./transcript-entry";

@@ -1,0 +1,61 @@
+import { z } from "zod";
+import { ProvenanceSchema } from "./transcript-entry";
+
+export const LaneSchema = z.enum(["main", "nested", "subagent"]);
+export type Lane = z.infer<typeof LaneSchema>;
+
+export const RunStatusSchema = z.enum(["queued", "running", "ok", "error", "timeout"]);
+export type RunStatus = z.infer<typeof RunStatusSchema>;
+export const TERMINAL_RUN_STATUSES: readonly RunStatus[] = ["ok", "error", "timeout"];
+
+export const UsageSchema = z.object({
+  inputTokens: z.number().int().nonnegative(),
+  outputTokens: z.number().int().nonnegative(),
+});
+export type Usage = z.infer<typeof UsageSchema>;
+
+/** A spawned run's bookkeeping; durable so a restart never loses a result. */
+export const SpawnRecordSchema = z.object({
+  requesterKey: z.string(),
+  childKey: z.string(),
+  childSessionId: z.string(),
+  task: z.string(),
+  label: z.string().optional(),
+  cleanup: z.enum(["delete", "keep"]),
+  announce: z.object({
+    status: z.enum(["pending", "delivered", "skipped", "failed"]),
+    attempts: z.number().int().nonnegative(),
+    idempotencyKey: z.string(),
+    runId: z.string().optional(),
+    lastError: z.string().optional(),
+  }),
+});
+export type SpawnRecord = z.infer<typeof SpawnRecordSchema>;
+
+/** One run (one agent turn on one session), as the run registry keeps it. */
+export const RunRecordSchema = z.object({
+  runId: z.string(),
+  sessionKey: z.string(),
+  sessionId: z.string(),
+  agentId: z.string(),
+  lane: LaneSchema,
+  status: RunStatusSchema,
+  createdAt: z.number().int().nonnegative(),
+  startedAt: z.number().int().nonnegative().optional(),
+  endedAt: z.number().int().nonnegative().optional(),
+  timeoutSeconds: z.number().nonnegative().optional(),
+  idempotencyKey: z.string().optional(),
+  /** Why the run exists: a chat input, an operator `agent` call, an a2a step, a spawn, an announce, a summary. */
+  origin: z.enum(["chat", "agent", "send", "reply", "announce", "spawn", "spawn-announce", "summarize"]),
+  message: z.string(),
+  context: z.string().optional(),
+  provenance: ProvenanceSchema.optional(),
+  reply: z.string().optional(),
+  error: z.string().optional(),
+  usage: z.object({ inputTokens: z.number(), outputTokens: z.number() }).optional(),
+  attempts: z.number().int().nonnegative().default(0),
+  spawn: SpawnRecordSchema.optional(),
+  /** Free-form flow data the scheduler needs to resume (a2a chain ids, hop, waiting parents). */
+  flow: z.record(z.string(), z.unknown()).optional(),
+});
+export type RunRecord = z.infer<typeof RunRecordSchema>;

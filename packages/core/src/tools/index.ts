@@ -1,0 +1,2 @@
+export * from "./backend-port";
+export * from "./tool-schemas";
