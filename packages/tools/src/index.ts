@@ -1,1 +1,24 @@
-export {};
+export { capHistory } from "./cap-history";
+export { type JsonSchemaObject, toProviderJsonSchema } from "./provider-json-schema";
+export { SUBAGENT_DEFAULT_DENIED_TOOLS, type ToolAccessInput, toolsForSession } from "./tool-access";
+export { TOOL_DEFINITIONS, toolDefinitions } from "./tool-definitions";
+export { TOOL_DESCRIPTIONS } from "./tool-descriptions";
+export {
+  createToolExecutor,
+  type ToolExecutor,
+  type ToolExecutorLogger,
+  type ToolExecutorOptions,
+} from "./tool-executor";
+export {
+  HISTORY_LIMIT,
+  HISTORY_MAX_BYTES,
+  type IntegerRange,
+  SEND_TIMEOUT_SECONDS,
+  SESSION_KINDS,
+  SESSIONS_LIST_LIMIT,
+  SESSIONS_LIST_MESSAGE_LIMIT,
+  type SessionKind,
+  SPAWN_CLEANUP_MODES,
+  SPAWN_LABEL_MAX_LENGTH,
+  SUMMARIZE_SCOPES,
+} from "./tool-limits";

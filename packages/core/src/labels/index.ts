@@ -1,1 +1,3 @@
+export * from "./labels-config";
 export * from "./level";
+export * from "./taint";

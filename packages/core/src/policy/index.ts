@@ -1,1 +1,11 @@
-export {};
+export * from "./agent-to-agent";
+export * from "./conditions";
+export * from "./context";
+export * from "./engine";
+export * from "./flow";
+export * from "./hooks";
+export * from "./redact";
+export * from "./rule-schema";
+export * from "./send-policy";
+export * from "./spawn";
+export { DEFAULT_MAX_HOPS } from "./builtins";

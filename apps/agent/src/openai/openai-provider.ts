@@ -1,0 +1,297 @@
+import { type ErrorCode, SwitchboardError, type Usage } from "@switchboard/core";
+import { type AgentLogger, silentLogger } from "../logger";
+import { abortableSleep } from "../model/abortable-sleep";
+import { type OpenAIModelConfig, type OpenAIModelConfigInput, OpenAIModelConfigSchema } from "../model/model-config";
+import type { ModelProvider, ModelRequest, ModelToolCall, ModelTurn } from "../model/model-types";
+import {
+  CompletionSchema,
+  errorBodyMessage,
+  parseToolArguments,
+  StreamChunkSchema,
+  toOpenAIMessages,
+  toOpenAITools,
+  toUsage,
+} from "./openai-wire";
+import { sseData } from "./sse-lines";
+
+export interface OpenAIProviderOptions {
+  /** Environment to read `apiKeyEnv` from (default `process.env`). */
+  env?: Record<string, string | undefined>;
+  fetch?: typeof globalThis.fetch;
+  /** Waits between retries; injectable so tests can check the delay without waiting it. */
+  sleep?: (ms: number, signal: AbortSignal) => Promise<void>;
+  now?: () => number;
+  logger?: AgentLogger;
+}
+
+const BACKOFF_BASE_MS = 500;
+const BACKOFF_MAX_MS = 8_000;
+const DETAIL_MAX_CHARS = 300;
+
+class RetryableFailure extends Error {
+  constructor(
+    readonly failure: SwitchboardError,
+    readonly retryAfterMs: number | undefined,
+  ) {
+    super(failure.message);
+  }
+}
+
+/**
+ * Any OpenAI-compatible Chat Completions endpoint with tool calling (OpenAI, Ollama, vLLM, LM Studio,
+ * llama.cpp's server). Transient failures (network, 429, 5xx) are retried a bounded number of times
+ * within the run deadline; everything else ends the call with an error naming the problem.
+ */
+export class OpenAIModelProvider implements ModelProvider {
+  readonly name: string;
+  readonly #config: OpenAIModelConfig;
+  readonly #url: string;
+  readonly #env: Record<string, string | undefined>;
+  readonly #fetch: typeof globalThis.fetch;
+  readonly #sleep: (ms: number, signal: AbortSignal) => Promise<void>;
+  readonly #now: () => number;
+  readonly #logger: AgentLogger;
+
+  constructor(config: OpenAIModelConfigInput, options: OpenAIProviderOptions = {}) {
+    this.#config = OpenAIModelConfigSchema.parse(config);
+    this.#url = `${this.#config.baseUrl.replace(/\/+$/, "")}/chat/completions`;
+    this.name = `openai:${this.#config.model}`;
+    this.#env = options.env ?? process.env;
+    this.#fetch = options.fetch ?? globalThis.fetch;
+    this.#sleep = options.sleep ?? abortableSleep;
+    this.#now = options.now ?? Date.now;
+    this.#logger = options.logger ?? silentLogger;
+  }
+
+  async complete(request: ModelRequest): Promise<ModelTurn> {
+    const body = JSON.stringify(this.#body(request));
+    const headers: Record<string, string> = { "content-type": "application/json", accept: "application/json" };
+    const apiKey = this.#config.apiKeyEnv ? this.#env[this.#config.apiKeyEnv] : undefined;
+    if (apiKey) headers.authorization = `Bearer ${apiKey}`;
+
+    const attempts = this.#config.maxRetries + 1;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.#attempt(request, headers, body);
+      } catch (error) {
+        if (!(error instanceof RetryableFailure)) throw error;
+        const failure = error.failure;
+        if (attempt >= attempts) throw this.#withAttempts(failure, attempt);
+        const delay = error.retryAfterMs ?? Math.min(BACKOFF_BASE_MS * 2 ** (attempt - 1), BACKOFF_MAX_MS);
+        if (delay > this.#config.maxRetryDelayMs) {
+          throw this.#withAttempts(failure, attempt, `server asked to retry after ${formatMs(delay)}, more than the ${formatMs(this.#config.maxRetryDelayMs)} allowed`);
+        }
+        const deadline = request.run.deadline;
+        if (deadline !== undefined && this.#now() + delay >= deadline) {
+          throw this.#withAttempts(failure, attempt, `retrying after ${formatMs(delay)} would pass the run deadline`);
+        }
+        this.#logger.warn({ url: this.#url, attempt, delayMs: delay, error: failure.message }, "model call failed, retrying");
+        await this.#sleep(delay, request.signal);
+      }
+    }
+  }
+
+  #body(request: ModelRequest): Record<string, unknown> {
+    const body: Record<string, unknown> = {
+      // A per-run model override (session or spawn `model`) names a model on the same endpoint.
+      model: request.run.model ?? this.#config.model,
+      messages: toOpenAIMessages(request.system, request.messages),
+      stream: this.#config.stream,
+    };
+    // Some servers reject an empty tool list, so it is left out when the run has no tools.
+    if (request.tools.length > 0) body.tools = toOpenAITools(request.tools);
+    if (this.#config.stream) body.stream_options = { include_usage: true };
+    if (this.#config.temperature !== undefined) body.temperature = this.#config.temperature;
+    if (this.#config.maxTokens !== undefined) body.max_tokens = this.#config.maxTokens;
+    return body;
+  }
+
+  async #attempt(request: ModelRequest, headers: Record<string, string>, body: string): Promise<ModelTurn> {
+    let response: Response;
+    try {
+      response = await this.#fetch(this.#url, { method: "POST", headers, body, signal: request.signal });
+    } catch (error) {
+      if (request.signal.aborted) throw error;
+      throw new RetryableFailure(this.#error("UNAVAILABLE", `cannot reach the server: ${networkReason(error)}`, error), undefined);
+    }
+    if (!response.ok) {
+      const detail = await responseDetail(response);
+      const status = `HTTP ${response.status}${response.statusText ? ` ${response.statusText}` : ""}`;
+      const message = detail ? `${status}: ${detail}` : status;
+      if (response.status === 429 || response.status >= 500) {
+        const code: ErrorCode = response.status === 429 ? "RATE_LIMITED" : "UNAVAILABLE";
+        throw new RetryableFailure(this.#error(code, message), retryAfterMs(response.headers, this.#now()));
+      }
+      if (response.status === 401 || response.status === 403) {
+        const hint = this.#config.apiKeyEnv
+          ? ` (the API key comes from the environment variable ${this.#config.apiKeyEnv}${headers.authorization ? "" : ", which is not set"})`
+          : " (no apiKeyEnv is configured, so no API key was sent)";
+        throw this.#error("UNAUTHORIZED", message + hint);
+      }
+      throw this.#error("INVALID_REQUEST", message);
+    }
+    if (this.#config.stream && isEventStream(response)) return this.#readStream(response, request);
+    return this.#readJson(response);
+  }
+
+  async #readJson(response: Response): Promise<ModelTurn> {
+    const text = await response.text();
+    let value: unknown;
+    try {
+      value = JSON.parse(text);
+    } catch {
+      throw this.#malformed(`the body is not JSON: ${excerpt(text)}`);
+    }
+    const serverError = errorBodyMessage(value);
+    if (serverError !== undefined) throw this.#error("UNAVAILABLE", `the server answered with an error: ${serverError}`);
+    const parsed = CompletionSchema.safeParse(value);
+    if (!parsed.success) throw this.#malformed(describeIssue(parsed.error.issues[0]));
+    const choice = parsed.data.choices[0]!;
+    const toolCalls: ModelToolCall[] = (choice.message.tool_calls ?? []).map((call, index) => ({
+      id: call.id || generatedCallId(index),
+      name: call.function.name,
+      ...parseToolArguments(call.function.arguments),
+    }));
+    return turn(choice.message.content ?? "", toolCalls, toUsage(parsed.data.usage));
+  }
+
+  async #readStream(response: Response, request: ModelRequest): Promise<ModelTurn> {
+    if (!response.body) throw this.#malformed("the streamed response has no body");
+    let text = "";
+    let usage: Usage | undefined;
+    let complete = false;
+    const calls: { id?: string; name: string; args: string }[] = [];
+    for await (const data of sseData(response.body)) {
+      if (data.trim() === "[DONE]") {
+        complete = true;
+        break;
+      }
+      let value: unknown;
+      try {
+        value = JSON.parse(data);
+      } catch {
+        throw this.#malformed(`a stream event is not JSON: ${excerpt(data)}`);
+      }
+      const serverError = errorBodyMessage(value);
+      if (serverError !== undefined) throw this.#error("UNAVAILABLE", `the server sent an error mid-stream: ${serverError}`);
+      const parsed = StreamChunkSchema.safeParse(value);
+      if (!parsed.success) throw this.#malformed(`stream event: ${describeIssue(parsed.error.issues[0])}`);
+      usage = toUsage(parsed.data.usage) ?? usage;
+      const choice = parsed.data.choices?.find((c) => (c.index ?? 0) === 0);
+      if (!choice) continue;
+      const delta = choice.delta;
+      if (delta?.content) {
+        text += delta.content;
+        request.onTextDelta?.(delta.content);
+      }
+      for (const piece of delta?.tool_calls ?? []) {
+        // Servers that omit `index` send one call at a time: a new id starts the next call.
+        let index = piece.index;
+        if (index === undefined) {
+          const known = piece.id ? calls.findIndex((call) => call.id === piece.id) : -1;
+          index = known !== -1 ? known : piece.id || calls.length === 0 ? calls.length : calls.length - 1;
+        }
+        const call = (calls[index] ??= { name: "", args: "" });
+        if (piece.id) call.id = piece.id;
+        const name = piece.function?.name;
+        // Most servers send the whole name once; some repeat it on every delta.
+        if (name && name !== call.name) call.name += name;
+        if (piece.function?.arguments) call.args += piece.function.arguments;
+      }
+      if (choice.finish_reason) complete = true;
+    }
+    if (!complete) throw this.#malformed("the stream ended before the response was complete");
+    const toolCalls: ModelToolCall[] = [];
+    calls.forEach((call, index) => {
+      if (!call) return;
+      if (call.name === "") throw this.#malformed(`streamed tool call ${index} has no function name`);
+      toolCalls.push({ id: call.id || generatedCallId(index), name: call.name, ...parseToolArguments(call.args) });
+    });
+    return turn(text, toolCalls, usage);
+  }
+
+  #error(code: ErrorCode, reason: string, cause?: unknown): SwitchboardError {
+    return new SwitchboardError(code, `model call to ${this.#url} failed: ${reason}`, {
+      cause,
+      details: { provider: "openai", url: this.#url, model: this.#config.model },
+    });
+  }
+
+  #malformed(reason: string): SwitchboardError {
+    return this.#error("INTERNAL", `malformed response: ${reason}`);
+  }
+
+  #withAttempts(failure: SwitchboardError, attempts: number, why?: string): SwitchboardError {
+    const suffix = why ? ` (gave up after ${plural(attempts, "attempt")}: ${why})` : ` (after ${plural(attempts, "attempt")})`;
+    return new SwitchboardError(failure.code, failure.message + suffix, { cause: failure.cause, details: failure.details });
+  }
+}
+
+function turn(text: string, toolCalls: ModelToolCall[], usage: Usage | undefined): ModelTurn {
+  const out: ModelTurn = { text };
+  if (toolCalls.length > 0) out.toolCalls = toolCalls;
+  if (usage) out.usage = usage;
+  return out;
+}
+
+function isEventStream(response: Response): boolean {
+  // A server may ignore `stream: true` and answer with plain JSON; both are accepted.
+  return !(response.headers.get("content-type") ?? "").includes("application/json");
+}
+
+function generatedCallId(index: number): string {
+  return `call_${index}_${globalThis.crypto.randomUUID().slice(0, 8)}`;
+}
+
+/** `retry-after-ms` (OpenAI), else `retry-after` in seconds or as an HTTP date. */
+export function retryAfterMs(headers: Headers, now: number): number | undefined {
+  const ms = Number.parseFloat(headers.get("retry-after-ms") ?? "");
+  if (Number.isFinite(ms) && ms >= 0) return Math.ceil(ms);
+  const raw = headers.get("retry-after")?.trim();
+  if (!raw) return undefined;
+  if (/^\d+(\.\d+)?$/.test(raw)) return Math.ceil(Number.parseFloat(raw) * 1000);
+  const date = Date.parse(raw);
+  return Number.isNaN(date) ? undefined : Math.max(0, date - now);
+}
+
+async function responseDetail(response: Response): Promise<string> {
+  let text: string;
+  try {
+    text = await response.text();
+  } catch {
+    return "";
+  }
+  try {
+    const message = errorBodyMessage(JSON.parse(text));
+    if (message !== undefined) return excerpt(message);
+  } catch {
+    // Not JSON: the raw text is the best description there is.
+  }
+  return excerpt(text);
+}
+
+function networkReason(error: unknown): string {
+  const cause = (error as { cause?: unknown })?.cause;
+  const causeMessage = cause instanceof Error ? cause.message : undefined;
+  const message = error instanceof Error ? error.message : String(error);
+  return causeMessage && causeMessage !== message ? `${message} (${causeMessage})` : message;
+}
+
+function describeIssue(issue: { path: PropertyKey[]; message: string } | undefined): string {
+  if (!issue) return "unexpected shape";
+  const path = issue.path.map((part) => (typeof part === "number" ? `[${part}]` : `.${String(part)}`)).join("");
+  return `${path.replace(/^\./, "") || "(root)"}: ${issue.message}`;
+}
+
+function excerpt(text: string): string {
+  const flat = text.replace(/\s+/g, " ").trim();
+  return flat.length > DETAIL_MAX_CHARS ? `${flat.slice(0, DETAIL_MAX_CHARS)}…` : flat || "(empty)";
+}
+
+function formatMs(ms: number): string {
+  return ms >= 1000 ? `${(ms / 1000).toFixed(ms % 1000 === 0 ? 0 : 1)} s` : `${ms} ms`;
+}
+
+function plural(n: number, word: string): string {
+  return `${n} ${word}${n === 1 ? "" : "s"}`;
+}

@@ -1,0 +1,583 @@
+import { randomUUID } from "node:crypto";
+import {
+  type Config,
+  type Level,
+  makeSubagentKey,
+  minLevel,
+  type PolicyContext,
+  type Provenance,
+  type RunRecord,
+  type SessionEntry,
+  type SessionsSendResult,
+  type SessionsSpawnResult,
+  type Store,
+  type ToolCaller,
+} from "@switchboard/core";
+import type { Logger } from "pino";
+import type { AuditService } from "./audit-service";
+import type { OutputDelivery } from "./output-delivery";
+import type { PolicyService } from "./policy-service";
+import type { RunScheduler, WaitResult } from "./run-scheduler";
+import type { SessionsService } from "./sessions-service";
+
+export const REPLY_SKIP = "REPLY_SKIP";
+export const ANNOUNCE_SKIP = "ANNOUNCE_SKIP";
+
+interface ChainPosition {
+  chainId: string;
+  /** Hop the new message will carry. */
+  hop: number;
+}
+
+/**
+ * The agent-to-agent flows (agent-to-agent.md): send → wait → reply-back loop → announce, and
+ * spawn → run → announce. Every step is labelled and checked like a send.
+ */
+export class AgentFlows {
+  /** chainId → sessions currently blocked waiting on a reply in that chain (with counts). */
+  private readonly waiting = new Map<string, Map<string, number>>();
+  private readonly background = new Set<Promise<unknown>>();
+  private archiveTimer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly config: Config,
+    private readonly store: Store,
+    private readonly sessions: SessionsService,
+    private readonly policy: PolicyService,
+    private readonly scheduler: RunScheduler,
+    private readonly output: OutputDelivery,
+    private readonly audit: AuditService,
+    private readonly log: Logger,
+  ) {
+    scheduler.onRunEnded((record) => this.onRunEnded(record));
+  }
+
+  private track(task: Promise<unknown>): void {
+    const guarded = task.catch((error) => this.log.error({ err: error }, "background flow failed"));
+    this.background.add(guarded);
+    void guarded.finally(() => this.background.delete(guarded));
+  }
+
+  /** Resolves when every background flow started so far has settled (tests, shutdown). */
+  async idle(): Promise<void> {
+    while (this.background.size > 0) await Promise.allSettled([...this.background]);
+  }
+
+  private get stepTimeoutSeconds(): number {
+    return this.config.agents.defaults.timeoutSeconds;
+  }
+
+  // ---- chain bookkeeping ---------------------------------------------------------------------
+
+  /** Where a call from this run sits in an agent-to-agent chain. */
+  chainPosition(caller: ToolCaller): ChainPosition {
+    const record = caller.runId ? this.scheduler.get(caller.runId)?.record : undefined;
+    const provenance = record?.provenance;
+    if (provenance?.kind === "agent") return { chainId: provenance.chainId, hop: provenance.hop + 1 };
+    const flowChain = record?.flow?.chainId;
+    if (typeof flowChain === "string") return { chainId: flowChain, hop: Number(record?.flow?.hop ?? 0) + 1 };
+    return { chainId: randomUUID(), hop: 1 };
+  }
+
+  /** Sessions of the chain that would form a cycle if `caller` waited on `target`. */
+  cycleFor(chainId: string, callerKey: string, targetKey: string, waits: boolean): string[] | undefined {
+    if (!waits) return undefined;
+    if (targetKey === callerKey) return [callerKey, targetKey];
+    const waitingHere = this.waiting.get(chainId);
+    if (waitingHere?.has(targetKey)) return [...waitingHere.keys(), callerKey, targetKey];
+    return undefined;
+  }
+
+  private markWaiting(chainId: string, key: string): () => void {
+    const map = this.waiting.get(chainId) ?? new Map<string, number>();
+    map.set(key, (map.get(key) ?? 0) + 1);
+    this.waiting.set(chainId, map);
+    return () => {
+      const count = (map.get(key) ?? 1) - 1;
+      if (count <= 0) map.delete(key);
+      else map.set(key, count);
+      if (map.size === 0) this.waiting.delete(chainId);
+    };
+  }
+
+  // ---- sessions_send -------------------------------------------------------------------------
+
+  sendContext(callerEntry: SessionEntry, targetEntry: SessionEntry, message: string, position: ChainPosition, waits: boolean): PolicyContext {
+    const cycle = this.cycleFor(position.chainId, callerEntry.key, targetEntry.key, waits);
+    return {
+      hook: "PRE_SEND",
+      caller: this.policy.facts(callerEntry),
+      target: this.policy.facts(targetEntry),
+      text: message,
+      facts: { origin: "tool", hop: position.hop, chainId: position.chainId, ...(cycle ? { cycle } : {}) },
+    };
+  }
+
+  a2aContextBlock(requester: SessionEntry, target: SessionEntry): string {
+    return [
+      "Agent-to-agent message context:",
+      `Agent 1 (requester) session: ${requester.key}.`,
+      `Agent 1 (requester) channel: ${this.sessions.channel(requester)}.`,
+      `Agent 2 (target) session: ${target.key}.`,
+    ].join("\n");
+  }
+
+  async send(
+    caller: ToolCaller,
+    callerEntry: SessionEntry,
+    targetEntry: SessionEntry,
+    message: string,
+    timeoutSeconds: number,
+  ): Promise<SessionsSendResult> {
+    const position = this.chainPosition(caller);
+    const waits = timeoutSeconds > 0;
+    const decision = await this.policy.enforce(
+      this.sendContext(callerEntry, targetEntry, message, position, waits),
+      caller.operator,
+    );
+    if (decision.action === "BLOCK") return { status: "forbidden", error: decision.message };
+    const text = decision.text ?? message;
+
+    const provenance: Provenance = {
+      kind: "agent",
+      fromSessionKey: callerEntry.key,
+      fromRunId: caller.runId ?? "operator",
+      chainId: position.chainId,
+      hop: position.hop,
+      step: "send",
+    };
+    const { record } = await this.deliverMessage(callerEntry, targetEntry, text, {
+      origin: "send",
+      provenance,
+      context: this.a2aContextBlock(callerEntry, targetEntry),
+      flow: { chainId: position.chainId, hop: position.hop, requesterKey: callerEntry.key, request: text },
+      actor: caller.operator,
+    });
+    const delivery = { status: this.scheduler.hasWorker(targetEntry.agentId) ? ("delivered" as const) : ("queued" as const) };
+
+    // The reply-back loop and announce always run in the background, after the primary run.
+    this.track(this.afterPrimary(record, callerEntry.key, targetEntry.key, text, position));
+
+    if (!waits) return { status: "accepted", runId: record.runId, sessionKey: targetEntry.key, delivery };
+    const release = this.markWaiting(position.chainId, callerEntry.key);
+    let result: WaitResult;
+    try {
+      result = await this.scheduler.wait(record.runId, timeoutSeconds * 1000, caller.signal);
+    } finally {
+      release();
+    }
+    if (result.status === "ok") {
+      return { status: "ok", runId: record.runId, sessionKey: targetEntry.key, reply: result.reply ?? "", delivery };
+    }
+    if (result.status === "timeout" && (result.error?.startsWith("run still in progress") || result.error === "wait aborted")) {
+      return {
+        status: "timeout",
+        runId: record.runId,
+        sessionKey: targetEntry.key,
+        error: `no reply within ${timeoutSeconds}s; the run continues — read sessions_history later`,
+        delivery,
+      };
+    }
+    return {
+      status: result.status === "timeout" ? "timeout" : "error",
+      runId: record.runId,
+      sessionKey: targetEntry.key,
+      error: result.error ?? "run failed",
+      delivery,
+    };
+  }
+
+  /** Writes a message from one session into another: raises the target's taint and starts a run. */
+  private async deliverMessage(
+    from: SessionEntry,
+    to: SessionEntry,
+    text: string,
+    options: {
+      origin: RunRecord["origin"];
+      provenance: Provenance;
+      context: string;
+      flow?: Record<string, unknown>;
+      actor?: string | undefined;
+      lane?: "nested" | "subagent";
+      timeoutSeconds?: number;
+      idempotencyKey?: string;
+      spawn?: RunRecord["spawn"];
+      label?: Level;
+    },
+  ) {
+    const label = options.label ?? from.taint;
+    await this.sessions.raiseTaint(to.key, label, `message from ${from.key}`, from.key);
+    const result = await this.scheduler.enqueue({
+      sessionKey: to.key,
+      lane: options.lane ?? "nested",
+      origin: options.origin,
+      message: text,
+      context: options.context,
+      provenance: options.provenance,
+      label,
+      ...(options.flow ? { flow: options.flow } : {}),
+      ...(options.timeoutSeconds ? { timeoutSeconds: options.timeoutSeconds } : {}),
+      ...(options.idempotencyKey ? { idempotencyKey: options.idempotencyKey } : {}),
+      ...(options.spawn ? { spawn: options.spawn } : {}),
+    });
+    if (!result.existing) {
+      await this.audit.append({
+        kind: "delivery",
+        sessionKey: to.key,
+        ...(options.actor ? { actor: options.actor } : {}),
+        data: { from: from.key, to: to.key, runId: result.record.runId, origin: options.origin, label },
+      });
+    }
+    return result;
+  }
+
+  /** Background part of a send: wait for the primary reply, ping-pong, then announce. */
+  private async afterPrimary(
+    primary: RunRecord,
+    requesterKey: string,
+    targetKey: string,
+    request: string,
+    position: ChainPosition,
+  ): Promise<void> {
+    const first = await this.waitEnd(primary.runId);
+    if (first.status !== "ok" || !first.reply?.trim()) return;
+    const roundOneReply = first.reply;
+    let latest = roundOneReply;
+    const turns = this.config.session.agentToAgent.maxPingPongTurns;
+    const requester = await this.sessions.get(requesterKey);
+    if (turns > 0 && requester && requesterKey !== targetKey) {
+      for (let turn = 1; turn <= turns; turn++) {
+        const speakerKey = turn % 2 === 1 ? requesterKey : targetKey;
+        const otherKey = speakerKey === requesterKey ? targetKey : requesterKey;
+        const speaker = await this.sessions.get(speakerKey);
+        const other = await this.sessions.get(otherKey);
+        if (!speaker || !other) break;
+        const stepContext = [
+          "Agent-to-agent reply step:",
+          speakerKey === requesterKey ? "You are Agent 1 (requester)." : "You are Agent 2 (target).",
+          `Agent 1 (requester) session: ${requesterKey}.`,
+          `Agent 2 (target) session: ${targetKey}.`,
+          `Turn ${turn} of ${turns}.`,
+          `If you want to stop the ping-pong, reply exactly "${REPLY_SKIP}".`,
+        ].join("\n");
+        const decision = await this.policy.enforce({
+          hook: "PRE_SEND",
+          caller: this.policy.facts(other),
+          target: this.policy.facts(speaker),
+          text: latest,
+          facts: { origin: "gateway", chainId: position.chainId, hop: position.hop },
+        });
+        if (decision.action === "BLOCK") break;
+        const { record } = await this.deliverMessage(other, speaker, decision.text ?? latest, {
+          origin: "reply",
+          provenance: {
+            kind: "agent",
+            fromSessionKey: otherKey,
+            fromRunId: primary.runId,
+            chainId: position.chainId,
+            hop: position.hop,
+            step: "reply",
+          },
+          context: stepContext,
+          flow: { chainId: position.chainId, hop: position.hop, turn },
+          timeoutSeconds: this.stepTimeoutSeconds,
+        });
+        const step = await this.waitEnd(record.runId);
+        const reply = step.reply?.trim() ?? "";
+        if (step.status !== "ok" || reply === "" || reply === REPLY_SKIP) break;
+        latest = step.reply!;
+      }
+    }
+    await this.announce(primary, requesterKey, targetKey, request, roundOneReply, latest, position);
+  }
+
+  private async announce(
+    primary: RunRecord,
+    requesterKey: string,
+    targetKey: string,
+    request: string,
+    roundOneReply: string,
+    latest: string,
+    position: ChainPosition,
+  ): Promise<void> {
+    const target = await this.sessions.get(targetKey);
+    if (!target) return;
+    const context = [
+      "Agent-to-agent announce step:",
+      `Agent 1 (requester) session: ${requesterKey}.`,
+      `Agent 2 (target) session: ${targetKey}.`,
+      `Original request: ${request}`,
+      `Round 1 reply: ${roundOneReply}`,
+      `Latest reply: ${latest}`,
+      `If you want to remain silent, reply exactly "${ANNOUNCE_SKIP}".`,
+    ].join("\n");
+    const { record } = await this.scheduler.enqueue({
+      sessionKey: targetKey,
+      lane: "nested",
+      origin: "announce",
+      message: "Announce the outcome of this agent-to-agent exchange to your channel.",
+      context,
+      provenance: { kind: "agent", fromSessionKey: requesterKey, fromRunId: primary.runId, chainId: position.chainId, hop: position.hop, step: "announce" },
+      label: target.taint,
+      timeoutSeconds: this.stepTimeoutSeconds,
+      flow: { chainId: position.chainId, hop: position.hop },
+    });
+    const ended = await this.waitEnd(record.runId);
+    const reply = ended.reply?.trim() ?? "";
+    if (ended.status !== "ok" || reply === "" || reply === ANNOUNCE_SKIP) return;
+    const fresh = (await this.sessions.get(targetKey)) ?? target;
+    await this.output.deliver(fresh, ended.reply!, { reason: "announce", runId: record.runId });
+  }
+
+  private async waitEnd(runId: string): Promise<WaitResult> {
+    // Long bounded waits: every run has a timeout of its own, so this never hangs past it.
+    for (;;) {
+      const result = await this.scheduler.wait(runId, 60_000);
+      if (result.status !== "timeout" || !result.error?.startsWith("run still in progress")) return result;
+    }
+  }
+
+  // ---- sessions_spawn ------------------------------------------------------------------------
+
+  activeChildren(requesterKey: string): number {
+    return this.scheduler.activeSpawnsOf(requesterKey);
+  }
+
+  spawnContext(callerEntry: SessionEntry, targetAgentId: string, childKey: string, task: string): PolicyContext {
+    const childClearance = this.childClearance(callerEntry, targetAgentId);
+    return {
+      hook: "PRE_SPAWN",
+      caller: this.policy.facts(callerEntry),
+      target: {
+        key: childKey,
+        agentId: targetAgentId,
+        kind: "subagent",
+        channel: "internal",
+        taint: "PUBLIC",
+        clearance: childClearance,
+        spawnedBy: callerEntry.key,
+        spawnDepth: (callerEntry.spawnDepth ?? 0) + 1,
+      },
+      text: task,
+      facts: { origin: "tool", activeChildren: this.activeChildren(callerEntry.key) },
+    };
+  }
+
+  childClearance(callerEntry: SessionEntry, targetAgentId: string): Level {
+    return minLevel(callerEntry.clearance, this.sessions.agentClearance(targetAgentId));
+  }
+
+  knownModels(): Set<string> {
+    const models = new Set<string>();
+    for (const agent of this.config.agents.list) {
+      const model = agent.model as { provider?: string; model?: string } | undefined;
+      if (model?.model) models.add(model.model);
+      if (model?.provider) models.add(model.provider);
+      const sub = agent.subagents?.model as unknown;
+      if (typeof sub === "string") models.add(sub);
+    }
+    const defaults = this.config.agents.defaults.subagents.model as unknown;
+    if (typeof defaults === "string") models.add(defaults);
+    return models;
+  }
+
+  async spawn(
+    caller: ToolCaller,
+    callerEntry: SessionEntry,
+    request: { task: string; label?: string; agentId?: string; model?: string; runTimeoutSeconds: number; cleanup: "delete" | "keep" },
+  ): Promise<SessionsSpawnResult> {
+    const targetAgentId = (request.agentId ?? callerEntry.agentId).toLowerCase();
+    if (!this.sessions.agentConfig(targetAgentId)) {
+      return { status: "forbidden", error: `spawn not allowed: agent "${targetAgentId}" is not configured` };
+    }
+    const childUuid = randomUUID();
+    const childKey = makeSubagentKey(targetAgentId, childUuid);
+    const decision = await this.policy.enforce(this.spawnContext(callerEntry, targetAgentId, childKey, request.task), caller.operator);
+    if (decision.action === "BLOCK") return { status: "forbidden", error: decision.message };
+
+    let modelApplied: boolean | undefined;
+    let warning: string | undefined;
+    if (request.model !== undefined) {
+      modelApplied = this.knownModels().has(request.model);
+      if (!modelApplied) warning = `model "${request.model}" is not configured; the agent's default model is used`;
+    }
+    const { entry: child } = await this.sessions.ensure(childKey, {
+      spawnedBy: callerEntry.key,
+      spawnDepth: (callerEntry.spawnDepth ?? 0) + 1,
+      clearance: this.childClearance(callerEntry, targetAgentId),
+      ...(request.label ? { label: request.label } : {}),
+      ...(modelApplied ? { model: request.model } : {}),
+    });
+    const context = [
+      "Sub-agent context:",
+      `You are a sub-agent spawned by ${callerEntry.key} to do one task.`,
+      `Your task: ${request.task}`,
+      "Reply with your findings; your reply is reported back to the requester automatically.",
+      "You cannot use session tools (list, history, send, spawn).",
+    ].join("\n");
+    const runId = randomUUID();
+    const { record } = await this.deliverMessage(callerEntry, child, decision.text ?? request.task, {
+      origin: "spawn",
+      lane: "subagent",
+      provenance: { kind: "agent", fromSessionKey: callerEntry.key, fromRunId: caller.runId ?? "operator", chainId: runId, hop: 0, step: "send" },
+      context,
+      actor: caller.operator,
+      ...(request.runTimeoutSeconds > 0 ? { timeoutSeconds: request.runTimeoutSeconds } : {}),
+      spawn: {
+        requesterKey: callerEntry.key,
+        childKey,
+        childSessionId: child.sessionId,
+        task: request.task,
+        ...(request.label ? { label: request.label } : {}),
+        cleanup: request.cleanup,
+        announce: { status: "pending", attempts: 0, idempotencyKey: `announce:${childKey}` },
+      },
+    });
+    await this.audit.append({
+      kind: "spawn",
+      sessionKey: callerEntry.key,
+      ...(caller.operator ? { actor: caller.operator } : {}),
+      data: { childKey, runId: record.runId, agentId: targetAgentId, cleanup: request.cleanup },
+    });
+    return {
+      status: "accepted",
+      runId: record.runId,
+      childSessionKey: childKey,
+      ...(modelApplied !== undefined ? { modelApplied } : {}),
+      ...(warning ? { warning } : {}),
+    };
+  }
+
+  private onRunEnded(record: RunRecord): void {
+    if (record.spawn && record.spawn.announce.status === "pending") this.track(this.announceSpawn(record));
+    if ((record.origin === "chat" || record.origin === "agent") && record.status === "ok" && record.reply?.trim()) {
+      this.track(this.deliverReply(record));
+    }
+    if (record.origin === "spawn-announce" && record.status === "ok") {
+      const reply = record.reply?.trim() ?? "";
+      if (reply !== "" && reply !== ANNOUNCE_SKIP) this.track(this.deliverReply(record));
+    }
+  }
+
+  /** Auto-reply delivery of a session's reply out to its channel (PRE_OUTPUT). */
+  private async deliverReply(record: RunRecord): Promise<void> {
+    const entry = await this.sessions.get(record.sessionKey);
+    if (!entry || !record.reply) return;
+    if (!this.sessions.route(entry)) return;
+    await this.output.deliver(entry, record.reply, { reason: "reply", runId: record.runId });
+  }
+
+  /** Announces a finished spawned run to its requester, at most once (idempotency key), retried after restarts. */
+  async announceSpawn(record: RunRecord): Promise<void> {
+    const spawn = record.spawn!;
+    const requester = await this.sessions.get(spawn.requesterKey);
+    const child = await this.sessions.get(spawn.childKey);
+    const finishAnnounce = async (status: "delivered" | "skipped" | "failed", extra: { runId?: string; lastError?: string } = {}) => {
+      const latest = (await this.store.runs.get(record.runId)) ?? record;
+      latest.spawn = { ...spawn, announce: { ...spawn.announce, status, attempts: spawn.announce.attempts + 1, ...extra } };
+      await this.store.runs.put(latest);
+      record.spawn = latest.spawn;
+    };
+    if (!requester) {
+      await finishAnnounce("failed", { lastError: "requester session no longer exists" });
+      return;
+    }
+    const outcome =
+      record.status === "ok"
+        ? "completed successfully"
+        : record.status === "timeout"
+          ? "timed out"
+          : `failed: ${record.error ?? "unknown error"}`;
+    const findings = record.reply?.trim() ? record.reply : "(no output)";
+    const runtimeMs = (record.endedAt ?? Date.now()) - (record.startedAt ?? record.createdAt);
+    const tokens = record.usage ? record.usage.inputTokens + record.usage.outputTokens : 0;
+    const name = spawn.label ? `"${spawn.label}"` : spawn.childKey;
+    const message = [
+      `Sub-agent ${name} ${outcome}.`,
+      "",
+      "Findings:",
+      findings,
+      "",
+      `Stats: runtime ${(runtimeMs / 1000).toFixed(1)}s • tokens ${tokens}${record.usage ? ` (in ${record.usage.inputTokens} / out ${record.usage.outputTokens})` : ""} • session ${spawn.childKey} • sessionId ${spawn.childSessionId} • transcript ${this.store.transcripts.locate(spawn.childSessionId)}`,
+    ].join("\n");
+    const childFacts = child
+      ? this.policy.facts(child)
+      : { key: spawn.childKey, agentId: record.agentId, kind: "subagent" as const, channel: "internal", taint: "PUBLIC" as Level, clearance: "PUBLIC" as Level };
+    const decision = await this.policy.enforce({
+      hook: "PRE_SEND",
+      caller: childFacts,
+      target: this.policy.facts(requester),
+      text: message,
+      facts: { origin: "gateway" },
+    });
+    if (decision.action === "BLOCK") {
+      await finishAnnounce("failed", { lastError: decision.message });
+    } else {
+      const label = childFacts.taint;
+      await this.sessions.raiseTaint(requester.key, label, `announce from ${spawn.childKey}`, spawn.childKey);
+      const { record: announceRun } = await this.scheduler.enqueue({
+        sessionKey: requester.key,
+        lane: "nested",
+        origin: "spawn-announce",
+        message: decision.text ?? message,
+        context: [
+          "Sub-agent announce step:",
+          `A sub-agent you spawned (${spawn.childKey}) has finished; the outcome above comes from the runtime.`,
+          `If you want to remain silent, reply exactly "${ANNOUNCE_SKIP}".`,
+        ].join("\n"),
+        provenance: { kind: "subagent", childSessionKey: spawn.childKey, runId: record.runId },
+        label,
+        idempotencyKey: spawn.announce.idempotencyKey,
+        timeoutSeconds: this.stepTimeoutSeconds,
+      });
+      await finishAnnounce("delivered", { runId: announceRun.runId });
+      await this.audit.append({
+        kind: "announce",
+        sessionKey: requester.key,
+        data: { childKey: spawn.childKey, runId: record.runId, announceRunId: announceRun.runId, outcome: record.status },
+      });
+    }
+    if (spawn.cleanup === "delete" && child) {
+      await this.sessions.delete(child.key, "remove");
+    }
+  }
+
+  /** After a restart: finish announces that were pending when the old process stopped. */
+  async resumePendingAnnounces(): Promise<void> {
+    const pending = await this.store.runs.list({ pendingAnnounce: true });
+    for (const record of pending) {
+      if (record.status === "ok" || record.status === "error" || record.status === "timeout") {
+        this.track(this.announceSpawn(record));
+      }
+    }
+  }
+
+  /** Archives finished sub-agent sessions after `archiveAfterMinutes`. */
+  startArchiver(intervalMs = 60_000): void {
+    const minutes = this.config.agents.defaults.subagents.archiveAfterMinutes;
+    if (minutes <= 0) return;
+    this.archiveTimer = setInterval(() => {
+      this.track(this.archiveSweep(Date.now() - minutes * 60_000));
+    }, intervalMs);
+    this.archiveTimer.unref();
+  }
+
+  async archiveSweep(endedBefore: number): Promise<number> {
+    const runs = await this.store.runs.list({ statuses: ["ok", "error", "timeout"] });
+    let archived = 0;
+    for (const run of runs) {
+      if (!run.spawn || run.spawn.cleanup === "delete" || (run.endedAt ?? 0) > endedBefore) continue;
+      const child = await this.sessions.get(run.spawn.childKey);
+      if (!child || child.archivedAt || this.scheduler.activeRunFor(child.key)) continue;
+      await this.store.transcripts.archive(child.sessionId, "archive");
+      await this.sessions.update(child.key, (entry) => ({ ...entry, archivedAt: Date.now() }), "archived");
+      archived += 1;
+    }
+    return archived;
+  }
+
+  stop(): void {
+    if (this.archiveTimer) clearInterval(this.archiveTimer);
+  }
+}
+

@@ -1,0 +1,64 @@
+import {
+  type AuditChain,
+  type AuditRecord,
+  type AuditStore,
+  createAuditChain,
+  verifyAuditRecords,
+} from "@switchboard/core";
+import type { EventBus } from "./event-bus";
+
+export interface AuditInput {
+  kind: string;
+  actor?: string;
+  sessionKey?: string;
+  data: Record<string, unknown>;
+}
+
+/** Appends decisions to the hash-chained audit log and announces each append on the event bus. */
+export class AuditService {
+  private constructor(
+    private readonly store: AuditStore,
+    private readonly chain: AuditChain,
+    private readonly key: Uint8Array,
+    private readonly bus: EventBus,
+  ) {}
+
+  static async open(store: AuditStore, key: Uint8Array, bus: EventBus): Promise<AuditService> {
+    const last = await store.last();
+    const chain = createAuditChain({ key, ...(last ? { last: { index: last.index, hash: last.hash } } : {}) });
+    return new AuditService(store, chain, key, bus);
+  }
+
+  private queue: Promise<unknown> = Promise.resolve();
+
+  /** Chains and persists in call order, so the stored order is the chain order. */
+  append(input: AuditInput): Promise<AuditRecord> {
+    const task = this.queue.then(async () => {
+      const entry = { kind: input.kind, at: Date.now(), data: input.data } as Parameters<AuditChain["next"]>[0];
+      if (input.actor !== undefined) entry.actor = input.actor;
+      if (input.sessionKey !== undefined) entry.sessionKey = input.sessionKey;
+      const record = await this.chain.next(entry);
+      await this.store.append([record]);
+      this.bus.publish(
+        "audit.appended",
+        { index: record.index, kind: record.kind, ...(record.sessionKey ? { sessionKey: record.sessionKey } : {}) },
+        record.sessionKey ? { sessionKey: record.sessionKey } : {},
+      );
+      return record;
+    });
+    this.queue = task.catch(() => undefined);
+    return task;
+  }
+
+  async tail(limit: number, after?: number): Promise<AuditRecord[]> {
+    if (after !== undefined) return this.store.read({ after, limit });
+    return this.store.tail(limit);
+  }
+
+  async verify(): Promise<{ ok: boolean; entries: number; firstBadIndex?: number; reason?: string }> {
+    await this.queue;
+    const records = await this.store.read({});
+    const result = await verifyAuditRecords(this.key, records);
+    return result;
+  }
+}

@@ -1,0 +1,77 @@
+import type { Role } from "@switchboard/core";
+import { CloseCodes } from "@switchboard/core";
+import type { Logger } from "pino";
+import type { WebSocket } from "ws";
+
+export interface ConnectionIdentity {
+  role: Role;
+  tokenName: string;
+  /** Agent ids a worker serves (role agent). */
+  agents: ReadonlySet<string>;
+  /** Session-key patterns a client may act for (role client); `*` globs. */
+  sessionPatterns: readonly string[];
+}
+
+/** One WebSocket peer. Owns the outgoing-buffer guard so a slow reader never grows memory without bound. */
+export class Connection {
+  identity: ConnectionIdentity | undefined;
+  state: "handshake" | "ready" | "closed" = "handshake";
+  lastSeen = Date.now();
+  /** Highest event seq delivered, so replay and live delivery never send the same event twice. */
+  lastEventSeq = 0;
+  subscribed = false;
+  /** Events published while a replay is being sent are held here, then flushed in order. */
+  subscriptionFilter: ((event: import("./event-bus").BusEvent) => boolean) | undefined;
+  private readonly closeCallbacks: Array<() => void> = [];
+
+  onClosed(callback: () => void): void {
+    if (this.state === "closed") callback();
+    else this.closeCallbacks.push(callback);
+  }
+
+  /** Called by the transport once the socket is gone. */
+  markClosed(): void {
+    this.state = "closed";
+    for (const callback of this.closeCallbacks.splice(0)) callback();
+  }
+
+  constructor(
+    readonly id: string,
+    private readonly socket: WebSocket,
+    readonly log: Logger,
+    private readonly maxBufferedBytes: number,
+  ) {}
+
+  get isOpen(): boolean {
+    return this.state !== "closed" && this.socket.readyState === this.socket.OPEN;
+  }
+
+  send(frame: unknown): boolean {
+    if (!this.isOpen) return false;
+    const text = JSON.stringify(frame);
+    if (this.socket.bufferedAmount + text.length > this.maxBufferedBytes) {
+      this.log.warn({ buffered: this.socket.bufferedAmount }, "peer too slow: unsent buffer above limit, disconnecting");
+      this.close(CloseCodes.tryAgainLater, "send buffer limit exceeded");
+      return false;
+    }
+    this.socket.send(text);
+    return true;
+  }
+
+  close(code: number, reason: string): void {
+    if (this.state === "closed") return;
+    this.state = "closed";
+    try {
+      this.socket.close(code, reason);
+    } catch {
+      this.socket.terminate();
+    }
+    // A peer that never reads would keep the close handshake pending forever.
+    setTimeout(() => this.socket.terminate(), 1000).unref();
+  }
+
+  terminate(): void {
+    this.state = "closed";
+    this.socket.terminate();
+  }
+}

@@ -1,0 +1,404 @@
+import {
+  type AgentsListResult,
+  type Config,
+  displayKey,
+  type HistoryMessage,
+  type MessageResult,
+  type PolicyContext,
+  type SessionEntry,
+  type SessionRow,
+  type SessionStatusResult,
+  type SessionsHistoryResult,
+  type SessionsSendResult,
+  type SessionsSpawnResult,
+  type SimulateResult,
+  type Store,
+  type SummarizeResult,
+  SwitchboardError,
+  spawnAgentAllowed,
+  type ToolBackend,
+  type ToolCaller,
+  type ToolFailure,
+  type TranscriptEntry,
+} from "@switchboard/core";
+import type { AgentFlows } from "./agent-flows";
+import type { OutputDelivery } from "./output-delivery";
+import type { PolicyService } from "./policy-service";
+import type { RunScheduler } from "./run-scheduler";
+import type { SessionsService } from "./sessions-service";
+
+export function toHistoryMessage(entry: TranscriptEntry): HistoryMessage {
+  return {
+    seq: entry.seq,
+    id: entry.id,
+    ts: entry.ts,
+    role: entry.message?.role ?? entry.type,
+    content: (entry.message?.content ?? []) as HistoryMessage["content"],
+    label: entry.label,
+    ...(entry.provenance ? { provenance: entry.provenance } : {}),
+  };
+}
+
+const isMessage = (includeTools: boolean) => (entry: TranscriptEntry) =>
+  entry.type === "message" && (includeTools || entry.message?.role !== "toolResult");
+
+/**
+ * The gateway side of the tools' backend port: resolves targets, runs every policy check at its
+ * hook, and applies the effects (taint rises, deliveries, runs). The caller always comes from the run.
+ */
+export class SessionToolsBackend implements ToolBackend {
+  constructor(
+    private readonly config: Config,
+    private readonly store: Store,
+    private readonly sessions: SessionsService,
+    private readonly policy: PolicyService,
+    private readonly scheduler: RunScheduler,
+    private readonly flows: AgentFlows,
+    private readonly output: OutputDelivery,
+    private readonly isAgentConnected: (agentId: string) => boolean,
+  ) {}
+
+  private callerEntry(caller: ToolCaller): Promise<SessionEntry> {
+    return this.sessions.require(caller.sessionKey);
+  }
+
+  private async target(caller: ToolCaller, input: string): Promise<SessionEntry> {
+    const key = await this.sessions.resolveInput(input, caller.agentId);
+    const entry = await this.sessions.get(key);
+    if (!entry || entry.archivedAt) throw new SwitchboardError("NOT_FOUND", `session not found: ${input}`);
+    return entry;
+  }
+
+  historyContext(callerEntry: SessionEntry, target: SessionEntry, discovery = false): PolicyContext {
+    return {
+      hook: "PRE_HISTORY",
+      caller: this.policy.facts(callerEntry),
+      target: this.policy.facts(target),
+      facts: { origin: "tool", ...(discovery ? { discovery: true } : {}) },
+    };
+  }
+
+  row(entry: SessionEntry, callerKey: string | undefined): SessionRow {
+    return {
+      key: displayKey(entry.key, callerKey, this.sessions.mainKey),
+      kind: this.sessions.kind(entry),
+      channel: this.sessions.channel(entry),
+      updatedAt: entry.updatedAt,
+      sessionId: entry.sessionId,
+      agentId: entry.agentId,
+      taint: entry.taint,
+      clearance: entry.clearance,
+      transcriptPath: this.sessions.transcriptPath(entry),
+      ...pick(entry, [
+        "displayName",
+        "label",
+        "model",
+        "contextTokens",
+        "totalTokens",
+        "thinkingLevel",
+        "verboseLevel",
+        "systemSent",
+        "abortedLastRun",
+        "sendPolicy",
+        "lastChannel",
+        "lastTo",
+        "deliveryContext",
+        "spawnedBy",
+      ]),
+    };
+  }
+
+  async rowsWithMessages(entries: SessionEntry[], callerKey: string | undefined, messageLimit: number): Promise<SessionRow[]> {
+    return Promise.all(
+      entries.map(async (entry) => {
+        const row = this.row(entry, callerKey);
+        if (messageLimit > 0) {
+          const read = await this.store.transcripts.read(entry.sessionId, { limit: messageLimit, filter: isMessage(false) });
+          row.messages = read.entries.map(toHistoryMessage);
+        }
+        return row;
+      }),
+    );
+  }
+
+  async listSessions(
+    caller: ToolCaller,
+    query: { kinds?: string[]; limit: number; activeMinutes?: number; messageLimit: number },
+  ): Promise<{ sessions: SessionRow[]; hidden: number }> {
+    const callerEntry = await this.callerEntry(caller);
+    const result = await this.store.sessions.list(
+      {
+        limit: query.limit,
+        ...(query.kinds ? { kinds: query.kinds } : {}),
+        ...(query.activeMinutes ? { activeSince: Date.now() - query.activeMinutes * 60_000 } : {}),
+      },
+      {
+        classify: (entry) => this.sessions.kind(entry),
+        visible: (entry) =>
+          entry.key === callerEntry.key || this.policy.evaluate(this.historyContext(callerEntry, entry, true)).action !== "BLOCK",
+      },
+    );
+    return { sessions: await this.rowsWithMessages(result.entries, callerEntry.key, query.messageLimit), hidden: result.hidden };
+  }
+
+  async history(
+    caller: ToolCaller,
+    query: { sessionKey: string; limit: number; includeTools: boolean; before?: number; maxBytes: number },
+  ): Promise<SessionsHistoryResult | ToolFailure> {
+    const callerEntry = await this.callerEntry(caller);
+    const target = await this.target(caller, query.sessionKey);
+    if (target.key !== callerEntry.key) {
+      const decision = await this.policy.enforce(this.historyContext(callerEntry, target), caller.operator);
+      if (decision.action === "BLOCK") return { status: "forbidden", error: decision.message };
+    }
+    const read = await this.store.transcripts.read(target.sessionId, {
+      limit: query.limit,
+      maxBytes: query.maxBytes,
+      filter: isMessage(query.includeTools),
+      ...(query.before !== undefined ? { before: query.before } : {}),
+    });
+    if (target.key !== callerEntry.key) {
+      await this.sessions.raiseTaint(callerEntry.key, target.taint, `read history of ${target.key}`, target.key);
+    }
+    return {
+      status: "ok",
+      sessionKey: displayKey(target.key, callerEntry.key, this.sessions.mainKey),
+      sessionId: target.sessionId,
+      messages: read.entries.map(toHistoryMessage),
+      truncated: read.truncated,
+      ...(read.nextBefore !== undefined ? { nextBefore: read.nextBefore } : {}),
+    };
+  }
+
+  async send(caller: ToolCaller, request: { sessionKey: string; message: string; timeoutSeconds: number }): Promise<SessionsSendResult> {
+    const callerEntry = await this.callerEntry(caller);
+    const target = await this.target(caller, request.sessionKey);
+    return this.flows.send(caller, callerEntry, target, request.message, request.timeoutSeconds);
+  }
+
+  async spawn(
+    caller: ToolCaller,
+    request: { task: string; label?: string; agentId?: string; model?: string; runTimeoutSeconds: number; cleanup: "delete" | "keep" },
+  ): Promise<SessionsSpawnResult> {
+    const callerEntry = await this.callerEntry(caller);
+    return this.flows.spawn(caller, callerEntry, request);
+  }
+
+  async status(caller: ToolCaller, query: { sessionKey?: string }): Promise<SessionStatusResult | ToolFailure> {
+    const callerEntry = await this.callerEntry(caller);
+    const target = query.sessionKey ? await this.target(caller, query.sessionKey) : callerEntry;
+    if (target.key !== callerEntry.key) {
+      const decision = await this.policy.enforce(this.historyContext(callerEntry, target), caller.operator);
+      if (decision.action === "BLOCK") return { status: "forbidden", error: decision.message };
+      await this.sessions.raiseTaint(callerEntry.key, target.taint, `read status of ${target.key}`, target.key);
+    }
+    return this.statusOf(target, callerEntry.key);
+  }
+
+  async statusOf(target: SessionEntry, callerKey: string | undefined): Promise<SessionStatusResult> {
+    const active = this.scheduler.activeRunFor(target.key);
+    const children = (await this.store.sessions.list({ spawnedBy: target.key, limit: 50, includeArchived: true })).entries;
+    const childRows = await Promise.all(
+      children.map(async (child) => {
+        const running = this.scheduler.activeRunFor(child.key);
+        return {
+          key: child.key,
+          status: running ? "running" : child.archivedAt ? "archived" : "idle",
+          ...(running ? { runId: running.runId } : {}),
+          ...(child.label ? { label: child.label } : {}),
+        };
+      }),
+    );
+    return {
+      status: "ok",
+      sessionKey: displayKey(target.key, callerKey, this.sessions.mainKey),
+      sessionId: target.sessionId,
+      kind: this.sessions.kind(target),
+      channel: this.sessions.channel(target),
+      agentId: target.agentId,
+      taint: target.taint,
+      clearance: target.clearance,
+      createdAt: target.createdAt,
+      updatedAt: target.updatedAt,
+      ...pick(target, ["model", "totalTokens", "sendPolicy", "spawnedBy", "label", "displayName"]),
+      ...(active ? { activeRun: { runId: active.runId, lane: active.lane, startedAt: active.startedAt ?? active.createdAt } } : {}),
+      ...(childRows.length ? { children: childRows } : {}),
+    };
+  }
+
+  async agents(caller: ToolCaller): Promise<AgentsListResult> {
+    const own = caller.agentId;
+    const ownConfig = this.sessions.agentConfig(own);
+    const allow = ownConfig?.subagents?.allowAgents;
+    const rows = this.config.agents.list
+      .map((agent) => ({
+        id: agent.id,
+        ...(agent.name ? { name: agent.name } : {}),
+        configured: true,
+        connected: this.isAgentConnected(agent.id),
+        allowedForSpawn: spawnAgentAllowed(allow, own, agent.id),
+      }))
+      .filter((agent) => agent.id === own || agent.allowedForSpawn)
+      .sort((a, b) => (a.id === own ? -1 : b.id === own ? 1 : a.id.localeCompare(b.id)));
+    return { status: "ok", agents: rows };
+  }
+
+  messageContext(callerEntry: SessionEntry, request: { channel: string; to: string; text: string }): PolicyContext {
+    const channel = request.channel.toLowerCase();
+    return {
+      hook: "PRE_OUTPUT",
+      caller: this.policy.facts(callerEntry),
+      recipient: { channel, to: request.to, level: this.policy.channelLevel(channel, request.to) },
+      text: request.text,
+    };
+  }
+
+  async message(caller: ToolCaller, request: { channel: string; to: string; text: string }): Promise<MessageResult> {
+    const callerEntry = await this.callerEntry(caller);
+    const result = await this.output.deliver(callerEntry, request.text, {
+      channel: request.channel,
+      to: request.to,
+      reason: "message",
+      ...(caller.operator ? { actor: caller.operator } : {}),
+      ...(caller.runId ? { runId: caller.runId } : {}),
+    });
+    if (result.status === "ok") return { status: "ok", deliveryId: result.deliveryId, ...(result.redactions ? { redactions: result.redactions } : {}) };
+    return { status: result.status === "forbidden" ? "forbidden" : "error", error: result.error };
+  }
+
+  /** The PRE_TOOL_CALL context of a call (shared by real calls and simulation). */
+  toolCallContext(callerEntry: SessionEntry, tool: string, args: Record<string, unknown>): PolicyContext {
+    return { hook: "PRE_TOOL_CALL", caller: this.policy.facts(callerEntry), tool: { name: tool, args } };
+  }
+
+  /**
+   * The downstream hook a tool call would hit, built exactly as the real call builds it.
+   * Returns undefined for tools with no downstream hook, or a failure when the target is unknown.
+   */
+  async downstreamContext(
+    caller: ToolCaller,
+    callerEntry: SessionEntry,
+    tool: string,
+    args: Record<string, unknown>,
+  ): Promise<PolicyContext | ToolFailure | undefined> {
+    const str = (value: unknown) => (typeof value === "string" ? value : undefined);
+    try {
+      switch (tool) {
+        case "sessions_send": {
+          const key = str(args.sessionKey);
+          if (!key) return { status: "error", error: "sessionKey: required" };
+          const target = await this.target(caller, key);
+          const timeout = typeof args.timeoutSeconds === "number" ? args.timeoutSeconds : 30;
+          return this.flows.sendContext(callerEntry, target, str(args.message) ?? "", this.flows.chainPosition(caller), timeout > 0);
+        }
+        case "sessions_history":
+        case "session_status": {
+          const key = str(args.sessionKey);
+          if (!key) return tool === "session_status" ? undefined : { status: "error", error: "sessionKey: required" };
+          const target = await this.target(caller, key);
+          if (target.key === callerEntry.key) return undefined;
+          return this.historyContext(callerEntry, target);
+        }
+        case "summarize": {
+          const key = str(args.sessionKey);
+          if (!key) return undefined;
+          const target = await this.target(caller, key);
+          return target.key === callerEntry.key ? undefined : this.historyContext(callerEntry, target);
+        }
+        case "sessions_spawn": {
+          const agentId = (str(args.agentId) ?? callerEntry.agentId).toLowerCase();
+          return this.flows.spawnContext(callerEntry, agentId, `agent:${agentId}:subagent:00000000-0000-4000-8000-000000000000`, str(args.task) ?? "");
+        }
+        case "message":
+          return this.messageContext(callerEntry, {
+            channel: str(args.channel) ?? "",
+            to: str(args.to) ?? "",
+            text: str(args.text) ?? "",
+          });
+        default:
+          return undefined;
+      }
+    } catch (error) {
+      if (error instanceof SwitchboardError) {
+        return { status: error.code === "NOT_FOUND" ? "not_found" : error.code === "FORBIDDEN" ? "forbidden" : "error", error: error.message };
+      }
+      throw error;
+    }
+  }
+
+  /** Set by the gateway: the PRE_TOOL_CALL gate (tool availability + rules) shared with real calls. */
+  toolGate: ((callerEntry: SessionEntry, tool: string, args: Record<string, unknown>) => { allowed: boolean; message?: string }) | undefined;
+
+  async simulate(caller: ToolCaller, request: { toolName: string; args: Record<string, unknown> }): Promise<SimulateResult | ToolFailure> {
+    const callerEntry = await this.callerEntry(caller);
+    const evaluated: SimulateResult["evaluated"] = [];
+    const gate = this.toolGate?.(callerEntry, request.toolName, request.args);
+    if (gate && !gate.allowed) {
+      evaluated.push({ ruleId: "tools.available", matched: true, action: "deny" });
+      return {
+        status: "ok",
+        decision: "BLOCK",
+        ruleId: "tools.available",
+        message: gate.message ?? "tool not available",
+        evaluated,
+        taint: { current: callerEntry.taint, after: callerEntry.taint },
+      };
+    }
+    const first = this.policy.evaluate(this.toolCallContext(callerEntry, request.toolName, request.args), true);
+    evaluated.push(...(first.evaluated ?? []).map((rule) => ({ ruleId: rule.ruleId, matched: rule.matched, action: rule.action })));
+    let decision = first;
+    if (first.action !== "BLOCK") {
+      const downstream = await this.downstreamContext(caller, callerEntry, request.toolName, request.args);
+      if (downstream && "status" in downstream) return downstream;
+      if (downstream) {
+        const second = this.policy.evaluate(downstream, true);
+        evaluated.push(...(second.evaluated ?? []).map((rule) => ({ ruleId: rule.ruleId, matched: rule.matched, action: rule.action })));
+        if (second.action === "BLOCK" || second.action === "REDACT" || first.action === "ALLOW") decision = second;
+      }
+    }
+    return {
+      status: "ok",
+      decision: decision.action,
+      ruleId: decision.ruleId,
+      message: decision.message,
+      evaluated,
+      taint: { current: callerEntry.taint, after: decision.action === "BLOCK" ? callerEntry.taint : decision.labels.after },
+    };
+  }
+
+  async summarize(caller: ToolCaller, request: { scope: "session" | "topic"; sessionKey?: string }): Promise<SummarizeResult> {
+    const callerEntry = await this.callerEntry(caller);
+    const target = request.sessionKey ? await this.target(caller, request.sessionKey) : callerEntry;
+    if (target.key !== callerEntry.key) {
+      const decision = await this.policy.enforce(this.historyContext(callerEntry, target), caller.operator);
+      if (decision.action === "BLOCK") return { status: "forbidden", error: decision.message };
+    }
+    const read = await this.store.transcripts.read(target.sessionId, { limit: 200, maxBytes: 48 * 1024, filter: isMessage(false) });
+    const transcript = read.entries
+      .map((entry) => `${entry.message?.role}: ${entry.message?.content.map((part) => (part.type === "text" ? part.text : "")).join("")}`)
+      .join("\n");
+    const { record } = await this.scheduler.enqueue({
+      sessionKey: target.key,
+      lane: "nested",
+      origin: "summarize",
+      message: `Summarize this conversation${request.scope === "topic" ? " by topic" : ""} concisely:\n${transcript}`,
+      context: `Summarize step: produce a concise ${request.scope === "topic" ? "per-topic " : ""}recap of the session ${target.key}. Do not call tools.`,
+      provenance: { kind: "system" },
+      label: target.taint,
+      timeoutSeconds: 120,
+      recordInput: false,
+    });
+    const result = await this.scheduler.wait(record.runId, 120_000, caller.signal);
+    if (target.key !== callerEntry.key) {
+      await this.sessions.raiseTaint(callerEntry.key, target.taint, `summary of ${target.key}`, target.key);
+    }
+    if (result.status === "ok") return { status: "ok", summary: result.reply ?? "" };
+    return { status: result.status === "timeout" ? "timeout" : "error", error: result.error ?? "summary run failed" };
+  }
+}
+
+function pick<T extends object, K extends keyof T>(source: T, keys: readonly K[]): Partial<Pick<T, K>> {
+  const out: Partial<Pick<T, K>> = {};
+  for (const key of keys) if (source[key] !== undefined) out[key] = source[key];
+  return out;
+}

@@ -1,0 +1,257 @@
+import { randomUUID } from "node:crypto";
+import {
+  type ChatType,
+  channelLevel,
+  classifyKey,
+  type Config,
+  deriveChannel,
+  escalateTaint,
+  isUuid,
+  type KeyContext,
+  type Level,
+  mainKeyFor,
+  resolveClearance,
+  resolveKeyInput,
+  type SessionEntry,
+  type SessionKind,
+  type Store,
+  SwitchboardError,
+  type TranscriptEntry,
+  type TranscriptEntryInput,
+} from "@switchboard/core";
+import type { Logger } from "pino";
+import type { AuditService } from "./audit-service";
+import type { EventBus } from "./event-bus";
+import { KeyedMutex } from "./keyed-mutex";
+
+export interface CreateSessionOptions {
+  channel?: string;
+  chatType?: ChatType;
+  label?: string;
+  displayName?: string;
+  clearance?: Level;
+  spawnedBy?: string;
+  spawnDepth?: number;
+  model?: string;
+  deliveryContext?: { channel: string; to: string; accountId?: string };
+}
+
+/** The sessions index, transcripts and label state, with every read-modify-write serialised per key. */
+export class SessionsService {
+  private readonly locks = new KeyedMutex();
+
+  constructor(
+    private readonly store: Store,
+    private readonly config: Config,
+    private readonly bus: EventBus,
+    private readonly audit: AuditService,
+    private readonly log: Logger,
+  ) {}
+
+  get mainKey(): string {
+    return this.config.session.mainKey;
+  }
+
+  defaultAgentId(): string {
+    const list = this.config.agents.list;
+    return (list.find((agent) => agent.default) ?? list[0])?.id ?? "main";
+  }
+
+  agentConfig(agentId: string) {
+    return this.config.agents.list.find((agent) => agent.id === agentId);
+  }
+
+  agentClearance(agentId: string): Level {
+    return this.agentConfig(agentId)?.clearance ?? this.config.agents.defaults.clearance;
+  }
+
+  keyContext(callerAgentId?: string, field = "sessionKey"): KeyContext {
+    return {
+      ...(callerAgentId ? { callerAgentId } : {}),
+      defaultAgentId: this.defaultAgentId(),
+      mainKey: this.mainKey,
+      field,
+    };
+  }
+
+  /** Canonical key for any accepted input (aliases, bare keys, sessionIds). */
+  resolveInput(input: string, callerAgentId?: string, field = "sessionKey"): Promise<string> {
+    return resolveKeyInput(input, this.keyContext(callerAgentId, field), (id) => this.store.sessions.keysForSessionId(id));
+  }
+
+  mainSessionKey(agentId: string): string {
+    return mainKeyFor(agentId, this.mainKey);
+  }
+
+  kind(entry: Pick<SessionEntry, "key" | "chatType">): SessionKind {
+    return classifyKey(entry.key, { mainKey: this.mainKey, ...(entry.chatType ? { chatType: entry.chatType } : {}) });
+  }
+
+  channel(entry: Pick<SessionEntry, "key" | "chatType" | "channel" | "lastChannel">): string {
+    return deriveChannel(
+      entry.key,
+      {
+        ...(entry.channel ? { channel: entry.channel } : {}),
+        ...(entry.lastChannel ? { lastChannel: entry.lastChannel } : {}),
+        ...(entry.chatType ? { chatType: entry.chatType } : {}),
+      },
+      this.mainKey,
+    );
+  }
+
+  /** Where a reply to this session goes out: its delivery context, last route, or the peer in its key. */
+  route(entry: SessionEntry): { channel: string; to: string } | undefined {
+    if (entry.deliveryContext) return { channel: entry.deliveryContext.channel, to: entry.deliveryContext.to };
+    const channel = this.channel(entry);
+    if (channel === "internal" || channel === "unknown") return undefined;
+    if (entry.lastTo) return { channel, to: entry.lastTo };
+    const rest = entry.key.split(":").slice(2);
+    const marker = rest.findIndex((part, i) => i > 0 && (part === "dm" || part === "group" || part === "channel"));
+    if (marker > 0 && rest[marker + 1]) return { channel, to: rest.slice(marker + 1).join(":") };
+    return undefined;
+  }
+
+  /** Classification of data arriving on this session's own channel. */
+  inboundLevel(entry: SessionEntry): Level {
+    const route = this.route(entry);
+    return channelLevel(this.config.labels, route?.channel ?? this.channel(entry), route?.to);
+  }
+
+  channelLevelFor(channel: string, to?: string): Level {
+    return channelLevel(this.config.labels, channel, to);
+  }
+
+  get(key: string): Promise<SessionEntry | undefined> {
+    return this.store.sessions.get(key);
+  }
+
+  async require(key: string): Promise<SessionEntry> {
+    const entry = await this.store.sessions.get(key);
+    if (!entry) throw new SwitchboardError("NOT_FOUND", `session not found: ${key}`, { details: { key } });
+    return entry;
+  }
+
+  withLock<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    return this.locks.run(key, fn);
+  }
+
+  /** Creates the session if it does not exist; returns the (existing or new) entry. */
+  async ensure(key: string, options: CreateSessionOptions = {}): Promise<{ entry: SessionEntry; created: boolean }> {
+    const existing = await this.store.sessions.get(key);
+    if (existing) return { entry: existing, created: false };
+    return this.withLock(key, async () => {
+      const again = await this.store.sessions.get(key);
+      if (again) return { entry: again, created: false };
+      const agentId = key.split(":")[1] ?? this.defaultAgentId();
+      const now = Date.now();
+      const draft: SessionEntry = {
+        key,
+        sessionId: randomUUID(),
+        agentId,
+        createdAt: now,
+        updatedAt: now,
+        taint: "PUBLIC",
+        clearance: "PUBLIC",
+        ...(options.channel ? { channel: options.channel.toLowerCase() } : {}),
+        ...(options.chatType ? { chatType: options.chatType } : {}),
+        ...(options.label ? { label: options.label } : {}),
+        ...(options.displayName ? { displayName: options.displayName } : {}),
+        ...(options.spawnedBy ? { spawnedBy: options.spawnedBy } : {}),
+        ...(options.spawnDepth !== undefined ? { spawnDepth: options.spawnDepth } : {}),
+        ...(options.model ? { model: options.model } : {}),
+        ...(options.deliveryContext ? { deliveryContext: options.deliveryContext } : {}),
+      };
+      draft.clearance = resolveClearance({
+        kind: this.kind(draft),
+        agentClearance: this.agentClearance(agentId),
+        channelLevel: this.inboundLevel(draft),
+        ...(options.clearance ? { override: options.clearance } : {}),
+      });
+      if (options.clearance) draft.clearancePinned = true;
+      await this.store.transcripts.create({ sessionId: draft.sessionId, key, createdAt: now });
+      await this.store.sessions.put(draft);
+      this.bus.publish("session.updated", { key, sessionId: draft.sessionId, reason: "created" }, { sessionKey: key, agentId });
+      return { entry: draft, created: true };
+    });
+  }
+
+  async update(key: string, change: (entry: SessionEntry) => SessionEntry | undefined, reason: string): Promise<SessionEntry> {
+    return this.withLock(key, async () => {
+      const entry = await this.require(key);
+      const next = change({ ...entry });
+      if (!next) return entry;
+      next.updatedAt = Math.max(Date.now(), entry.updatedAt);
+      await this.store.sessions.put(next);
+      this.bus.publish("session.updated", { key, sessionId: next.sessionId, reason }, { sessionKey: key, agentId: next.agentId });
+      return next;
+    });
+  }
+
+  /**
+   * Raises the session's taint to at least `level` (never lowers it), recording the rise in the
+   * transcript, the audit log and as a `session.taint` event.
+   */
+  async raiseTaint(key: string, level: Level, reason: string, source: string): Promise<{ from: Level; to: Level } | undefined> {
+    return this.withLock(key, async () => {
+      const entry = await this.require(key);
+      const escalation = escalateTaint(entry.taint, level, { at: Date.now(), reason, source });
+      if (!escalation.event) return undefined;
+      const { from, to } = escalation.event;
+      await this.store.transcripts.append(entry.sessionId, [
+        { type: "taint", label: to, taint: { from, to, reason, source } },
+      ]);
+      await this.store.sessions.put({ ...entry, taint: to, updatedAt: Math.max(Date.now(), entry.updatedAt) });
+      this.bus.publish("session.taint", { key, from, to, reason }, { sessionKey: key, agentId: entry.agentId });
+      await this.audit.append({ kind: "taint", sessionKey: key, data: { from, to, reason, source } });
+      return { from, to };
+    });
+  }
+
+  /** Appends to the session's transcript and bumps `updatedAt`. */
+  async append(key: string, inputs: TranscriptEntryInput[], touch: Partial<SessionEntry> = {}): Promise<TranscriptEntry[]> {
+    return this.withLock(key, async () => {
+      const entry = await this.require(key);
+      const written = await this.store.transcripts.append(entry.sessionId, inputs);
+      await this.store.sessions.put({ ...entry, ...touch, updatedAt: Math.max(Date.now(), entry.updatedAt) });
+      return written;
+    });
+  }
+
+  /** New sessionId, taint back to PUBLIC, settings kept, old transcript archived. */
+  async reset(key: string): Promise<SessionEntry> {
+    return this.withLock(key, async () => {
+      const entry = await this.require(key);
+      await this.store.transcripts.archive(entry.sessionId, "reset");
+      const now = Date.now();
+      const next: SessionEntry = { ...entry, sessionId: randomUUID(), taint: "PUBLIC", updatedAt: now };
+      delete next.totalTokens;
+      delete next.contextTokens;
+      await this.store.transcripts.create({ sessionId: next.sessionId, key, createdAt: now });
+      await this.store.sessions.put(next);
+      this.bus.publish("session.updated", { key, sessionId: next.sessionId, reason: "reset" }, { sessionKey: key, agentId: next.agentId });
+      return next;
+    });
+  }
+
+  async delete(key: string, mode: "archive" | "remove" = "archive"): Promise<void> {
+    await this.withLock(key, async () => {
+      const entry = await this.require(key);
+      if (mode === "remove") await this.store.transcripts.remove(entry.sessionId);
+      else await this.store.transcripts.archive(entry.sessionId, "delete");
+      await this.store.sessions.delete(key);
+      this.bus.publish("session.updated", { key, sessionId: entry.sessionId, reason: "deleted" }, { sessionKey: key, agentId: entry.agentId });
+    });
+  }
+
+  isUuid(value: string): boolean {
+    return isUuid(value);
+  }
+
+  transcriptPath(entry: SessionEntry): string {
+    return this.store.transcripts.locate(entry.sessionId);
+  }
+
+  get logger(): Logger {
+    return this.log;
+  }
+}

@@ -1,0 +1,252 @@
+import { randomUUID } from "node:crypto";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import {
+  CloseCodes,
+  type ConnectParams,
+  ConnectParamsSchema,
+  invalidRequestFromZod,
+  isMethodName,
+  METHOD_ROLES,
+  type MethodName,
+  Methods,
+  RequestFrameSchema,
+  SwitchboardError,
+} from "@switchboard/core";
+import type { Logger } from "pino";
+import { WebSocketServer } from "ws";
+import { Connection, type ConnectionIdentity } from "./connection";
+
+export interface TransportLimits {
+  maxPayload: number;
+  maxBufferedBytes: number;
+  heartbeatMs: number;
+  handshakeTimeoutMs: number;
+}
+
+export interface TransportHandlers {
+  /** Checks the token and role; throws `SwitchboardError` (UNAUTHORIZED closes with 4003). */
+  authenticate(params: ConnectParams, connection: Connection): ConnectionIdentity;
+  connectResult(connection: Connection): Record<string, unknown>;
+  handle(method: MethodName, params: unknown, connection: Connection): Promise<Record<string, unknown>>;
+  onClose(connection: Connection): void;
+  health(): Record<string, unknown>;
+}
+
+export interface Transport {
+  readonly port: number;
+  readonly connections: ReadonlySet<Connection>;
+  /** Stop accepting; existing connections stay until `closeAll`. */
+  stopAccepting(): Promise<void>;
+  closeAll(code: number, reason: string): void;
+}
+
+/** Reads the request id from a frame we could not fully parse, so the error can still be matched. */
+function salvageId(value: unknown): string | null {
+  if (value && typeof value === "object" && "id" in value) {
+    const id = (value as { id: unknown }).id;
+    if (typeof id === "string" && id.length > 0 && id.length <= 128) return id;
+  }
+  return null;
+}
+
+function errorFrame(id: string | null, error: SwitchboardError) {
+  return { type: "res", id, ok: false, error: error.toWire() };
+}
+
+export async function startTransport(options: {
+  host: string;
+  port: number;
+  limits: TransportLimits;
+  handlers: TransportHandlers;
+  log: Logger;
+}): Promise<Transport> {
+  const { limits, handlers, log } = options;
+  const connections = new Set<Connection>();
+
+  const http: Server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    if (req.method === "GET" && (req.url === "/healthz" || req.url?.startsWith("/healthz?"))) {
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify({ ok: true, ...handlers.health() }));
+      return;
+    }
+    res.writeHead(404, { "content-type": "application/json" });
+    res.end(JSON.stringify({ ok: false, error: "not found" }));
+  });
+
+  // ws's own limit is a hard backstop well above ours, so a frame just over `maxPayload` gets a
+  // PAYLOAD_TOO_LARGE answer instead of a bare close.
+  const wss = new WebSocketServer({
+    server: http,
+    maxPayload: limits.maxPayload * 4 + 65_536,
+    perMessageDeflate: false,
+  });
+
+  wss.on("connection", (socket) => {
+    const id = randomUUID();
+    const connection = new Connection(id, socket, log.child({ connectionId: id }), limits.maxBufferedBytes);
+    connections.add(connection);
+    let alive = true;
+
+    const handshakeTimer = setTimeout(() => {
+      if (connection.state === "handshake") connection.close(CloseCodes.handshakeTimeout, "connect timeout");
+    }, limits.handshakeTimeoutMs);
+    handshakeTimer.unref();
+
+    const heartbeat = setInterval(() => {
+      if (!alive) {
+        connection.log.info("peer silent for two heartbeat intervals, dropping");
+        connection.terminate();
+        return;
+      }
+      alive = false;
+      socket.ping();
+    }, limits.heartbeatMs);
+    heartbeat.unref();
+    const markAlive = () => {
+      alive = true;
+      connection.lastSeen = Date.now();
+    };
+    socket.on("pong", markAlive);
+    socket.on("ping", markAlive);
+
+    socket.on("message", (data, isBinary) => {
+      markAlive();
+      const bytes = Array.isArray(data)
+        ? data.reduce((n, b) => n + b.length, 0)
+        : data instanceof ArrayBuffer
+          ? data.byteLength
+          : data.length;
+      if (bytes > limits.maxPayload) {
+        connection.send(
+          errorFrame(
+            null,
+            new SwitchboardError("PAYLOAD_TOO_LARGE", `frame of ${bytes} bytes exceeds limits.maxPayload (${limits.maxPayload})`),
+          ),
+        );
+        return;
+      }
+      if (isBinary) {
+        connection.send(errorFrame(null, new SwitchboardError("INVALID_REQUEST", "binary frames are not supported: send JSON text")));
+        return;
+      }
+      const text = Buffer.isBuffer(data) ? data.toString("utf8") : String(data);
+      void onFrame(connection, text).catch((error) => {
+        connection.log.error({ err: error }, "frame handling failed");
+      });
+    });
+
+    socket.on("close", () => {
+      clearTimeout(handshakeTimer);
+      clearInterval(heartbeat);
+      connection.markClosed();
+      connections.delete(connection);
+      try {
+        handlers.onClose(connection);
+      } catch (error) {
+        connection.log.error({ err: error }, "close handler failed");
+      }
+    });
+    socket.on("error", (error) => connection.log.warn({ err: error }, "socket error"));
+  });
+
+  async function onFrame(connection: Connection, text: string): Promise<void> {
+    let raw: unknown;
+    try {
+      raw = JSON.parse(text);
+    } catch {
+      connection.send(errorFrame(null, new SwitchboardError("INVALID_REQUEST", "frame is not valid JSON")));
+      return;
+    }
+    const parsed = RequestFrameSchema.safeParse(raw);
+    if (!parsed.success) {
+      connection.send(errorFrame(salvageId(raw), invalidRequestFromZod(parsed.error, "frame")));
+      return;
+    }
+    const frame = parsed.data;
+
+    if (connection.state === "handshake") {
+      if (frame.method !== "connect") {
+        connection.send(
+          errorFrame(frame.id, new SwitchboardError("UNAUTHORIZED", "the first frame must be a connect request")),
+        );
+        connection.close(CloseCodes.handshakeTimeout, "connect required");
+        return;
+      }
+      const params = ConnectParamsSchema.safeParse(frame.params ?? {});
+      if (!params.success) {
+        connection.send(errorFrame(frame.id, invalidRequestFromZod(params.error, "params")));
+        return;
+      }
+      try {
+        connection.identity = handlers.authenticate(params.data, connection);
+      } catch (error) {
+        const wire = error instanceof SwitchboardError ? error : new SwitchboardError("INTERNAL", "authentication failed");
+        connection.send(errorFrame(frame.id, wire));
+        if (wire.code === "UNAUTHORIZED") connection.close(CloseCodes.unauthorized, "unauthorized");
+        return;
+      }
+      connection.state = "ready";
+      connection.send({ type: "res", id: frame.id, ok: true, result: handlers.connectResult(connection) });
+      return;
+    }
+
+    if (frame.method === "connect") {
+      connection.send(errorFrame(frame.id, new SwitchboardError("CONFLICT", "already connected")));
+      return;
+    }
+    if (!isMethodName(frame.method)) {
+      connection.send(errorFrame(frame.id, new SwitchboardError("INVALID_REQUEST", `unknown method: ${frame.method.slice(0, 64)}`)));
+      return;
+    }
+    const method = frame.method;
+    const role = connection.identity!.role;
+    if (!METHOD_ROLES[method].includes(role)) {
+      connection.send(
+        errorFrame(frame.id, new SwitchboardError("FORBIDDEN", `method ${method} is not allowed for role ${role}`)),
+      );
+      return;
+    }
+    const params = Methods[method].params.safeParse(frame.params ?? {});
+    if (!params.success) {
+      connection.send(errorFrame(frame.id, invalidRequestFromZod(params.error, "params")));
+      return;
+    }
+    try {
+      const result = await handlers.handle(method, params.data, connection);
+      connection.send({ type: "res", id: frame.id, ok: true, result });
+    } catch (error) {
+      if (error instanceof SwitchboardError) {
+        connection.send(errorFrame(frame.id, error));
+      } else {
+        connection.log.error({ err: error, method }, "method failed");
+        connection.send(errorFrame(frame.id, new SwitchboardError("INTERNAL", "internal error")));
+      }
+    }
+  }
+
+  await new Promise<void>((resolve, reject) => {
+    http.once("error", reject);
+    http.listen(options.port, options.host, () => {
+      http.off("error", reject);
+      resolve();
+    });
+  });
+  const address = http.address();
+  const port = typeof address === "object" && address ? address.port : options.port;
+
+  return {
+    port,
+    connections,
+    async stopAccepting() {
+      await new Promise<void>((resolve) => {
+        wss.close(() => resolve());
+        http.close(() => resolve());
+        // http.close waits for keep-alive sockets; WebSocket peers are closed separately.
+        http.closeIdleConnections?.();
+      });
+    },
+    closeAll(code, reason) {
+      for (const connection of connections) connection.close(code, reason);
+    },
+  };
+}

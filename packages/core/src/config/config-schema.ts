@@ -1,0 +1,262 @@
+import { z } from "zod";
+import { DEFAULT_CLEARANCE, LabelsConfigSchema, LevelSchema } from "../labels/index";
+import { PolicyRulesSchema } from "../policy/rule-schema";
+import { SendPolicySchema } from "../policy/send-policy";
+import { AgentModelConfigSchema, defaultAgentModel, SubagentModelSchema } from "./model-config";
+import {
+  agentIdString,
+  agentPatternString,
+  intAtLeast,
+  intRange,
+  isAgentPattern,
+  nonEmptyString,
+  requiredOr,
+} from "./schema-helpers";
+
+const booleanField = () => z.boolean({ error: "must be true or false" });
+
+// `.prefault({})` (not `.default({})`) so an absent section is parsed as `{}` and gets its inner defaults.
+
+const GatewayConfigSchema = z.strictObject({
+  host: nonEmptyString("a host name or IP address").default("127.0.0.1"),
+  port: intRange(0, 65535).default(18789),
+  dataDir: nonEmptyString("a directory path").default("./.switchboard"),
+  limits: z
+    .strictObject({
+      maxPayload: intAtLeast(1024).default(1_048_576),
+      maxBufferedBytes: intAtLeast(1024).default(8_388_608),
+      heartbeatMs: intRange(100, 3_600_000).default(15_000),
+    })
+    .prefault({}),
+});
+
+const TOKEN_ROLES = ["operator", "agent", "client"] as const;
+
+export const ConfigTokenSchema = z.strictObject({
+  name: nonEmptyString("a non-empty name"),
+  token: z
+    .string({ error: requiredOr("must be a string of at least 16 characters") })
+    .min(16, { error: "must be at least 16 characters (use a long random secret)" }),
+  role: z.enum(TOKEN_ROLES),
+  /** Role agent: the agent ids this worker may serve (default: any). */
+  agents: z.array(agentIdString()).optional(),
+  /** Role client: session key patterns it may act for; `*` matches any run of characters. */
+  sessions: z
+    .array(
+      z.string({ error: "must be a session key pattern" }).regex(/^[^\s/\\]{1,256}$/, {
+        error: "must be a session key pattern: 1-256 characters, no spaces, / or \\",
+      }),
+    )
+    .optional(),
+});
+export type ConfigToken = z.infer<typeof ConfigTokenSchema>;
+
+const SessionConfigSchema = z.strictObject({
+  mainKey: z
+    .string({ error: "must be a key segment" })
+    .regex(/^[^\s:/\\]{1,64}$/, { error: "must be a key segment: 1-64 characters, no spaces, :, / or \\" })
+    .refine((key) => key !== "global" && key !== "unknown", {
+      error: '"global" and "unknown" are reserved keys',
+    })
+    .default("main"),
+  scope: z.enum(["per-sender", "global"]).default("per-sender"),
+  sendPolicy: SendPolicySchema.optional(),
+  agentToAgent: z
+    .strictObject({
+      maxPingPongTurns: intRange(0, 5).default(5),
+      maxHops: intRange(1, 16).default(4),
+    })
+    .prefault({}),
+});
+
+const AgentSubagentsOverrideSchema = z.strictObject({
+  /** Agents this agent may spawn besides itself: ids, globs (`res*`) or `"*"`; default: only itself. */
+  allowAgents: z.array(agentPatternString()).optional(),
+  model: SubagentModelSchema.optional(),
+  archiveAfterMinutes: z.int({ error: "must be an integer (<= 0: never archive)" }).optional(),
+  maxSpawnDepth: intRange(0, 5).optional(),
+  maxChildren: intRange(1, 1000).optional(),
+});
+
+export const ConfigAgentSchema = z.strictObject({
+  id: agentIdString(),
+  name: nonEmptyString().optional(),
+  default: booleanField().optional(),
+  clearance: LevelSchema.optional(),
+  sandboxed: booleanField().optional(),
+  timeoutSeconds: intAtLeast(1).optional(),
+  model: AgentModelConfigSchema.optional(),
+  subagents: AgentSubagentsOverrideSchema.optional(),
+});
+export type ConfigAgent = z.infer<typeof ConfigAgentSchema>;
+
+const AgentsConfigSchema = z.strictObject({
+  defaults: z
+    .strictObject({
+      clearance: LevelSchema.default(DEFAULT_CLEARANCE),
+      timeoutSeconds: intAtLeast(1).default(600),
+      subagents: z
+        .strictObject({
+          model: SubagentModelSchema.default(null),
+          archiveAfterMinutes: z.int({ error: "must be an integer (<= 0: never archive)" }).default(60),
+          maxSpawnDepth: intRange(0, 5).default(1),
+          maxChildren: intRange(1, 1000).default(5),
+        })
+        .prefault({}),
+      sandbox: z
+        .strictObject({ sessionToolsVisibility: z.enum(["spawned", "all"]).default("spawned") })
+        .prefault({}),
+    })
+    .prefault({}),
+  list: z.array(ConfigAgentSchema).default(() => [{ id: "main", default: true, model: defaultAgentModel() }]),
+});
+
+const ToolsConfigSchema = z.strictObject({
+  agentToAgent: z
+    .strictObject({
+      // Off unless turned on, as in OpenClaw: cross-agent reads and sends are an explicit opt-in.
+      enabled: booleanField().default(false),
+      /** Agent id patterns: `*`, an exact id or a glob. */
+      allow: z.array(agentPatternString()).default([]),
+    })
+    .prefault({}),
+  subagents: z
+    .strictObject({
+      tools: z
+        .strictObject({
+          deny: z.array(nonEmptyString("a tool name")).default([]),
+          /** null: every tool not denied. */
+          allow: z.array(nonEmptyString("a tool name")).nullable().default(null),
+        })
+        .prefault({}),
+    })
+    .prefault({}),
+});
+
+const PolicyConfigSchema = z.strictObject({
+  default: z.enum(["allow", "deny"]).default("allow"),
+  rules: PolicyRulesSchema.default([]),
+  hookBudgetMs: intRange(1, 60_000).default(50),
+});
+
+const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const;
+
+const LoggingConfigSchema = z.strictObject({
+  level: z.enum(LOG_LEVELS).default("info"),
+  pretty: booleanField().default(false),
+});
+
+const ConfigShapeSchema = z.strictObject({
+  /** Lets a config file point editors at the exported JSON Schema. */
+  $schema: z.string().optional(),
+  gateway: GatewayConfigSchema.prefault({}),
+  auth: z.strictObject({ tokens: z.array(ConfigTokenSchema).default([]) }).prefault({}),
+  session: SessionConfigSchema.prefault({}),
+  agents: AgentsConfigSchema.prefault({}),
+  tools: ToolsConfigSchema.prefault({}),
+  labels: LabelsConfigSchema.prefault({}),
+  policy: PolicyConfigSchema.prefault({}),
+  logging: LoggingConfigSchema.prefault({}),
+});
+
+type ConfigShape = z.infer<typeof ConfigShapeSchema>;
+
+/** The whole configuration file. Cross-field rules run once every field is individually valid. */
+export const ConfigSchema = ConfigShapeSchema.superRefine((config, ctx) => {
+  const agentIds = config.agents.list.map((agent) => agent.id);
+  checkAgents(config, ctx);
+  checkTokens(config, agentIds, ctx);
+});
+export type Config = z.infer<typeof ConfigSchema>;
+/** What a config file may contain (everything optional that has a default). */
+export type ConfigInput = z.input<typeof ConfigSchema>;
+
+type RefineContext = z.RefinementCtx<ConfigShape>;
+
+function issue(ctx: RefineContext, path: PropertyKey[], message: string): void {
+  ctx.addIssue({ code: "custom", path: path as (string | number)[], message, input: undefined });
+}
+
+function knownAgents(ids: readonly string[]): string {
+  return ids.length === 0 ? "no agents are configured" : `configured agents: ${[...new Set(ids)].join(", ")}`;
+}
+
+function checkAgents(config: ConfigShape, ctx: RefineContext): void {
+  const list = config.agents.list;
+  const ids = list.map((agent) => agent.id);
+  const firstIndex = new Map<string, number>();
+  let defaultIndex: number | undefined;
+  list.forEach((agent, index) => {
+    const earlier = firstIndex.get(agent.id);
+    if (earlier === undefined) firstIndex.set(agent.id, index);
+    else
+      issue(
+        ctx,
+        ["agents", "list", index, "id"],
+        `duplicate agent id "${agent.id}" (also agents.list[${earlier}])`,
+      );
+
+    if (agent.default === true) {
+      if (defaultIndex === undefined) defaultIndex = index;
+      else
+        issue(
+          ctx,
+          ["agents", "list", index, "default"],
+          `only one agent may be the default (agents.list[${defaultIndex}] already is)`,
+        );
+    }
+
+    agent.subagents?.allowAgents?.forEach((allowed, allowedIndex) => {
+      // A pattern may name agents a worker serves later; an exact id that matches nothing is a typo.
+      if (!isAgentPattern(allowed) && !ids.includes(allowed)) {
+        issue(
+          ctx,
+          ["agents", "list", index, "subagents", "allowAgents", allowedIndex],
+          `unknown agent "${allowed}" (${knownAgents(ids)})`,
+        );
+      }
+    });
+  });
+}
+
+function checkTokens(config: ConfigShape, agentIds: readonly string[], ctx: RefineContext): void {
+  const names = new Map<string, number>();
+  const values = new Map<string, number>();
+  config.auth.tokens.forEach((token, index) => {
+    const path = ["auth", "tokens", index];
+    const sameName = names.get(token.name);
+    if (sameName === undefined) names.set(token.name, index);
+    else
+      issue(ctx, [...path, "name"], `duplicate token name "${token.name}" (also auth.tokens[${sameName}])`);
+
+    const sameValue = values.get(token.token);
+    // The secret itself is never echoed into an error message (errors end up in logs).
+    if (sameValue === undefined) values.set(token.token, index);
+    else
+      issue(
+        ctx,
+        [...path, "token"],
+        `same token value as auth.tokens[${sameValue}]; every token must be unique`,
+      );
+
+    if (token.agents !== undefined && token.role !== "agent") {
+      issue(
+        ctx,
+        [...path, "agents"],
+        `only allowed on a token with role "agent" (this one is "${token.role}")`,
+      );
+    }
+    if (token.sessions !== undefined && token.role !== "client") {
+      issue(
+        ctx,
+        [...path, "sessions"],
+        `only allowed on a token with role "client" (this one is "${token.role}")`,
+      );
+    }
+    token.agents?.forEach((agentId, agentIndex) => {
+      if (!agentIds.includes(agentId)) {
+        issue(ctx, [...path, "agents", agentIndex], `unknown agent "${agentId}" (${knownAgents(agentIds)})`);
+      }
+    });
+  });
+}

@@ -1,0 +1,68 @@
+import { describe, expect, it } from "vitest";
+import { channelLevel, DEFAULT_CLEARANCE, type LabelsConfig, resolveClearance, spawnClearance, toolLevel } from "./labels-config";
+import { escalateTaint } from "./taint";
+
+const labels: LabelsConfig = {
+  channels: { discord: "PUBLIC", telegram: "INTERNAL", webchat: "CONFIDENTIAL" },
+  recipients: { "telegram:42": "CONFIDENTIAL", "webchat:kiosk": "PUBLIC", "sms:+1555": "INTERNAL" },
+  tools: { web_fetch: "INTERNAL" },
+};
+
+describe("channelLevel", () => {
+  it("is PUBLIC for unlabelled channels and with no labels at all", () => {
+    expect(channelLevel(labels, "irc")).toBe("PUBLIC");
+    expect(channelLevel(undefined, "webchat", "x")).toBe("PUBLIC");
+  });
+  it("takes the lower of channel and recipient when both are set", () => {
+    expect(channelLevel(labels, "telegram", "42")).toBe("INTERNAL");
+    expect(channelLevel(labels, "webchat", "kiosk")).toBe("PUBLIC");
+  });
+  it("uses whichever of the two is set", () => {
+    expect(channelLevel(labels, "telegram", "7")).toBe("INTERNAL");
+    expect(channelLevel(labels, "sms", "+1555")).toBe("INTERNAL");
+  });
+  it("ignores case so a channel cannot dodge its label", () => {
+    expect(channelLevel(labels, "WebChat")).toBe("CONFIDENTIAL");
+  });
+});
+
+describe("toolLevel", () => {
+  it("is the configured label, else PUBLIC", () => {
+    expect(toolLevel(labels, "web_fetch")).toBe("INTERNAL");
+    expect(toolLevel(labels, "other")).toBe("PUBLIC");
+    expect(toolLevel(labels, "toString")).toBe("PUBLIC");
+  });
+});
+
+describe("resolveClearance", () => {
+  it("caps outside-channel sessions at the channel", () => {
+    expect(resolveClearance({ kind: "group", agentClearance: "CONFIDENTIAL", channelLevel: "PUBLIC" })).toBe("PUBLIC");
+    expect(resolveClearance({ kind: "other", agentClearance: "INTERNAL", channelLevel: "RESTRICTED" })).toBe("INTERNAL");
+  });
+  it("gives main, cron, hook, node and sub-agent sessions the agent's clearance", () => {
+    for (const kind of ["main", "cron", "hook", "node", "subagent"] as const) {
+      expect(resolveClearance({ kind, agentClearance: "CONFIDENTIAL", channelLevel: "PUBLIC" })).toBe("CONFIDENTIAL");
+    }
+  });
+  it("defaults the agent clearance to RESTRICTED and lets an operator override win", () => {
+    expect(DEFAULT_CLEARANCE).toBe("RESTRICTED");
+    expect(resolveClearance({ kind: "main", channelLevel: "PUBLIC" })).toBe("RESTRICTED");
+    expect(resolveClearance({ kind: "group", channelLevel: "PUBLIC", override: "CONFIDENTIAL" })).toBe("CONFIDENTIAL");
+  });
+  it("spawns children at min(requester, target agent)", () => {
+    expect(spawnClearance("CONFIDENTIAL", "INTERNAL")).toBe("INTERNAL");
+    expect(spawnClearance("PUBLIC")).toBe("PUBLIC");
+  });
+});
+
+describe("escalateTaint", () => {
+  it("records an event only on a real rise", () => {
+    const cause = { at: 1000, reason: "read history", source: "agent:main:secret" };
+    expect(escalateTaint("INTERNAL", "CONFIDENTIAL", cause)).toEqual({
+      taint: "CONFIDENTIAL",
+      event: { at: 1000, from: "INTERNAL", to: "CONFIDENTIAL", reason: "read history", source: "agent:main:secret" },
+    });
+    expect(escalateTaint("CONFIDENTIAL", "CONFIDENTIAL", cause)).toEqual({ taint: "CONFIDENTIAL" });
+    expect(escalateTaint("CONFIDENTIAL", "PUBLIC", cause)).toEqual({ taint: "CONFIDENTIAL" });
+  });
+});

@@ -1,0 +1,85 @@
+import { isLevel, levelRank } from "../labels/level";
+import type { Condition, ConditionScalar } from "./rule-schema";
+
+/** A condition ready to run: the path it reads and the test on the value found there. */
+export interface CompiledCondition {
+  field: string;
+  path: readonly string[];
+  test: (value: unknown) => boolean;
+}
+
+/**
+ * Reads a dotted path from plain data. Only own properties are followed, so a rule can never
+ * reach `__proto__`, `constructor` or anything inherited.
+ */
+export function readPath(root: unknown, path: readonly string[]): unknown {
+  let current: unknown = root;
+  for (const segment of path) {
+    if (current === null || typeof current !== "object") return undefined;
+    if (!Object.hasOwn(current, segment)) return undefined;
+    current = (current as Record<string, unknown>)[segment];
+  }
+  return current;
+}
+
+function equals(value: unknown, operand: ConditionScalar): boolean {
+  // `null` in a rule stands for "absent": the context omits optional fields rather than nulling them.
+  if (operand === null) return value === null || value === undefined;
+  return value === operand;
+}
+
+/** Levels compare by rank, numbers numerically; anything else is not comparable (→ no match). */
+function compare(value: unknown, operand: number | string): number | undefined {
+  if (typeof operand === "number") return typeof value === "number" ? value - operand : undefined;
+  if (isLevel(operand) && isLevel(value)) return levelRank(value) - levelRank(operand);
+  return undefined;
+}
+
+function asText(value: unknown): string | undefined {
+  if (typeof value === "string") return value;
+  if (typeof value === "number" || typeof value === "boolean") return String(value);
+  return undefined;
+}
+
+export function compileCondition(field: string, condition: Condition): CompiledCondition {
+  const path = field.split(".");
+  if (condition === null || typeof condition !== "object") {
+    return { field, path, test: (value) => equals(value, condition) };
+  }
+  const tests: ((value: unknown) => boolean)[] = [];
+  const operators = condition;
+  if (operators.in !== undefined) {
+    const options = operators.in;
+    tests.push((value) => options.some((option) => equals(value, option)));
+  }
+  if (operators.not !== undefined) {
+    const excluded = Array.isArray(operators.not) ? operators.not : [operators.not];
+    tests.push((value) => !excluded.some((option) => equals(value, option)));
+  }
+  const ordered: [number | string | undefined, (difference: number) => boolean][] = [
+    [operators.gt, (d) => d > 0],
+    [operators.gte, (d) => d >= 0],
+    [operators.lt, (d) => d < 0],
+    [operators.lte, (d) => d <= 0],
+  ];
+  for (const [operand, holds] of ordered) {
+    if (operand === undefined) continue;
+    tests.push((value) => {
+      const difference = compare(value, operand);
+      return difference !== undefined && holds(difference);
+    });
+  }
+  if (operators.matches !== undefined) {
+    // No `g` flag: `test` then keeps no state between calls, so evaluation stays deterministic.
+    const pattern = new RegExp(operators.matches, "u");
+    tests.push((value) => {
+      const text = asText(value);
+      return text !== undefined && pattern.test(text);
+    });
+  }
+  if (operators.prefix !== undefined) {
+    const prefix = operators.prefix;
+    tests.push((value) => typeof value === "string" && value.startsWith(prefix));
+  }
+  return { field, path, test: (value) => tests.every((test) => test(value)) };
+}

@@ -1,0 +1,118 @@
+import { z } from "zod";
+import { ChatTypeSchema, SessionKindSchema } from "../keys/classify";
+import { LevelSchema } from "../labels/level";
+import { HookSchema } from "./hooks";
+
+/** What the policy engine knows about one session. Plain data the gateway fills from the index. */
+export const SessionFactsSchema = z.object({
+  key: z.string(),
+  agentId: z.string(),
+  kind: SessionKindSchema,
+  channel: z.string(),
+  chatType: ChatTypeSchema.optional(),
+  taint: LevelSchema,
+  clearance: LevelSchema,
+  sandboxed: z.boolean().optional(),
+  /** Key of the session that spawned this one. */
+  spawnedBy: z.string().optional(),
+  /** 0 for ordinary sessions, 1 for a sub-agent, 2 for a sub-agent's sub-agent… */
+  spawnDepth: z.number().int().nonnegative().optional(),
+  /** Per-session send-policy override; unset = inherit `session.sendPolicy`. */
+  sendPolicy: z.enum(["allow", "deny"]).optional(),
+  /** The session's delivery recipient (`lastTo`), matched by send-policy `match.to`. */
+  to: z.string().optional(),
+});
+export type SessionFacts = z.infer<typeof SessionFactsSchema>;
+
+export const ToolFactsSchema = z.object({
+  name: z.string(),
+  args: z.record(z.string(), z.unknown()),
+});
+export type ToolFacts = z.infer<typeof ToolFactsSchema>;
+
+/** An outside destination on PRE_OUTPUT. */
+export const RecipientFactsSchema = z.object({
+  channel: z.string(),
+  to: z.string().optional(),
+  /** `channelLevel(labels, channel, to)`. */
+  level: LevelSchema,
+  /** Chat type of the destination when known; defaults to the caller's. */
+  chatType: ChatTypeSchema.optional(),
+});
+export type RecipientFacts = z.infer<typeof RecipientFactsSchema>;
+
+/**
+ * Facts only the gateway can compute (they need the store or the run registry). Each built-in
+ * reads the ones it needs and skips a check whose fact is absent, so the gateway must fill them
+ * for the hooks named below.
+ */
+export const PolicyFactsSchema = z.object({
+  /**
+   * Who initiates the step. `tool` (default): a session acting through a session tool or method.
+   * `gateway`: the gateway's own follow-up steps (reply-back turns, announces); they skip the
+   * addressing checks (send-policy, a2a, visibility on PRE_SEND/PRE_HISTORY) because the step they
+   * continue already passed them; the flow rules still apply.
+   */
+  origin: z.enum(["tool", "gateway"]).optional(),
+  /**
+   * PRE_HISTORY for `sessions_list` rows: discovery without escalation. The row is shown only when
+   * the target's taint <= the caller's *current* taint, and the caller's taint does not rise.
+   */
+  discovery: z.boolean().optional(),
+  /** PRE_SPAWN: active (not yet ended) children of the requester; `maxChildren` checks it. */
+  activeChildren: z.number().int().nonnegative().optional(),
+  /** PRE_SEND: hop number the new agent-to-agent message would carry (first send = 1). */
+  hop: z.number().int().nonnegative().optional(),
+  /** PRE_SEND: the chain this message belongs to (for messages only). */
+  chainId: z.string().optional(),
+  /**
+   * PRE_SEND with a wait: the keys of the waiting chain that the send would close into a cycle
+   * (e.g. `[A, B, A]`); present and non-empty means "refuse as a cycle".
+   */
+  cycle: z.array(z.string()).optional(),
+});
+export type PolicyFacts = z.infer<typeof PolicyFactsSchema>;
+
+/**
+ * Everything one hook evaluation sees. `caller` is the acting session (for PRE_OUTPUT: the session
+ * whose text goes out); it is absent for operator/client input (`chat.send`, `agent`), which then
+ * carries its label in `dataLabel`. `target` is the other session (PRE_SPAWN: the child to be
+ * created). `dataLabel` is the label of the data moving when it is not simply a session's taint
+ * (a tool's result label on PRE_TOOL_CALL, an inbound message's label).
+ */
+export const PolicyContextSchema = z.object({
+  hook: HookSchema,
+  caller: SessionFactsSchema.optional(),
+  target: SessionFactsSchema.optional(),
+  tool: ToolFactsSchema.optional(),
+  recipient: RecipientFactsSchema.optional(),
+  dataLabel: LevelSchema.optional(),
+  text: z.string().optional(),
+  facts: PolicyFactsSchema.optional(),
+});
+export type PolicyContext = z.infer<typeof PolicyContextSchema>;
+
+/** Dotted paths a rule condition may name; `tool.args.<name…>` is open-ended. */
+export const CONDITION_FIELDS: readonly string[] = [
+  "hook",
+  "dataLabel",
+  "text",
+  "tool.name",
+  "tool.args",
+  ...Object.keys(SessionFactsSchema.shape).flatMap((field) => [`caller.${field}`, `target.${field}`]),
+  ...Object.keys(RecipientFactsSchema.shape).map((field) => `recipient.${field}`),
+  ...Object.keys(PolicyFactsSchema.shape).map((field) => `facts.${field}`),
+];
+
+const FIELD_SEGMENT = /^[A-Za-z0-9_-]+$/;
+
+/** Why a condition field is not usable, or undefined when it is. */
+export function conditionFieldProblem(field: string): string | undefined {
+  const segments = field.split(".");
+  if (!segments.every((segment) => FIELD_SEGMENT.test(segment))) {
+    return "must be a dotted path of names, e.g. caller.agentId";
+  }
+  if (CONDITION_FIELDS.includes(field)) return undefined;
+  if (field.startsWith("tool.args.")) return undefined;
+  return `unknown field; use one of ${CONDITION_FIELDS.join(", ")} or tool.args.<name>`;
+}

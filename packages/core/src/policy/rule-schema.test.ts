@@ -1,0 +1,81 @@
+import { describe, expect, it } from "vitest";
+import { z } from "zod";
+import { SwitchboardError } from "../errors";
+import { PolicyRuleSchema, PolicyRulesSchema, validatePolicyRules } from "./rule-schema";
+
+function rejection(rules: unknown): SwitchboardError {
+  try {
+    validatePolicyRules(rules);
+  } catch (error) {
+    expect(error).toBeInstanceOf(SwitchboardError);
+    expect((error as SwitchboardError).code).toBe("INVALID_REQUEST");
+    return error as SwitchboardError;
+  }
+  throw new Error("rules were accepted");
+}
+
+const redactRule = {
+  id: "no-keys-out",
+  hook: "PRE_OUTPUT",
+  priority: 100,
+  action: "redact",
+  redact: { patterns: ["sk-[A-Za-z0-9]{20,}"] },
+};
+
+describe("validatePolicyRules", () => {
+  it("accepts the documented example and fills in priority 0", () => {
+    const [redact, deny] = validatePolicyRules([
+      redactRule,
+      { id: "no-cron", hook: "PRE_SEND", action: "deny", when: { "target.kind": "cron", "caller.taint": { gte: "INTERNAL" } } },
+    ]);
+    expect(redact?.priority).toBe(100);
+    expect(deny?.priority).toBe(0);
+  });
+
+  it("is a plain zod object schema the config can embed", () => {
+    expect(PolicyRuleSchema).toBeInstanceOf(z.ZodObject);
+    expect(z.object({ rules: z.array(PolicyRuleSchema) }).safeParse({ rules: [redactRule] }).success).toBe(true);
+  });
+
+  it.each([
+    [{ id: "r1", hook: "PRE_OUTPUT", action: "redact" }, 'policy.rules[0] (rule "r1").redact: a redact rule needs redact.patterns'],
+    [{ ...redactRule, id: "r2", redact: { patterns: [] } }, 'policy.rules[0] (rule "r2").redact.patterns: needs at least one'],
+    [{ ...redactRule, id: "r3", redact: { patterns: ["sk-(" ] } }, 'policy.rules[0] (rule "r3").redact.patterns[0]: invalid regular expression'],
+    [{ ...redactRule, id: "r4", redact: { patterns: ["x*"] } }, "must not match the empty string"],
+    [{ id: "r5", hook: "PRE_SEND", action: "deny", redact: { patterns: ["x"] } }, "only allowed when action is redact"],
+    [{ id: "r6", hook: "PRE_SEND", action: "deny", when: { "caller.agentid": "x" } }, 'when.caller.agentid: unknown field'],
+    [{ id: "r7", hook: "PRE_SEND", action: "deny", when: { "caller.key": { matches: "[" } } }, "when.caller.key.matches: invalid regular expression"],
+    [{ id: "r8", hook: "PRE_SEND", action: "deny", when: { "caller.key": { startsWith: "x" } } }, `rule "r8").when.caller.key: unknown operator "startsWith"`],
+    [{ id: "r9", hook: "PRE_SEND", action: "deny", when: { "caller.taint": { gt: "SECRET" } } }, "must be a number or a level"],
+    [{ id: "r10", hook: "PRE_SEND", action: "block" }, 'rule "r10").action: must be one of allow, deny, redact'],
+    [{ id: "r11", hook: "PRE_WRITE", action: "deny" }, 'rule "r11").hook: must be one of PRE_TOOL_CALL'],
+    [{ id: "a2a", hook: "PRE_SEND", action: "allow" }, '"a2a" is reserved'],
+    [{ id: "flow.mine", hook: "PRE_SEND", action: "allow" }, "is reserved"],
+    [{ id: "r12", hook: "PRE_SEND", action: "deny", priority: 1.5 }, "priority: must be an integer"],
+    [{ id: "r13", hook: "PRE_SEND", action: "deny", extra: 1 }, 'rule "r13")'],
+    [{ hook: "PRE_SEND", action: "deny" }, "policy.rules[0].id"],
+  ])("rejects %j with the rule and the reason", (rule, message) => {
+    expect(rejection([rule]).message).toContain(message);
+  });
+
+  it("rejects duplicate ids", () => {
+    const rule = { id: "same", hook: "PRE_SEND", action: "deny" };
+    expect(rejection([rule, rule]).message).toBe(
+      'policy.rules[1] (rule "same").id: duplicate rule id (first used by policy.rules[0])',
+    );
+    expect(PolicyRulesSchema.safeParse([rule, rule]).success).toBe(false);
+  });
+
+  it("reports every bad rule at once", () => {
+    const error = rejection([
+      { id: "a", hook: "PRE_SEND", action: "redact" },
+      { id: "b", hook: "PRE_SEND", action: "deny", when: { nope: 1 } },
+    ]);
+    expect(error.message).toContain('rule "a"');
+    expect(error.message).toContain('rule "b"');
+  });
+
+  it("requires an array", () => {
+    expect(rejection({}).message).toBe("policy.rules: must be an array of rules");
+  });
+});

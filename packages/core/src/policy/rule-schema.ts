@@ -1,0 +1,236 @@
+import { z } from "zod";
+import { SwitchboardError } from "../errors";
+import { LEVELS, LevelSchema } from "../labels/level";
+import { conditionFieldProblem } from "./context";
+import { HookSchema } from "./hooks";
+
+/** Ids of the built-in rules, in evaluation order. User rules may not reuse them. */
+export const BUILTIN_RULE_IDS = [
+  "flow.no-read-up",
+  "flow.no-write-down",
+  "send-policy",
+  "a2a",
+  "a2a.hop-limit",
+  "a2a.cycle",
+  "spawn",
+  "visibility",
+] as const;
+export type BuiltinRuleId = (typeof BUILTIN_RULE_IDS)[number];
+
+/** Id reported when a hook runs out of its time budget. */
+export const BUDGET_RULE_ID = "budget";
+
+const RESERVED_IDS: readonly string[] = [...BUILTIN_RULE_IDS, BUDGET_RULE_ID];
+
+const ScalarSchema = z.union([z.string(), z.number(), z.boolean(), z.null()], {
+  error: () => "must be a string, number, boolean or null",
+});
+export type ConditionScalar = z.infer<typeof ScalarSchema>;
+
+const ComparableSchema = z.union([z.number(), LevelSchema], {
+  error: () => `must be a number or a level (${LEVELS.join(", ")})`,
+});
+
+export const CONDITION_OPERATORS = ["in", "not", "gt", "gte", "lt", "lte", "matches", "prefix"] as const;
+
+/** `{in|not|gt|gte|lt|lte|matches|prefix: …}`; several operators in one object must all hold. */
+export const ConditionOperatorsSchema = z
+  .strictObject(
+    {
+      in: z.array(ScalarSchema).optional(),
+      not: z.union([ScalarSchema, z.array(ScalarSchema)]).optional(),
+      gt: ComparableSchema.optional(),
+      gte: ComparableSchema.optional(),
+      lt: ComparableSchema.optional(),
+      lte: ComparableSchema.optional(),
+      matches: z.string().optional(),
+      prefix: z.string().optional(),
+    },
+    {
+      error: (issue) =>
+        issue.code === "unrecognized_keys"
+          ? `unknown operator ${issue.keys.map((key) => `"${key}"`).join(", ")}; use ${CONDITION_OPERATORS.join(", ")}`
+          : undefined,
+    },
+  )
+  .refine((value) => Object.keys(value).length > 0, {
+    message: `needs at least one operator (${CONDITION_OPERATORS.join(", ")})`,
+    // An unknown operator already explains the problem; do not add "needs at least one".
+    when: (payload) => payload.issues.length === 0,
+  });
+
+const CONDITION_SHAPE_MESSAGE = `must be a string, number, boolean, null or an operator object {${CONDITION_OPERATORS.join("|")}: …}`;
+
+/** A plain value means equality (`null` matches an absent field). */
+export const ConditionSchema = z.union([ScalarSchema, ConditionOperatorsSchema], {
+  // An object was clearly meant as operators: report what is wrong inside it, not "no option matched".
+  error: (issue) => {
+    const input: unknown = issue.input;
+    const errors = issue.code === "invalid_union" ? issue.errors : undefined;
+    const inner = errors?.[1];
+    if (input !== null && typeof input === "object" && !Array.isArray(input) && inner && inner.length > 0) {
+      return inner
+        .map((problem) => {
+          const where = problem.path.map(String).join(".");
+          return where ? `${where}: ${problem.message}` : problem.message;
+        })
+        .join("; ");
+    }
+    return CONDITION_SHAPE_MESSAGE;
+  },
+});
+export type Condition = z.infer<typeof ConditionSchema>;
+
+export const RedactSpecSchema = z.strictObject({
+  patterns: z.array(z.string().min(1, "must not be empty")).min(1, "needs at least one regular expression"),
+  /** Inserted literally (no `$1` expansion); default `[REDACTED]`. */
+  replacement: z.string().optional(),
+});
+
+export const DEFAULT_REDACTION = "[REDACTED]";
+
+/** Why `source` is not a usable regular expression, or undefined. */
+function regexProblem(source: string): string | undefined {
+  try {
+    new RegExp(source, "u");
+    return undefined;
+  } catch (error) {
+    return `invalid regular expression: ${error instanceof Error ? error.message : String(error)}`;
+  }
+}
+
+/**
+ * One user policy rule (config `policy.rules[]`). A plain zod object so the config schema can
+ * embed it; the semantic checks (regexes compile, known condition fields, redact rules have
+ * patterns, ids are not reserved) run as refinements and name the path they reject.
+ */
+export const PolicyRuleSchema = z
+  .strictObject({
+    id: z
+      .string()
+      .regex(
+        /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/,
+        "must be 1-128 characters: letters, digits, '.', '_', ':' or '-', starting with a letter or digit",
+      ),
+    hook: HookSchema,
+    priority: z.number().int("must be an integer").default(0),
+    when: z.record(z.string(), ConditionSchema).optional(),
+    action: z.enum(["allow", "deny", "redact"], { error: () => "must be one of allow, deny, redact" }),
+    message: z.string().max(500).optional(),
+    redact: RedactSpecSchema.optional(),
+  })
+  .superRefine((rule, ctx) => {
+    if (RESERVED_IDS.includes(rule.id) || rule.id.startsWith("flow.")) {
+      ctx.addIssue({ code: "custom", path: ["id"], message: `"${rule.id}" is reserved for a built-in rule` });
+    }
+    if (rule.action === "redact" && !rule.redact) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["redact"],
+        message: "a redact rule needs redact.patterns (a non-empty list of regular expressions)",
+      });
+    }
+    if (rule.action !== "redact" && rule.redact) {
+      ctx.addIssue({ code: "custom", path: ["redact"], message: "only allowed when action is redact" });
+    }
+    rule.redact?.patterns.forEach((pattern, index) => {
+      const problem = regexProblem(pattern);
+      if (problem) {
+        ctx.addIssue({ code: "custom", path: ["redact", "patterns", index], message: problem });
+      } else if (new RegExp(pattern, "u").test("")) {
+        // Would "redact" the empty string between every character.
+        ctx.addIssue({
+          code: "custom",
+          path: ["redact", "patterns", index],
+          message: "must not match the empty string",
+        });
+      }
+    });
+    for (const [field, condition] of Object.entries(rule.when ?? {})) {
+      const fieldProblem = conditionFieldProblem(field);
+      if (fieldProblem) ctx.addIssue({ code: "custom", path: ["when", field], message: fieldProblem });
+      if (condition !== null && typeof condition === "object" && condition.matches !== undefined) {
+        const problem = regexProblem(condition.matches);
+        if (problem) ctx.addIssue({ code: "custom", path: ["when", field, "matches"], message: problem });
+      }
+    }
+  });
+export type PolicyRule = z.output<typeof PolicyRuleSchema>;
+export type PolicyRuleInput = z.input<typeof PolicyRuleSchema>;
+
+/** A list of rules with unique ids (what `policy.rules` holds). */
+export const PolicyRulesSchema = z.array(PolicyRuleSchema).superRefine((rules, ctx) => {
+  const seen = new Map<string, number>();
+  rules.forEach((rule, index) => {
+    const first = seen.get(rule.id);
+    if (first !== undefined) {
+      ctx.addIssue({
+        code: "custom",
+        path: [index, "id"],
+        message: `duplicate rule id "${rule.id}" (first used by rules[${first}])`,
+      });
+    } else {
+      seen.set(rule.id, index);
+    }
+  });
+});
+
+function describeRule(raw: unknown, index: number, path: string): string {
+  const id =
+    raw !== null && typeof raw === "object" && typeof (raw as { id?: unknown }).id === "string"
+      ? (raw as { id: string }).id
+      : undefined;
+  return id === undefined ? `${path}[${index}]` : `${path}[${index}] (rule "${id}")`;
+}
+
+function issuePath(path: readonly PropertyKey[]): string {
+  let out = "";
+  for (const part of path) out += typeof part === "number" ? `[${part}]` : `.${String(part)}`;
+  return out;
+}
+
+/**
+ * Validates user rules and returns them with defaults applied. Throws one INVALID_REQUEST error
+ * listing every problem, each naming the rule (index and id) and the reason, e.g.
+ * `policy.rules[0] (rule "no-keys-out").redact.patterns[0]: invalid regular expression: …`.
+ */
+export function validatePolicyRules(rules: unknown, path = "policy.rules"): PolicyRule[] {
+  if (!Array.isArray(rules)) {
+    throw new SwitchboardError("INVALID_REQUEST", `${path}: must be an array of rules`);
+  }
+  const problems: { ruleId?: string; index: number; message: string }[] = [];
+  const valid: PolicyRule[] = [];
+  const seen = new Map<string, number>();
+  rules.forEach((raw, index) => {
+    const where = describeRule(raw, index, path);
+    const ruleId = where.includes('"') ? (raw as { id: string }).id : undefined;
+    const parsed = PolicyRuleSchema.safeParse(raw);
+    if (!parsed.success) {
+      for (const issue of parsed.error.issues) {
+        problems.push({
+          ruleId,
+          index,
+          message: `${where}${issuePath(issue.path as PropertyKey[])}: ${issue.message}`,
+        });
+      }
+      return;
+    }
+    const first = seen.get(parsed.data.id);
+    if (first !== undefined) {
+      problems.push({
+        ruleId,
+        index,
+        message: `${where}.id: duplicate rule id (first used by ${path}[${first}])`,
+      });
+      return;
+    }
+    seen.set(parsed.data.id, index);
+    valid.push(parsed.data);
+  });
+  if (problems.length > 0) {
+    throw new SwitchboardError("INVALID_REQUEST", problems.map((problem) => problem.message).join("; "), {
+      details: { problems },
+    });
+  }
+  return valid;
+}

@@ -1,0 +1,119 @@
+import { describe, expect, it } from "vitest";
+import { type ConformanceCase, type StoreOpener, storeConformanceCases } from "./conformance";
+import type { Store } from "./interfaces";
+import { createMemoryStore } from "./memory-store";
+
+/** A memory store with some methods replaced, to prove the suite notices a broken contract. */
+function mutant(change: (store: Store) => Store): StoreOpener {
+  return async () => ({ store: change(createMemoryStore()), cleanup: async () => undefined });
+}
+
+function findCase(open: StoreOpener, name: string): ConformanceCase {
+  const found = storeConformanceCases(open).find((entry) => entry.name === name);
+  if (!found) throw new Error(`no conformance case named ${name}`);
+  return found;
+}
+
+const noSkip = { skip: (note: string) => expect.fail(`unexpected skip: ${note}`) };
+
+describe("store conformance suite", () => {
+  it("has cases for every store area", () => {
+    const cases = storeConformanceCases(mutant((store) => store));
+    const groups = new Set(cases.map((entry) => entry.group));
+    expect([...groups]).toEqual([
+      "sessions index",
+      "transcripts",
+      "run registry",
+      "audit log",
+      "meta",
+      "durability across close and reopen",
+    ]);
+    expect(cases.length).toBeGreaterThan(25);
+  });
+
+  it("notices a list sorted the wrong way", async () => {
+    const open = mutant((store) => {
+      const list = store.sessions.list.bind(store.sessions);
+      return {
+        ...store,
+        sessions: {
+          ...store.sessions,
+          list: async (query, options) => {
+            const result = await list({ ...query, limit: 1000 }, options);
+            return { ...result, entries: result.entries.reverse().slice(0, query.limit) };
+          },
+        },
+      };
+    });
+    await expect(findCase(open, "lists newest first (ties by key), up to the limit, and follows updates").run(noSkip)).rejects.toThrow();
+  });
+
+  it("notices hidden rows counted only up to the limit", async () => {
+    const open = mutant((store) => {
+      const list = store.sessions.list.bind(store.sessions);
+      return {
+        ...store,
+        sessions: {
+          ...store.sessions,
+          list: async (query, options = {}) => {
+            const result = await list(query, options);
+            return { ...result, hidden: Math.min(result.hidden, query.limit) };
+          },
+        },
+      };
+    });
+    await expect(findCase(open, "counts rows withheld by the visibility predicate, even past the limit").run(noSkip)).rejects.toThrow();
+  });
+
+  it("notices a batch written partly before a bad entry", async () => {
+    const open = mutant((store) => {
+      const append = store.transcripts.append.bind(store.transcripts);
+      return {
+        ...store,
+        transcripts: {
+          ...store.transcripts,
+          append: async (sessionId, entries) => {
+            const out = [];
+            for (const entry of entries) out.push(...(await append(sessionId, [entry])));
+            return out;
+          },
+        },
+      };
+    });
+    await expect(findCase(open, "rejects a batch with one bad entry and writes none of it").run(noSkip)).rejects.toThrow();
+  });
+
+  it("notices a read that ignores maxBytes", async () => {
+    const open = mutant((store) => {
+      const read = store.transcripts.read.bind(store.transcripts);
+      return {
+        ...store,
+        transcripts: { ...store.transcripts, read: async (sessionId, { maxBytes: _ignored, ...options }) => read(sessionId, options) },
+      };
+    });
+    await expect(findCase(open, "caps output bytes by dropping whole entries from the old end").run(noSkip)).rejects.toThrow();
+  });
+
+  it("notices a store that forgets data on reopen", async () => {
+    const open: StoreOpener = async () => ({
+      store: createMemoryStore(),
+      reopen: async () => createMemoryStore(),
+      cleanup: async () => undefined,
+    });
+    await expect(findCase(open, "keeps everything after close + reopen").run(noSkip)).rejects.toThrow();
+  });
+
+  it("skips the reopen case when the harness cannot reopen", async () => {
+    const open = mutant((store) => store);
+    const notes: string[] = [];
+    await findCase(open, "keeps everything after close + reopen").run({ skip: (note) => notes.push(note) });
+    expect(notes).toEqual(["this store has no reopen"]);
+  });
+
+  it("passes every case against the reference memory store", async () => {
+    for (const entry of storeConformanceCases(mutant((store) => store))) {
+      if (entry.group.startsWith("durability")) continue;
+      await entry.run(noSkip);
+    }
+  });
+});
