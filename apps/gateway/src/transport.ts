@@ -238,15 +238,14 @@ export async function startTransport(options: {
     port,
     connections,
     async stopAccepting() {
-      await new Promise<void>((resolve) => {
-        wss.close(() => resolve());
-        http.close(() => resolve());
-        // http.close waits for keep-alive sockets; WebSocket peers are closed separately.
-        http.closeIdleConnections?.();
-      });
+      // Stop listening at once; the HTTP server's own close waits for live sockets, so it is not awaited here.
+      wss.close();
+      http.close();
+      http.closeIdleConnections?.();
     },
     closeAll(code, reason) {
       for (const connection of connections) connection.close(code, reason);
+      http.closeAllConnections?.();
     },
   };
 }

@@ -1,0 +1,104 @@
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { type ConfigInput, createMemoryStore, parseConfig, type Store } from "@switchboard/core";
+import { Gateway } from "../gateway";
+import { type EventFrame, TestPeer } from "./test-peer";
+
+export interface RunContext {
+  run: Record<string, unknown> & { runId: string; sessionKey: string; input: { message: string; context: string; provenance: Record<string, unknown> } };
+  invokeTool(tool: string, args: Record<string, unknown>): Promise<Record<string, unknown>>;
+}
+
+export type WorkerHandler = (context: RunContext) => Promise<string | { fail: string } | { ignore: true }> | string | { fail: string } | { ignore: true };
+
+/** A test agent worker: answers every `run.assigned` with the handler's reply. */
+export class TestWorker {
+  readonly runs: RunContext["run"][] = [];
+  private constructor(readonly peer: TestPeer) {}
+
+  static async start(url: string, token: string, agents: string[], handler: WorkerHandler): Promise<TestWorker> {
+    const peer = await TestPeer.connect(url, { token, role: "agent", agents });
+    const worker = new TestWorker(peer);
+    peer.socket.on("message", (data) => {
+      const frame = JSON.parse(String(data)) as EventFrame;
+      if (frame.type !== "event" || frame.event !== "run.assigned") return;
+      const run = frame.payload as RunContext["run"];
+      worker.runs.push(run);
+      void (async () => {
+        const context: RunContext = {
+          run,
+          invokeTool: (tool, args) => peer.call("tools.invoke", { tool, args, runId: run.runId }),
+        };
+        try {
+          const outcome = await handler(context);
+          if (typeof outcome === "string") await peer.request("run.complete", { runId: run.runId, reply: outcome });
+          else if ("fail" in outcome) await peer.request("run.fail", { runId: run.runId, error: outcome.fail });
+        } catch (error) {
+          await peer.request("run.fail", { runId: run.runId, error: (error as Error).message });
+        }
+      })();
+    });
+    return worker;
+  }
+
+  close(): void {
+    this.peer.close();
+  }
+}
+
+export interface TestGateway {
+  gateway: Gateway;
+  url: string;
+  token: string;
+  dataDir: string;
+  operator(): Promise<TestPeer>;
+  /** Stops the gateway and starts a new one on the same data dir (and port 0). */
+  restart(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export async function startTestGateway(
+  config: ConfigInput = {},
+  options: { handshakeTimeoutMs?: number; store?: "memory" | "file" } = {},
+): Promise<TestGateway> {
+  const dataDir = await mkdtemp(join(tmpdir(), "switchboard-gw-"));
+  const parsed = parseConfig({ ...config, gateway: { port: 0, ...(config.gateway ?? {}) } });
+  const peers: TestPeer[] = [];
+  // The memory store survives a `restart()` because the same instance is handed to the new gateway.
+  const memory: Store | undefined = (options.store ?? "file") === "memory" ? createMemoryStore() : undefined;
+  const start = () =>
+    Gateway.start({
+      config: parsed,
+      dataDir,
+      port: 0,
+      fsync: "none",
+      ...(memory ? { store: memory } : {}),
+      ...(options.handshakeTimeoutMs ? { handshakeTimeoutMs: options.handshakeTimeoutMs } : {}),
+    });
+  const harness: TestGateway = {
+    gateway: await start(),
+    get url() {
+      return harness.gateway.url;
+    },
+    get token() {
+      return harness.gateway.operatorToken;
+    },
+    dataDir,
+    async operator() {
+      const peer = await TestPeer.connect(harness.url, { token: harness.token, role: "operator" });
+      peers.push(peer);
+      return peer;
+    },
+    async restart() {
+      await harness.gateway.close();
+      harness.gateway = await start();
+    },
+    async close() {
+      for (const peer of peers) peer.close();
+      await harness.gateway.close();
+      await rm(dataDir, { recursive: true, force: true });
+    },
+  };
+  return harness;
+}
