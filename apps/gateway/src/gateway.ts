@@ -140,6 +140,7 @@ export class Gateway {
           authenticate: (params, connection) => gateway!.authenticate(params, connection),
           connectResult: (connection) => gateway!.connectResult(connection),
           handle: (method, params, connection) => gateway!.handlers[method](params as never, connection),
+          onReady: (connection) => gateway!.onReady(connection),
           onClose: (connection) => gateway!.onClose(connection),
           health: () => ({ instanceId: gateway!.instanceId, version: VERSION }),
         },
@@ -192,7 +193,6 @@ export class Gateway {
         }
       }
       identity.agents = new Set(agents);
-      this.scheduler.addWorker(connection, agents);
     } else if (params.role === "client") {
       const patterns = "sessions" in token && token.sessions ? token.sessions : token.role === "operator" ? ["*"] : [];
       if (params.sessionKey) {
@@ -224,6 +224,11 @@ export class Gateway {
       events: [...EVENT_NAMES],
       limits: this.config.gateway.limits,
     };
+  }
+
+  onReady(connection: Connection): void {
+    const identity = connection.identity!;
+    if (identity.role === "agent") this.scheduler.addWorker(connection, identity.agents);
   }
 
   onClose(connection: Connection): void {

@@ -28,6 +28,8 @@ export interface TransportHandlers {
   authenticate(params: ConnectParams, connection: Connection): ConnectionIdentity;
   connectResult(connection: Connection): Record<string, unknown>;
   handle(method: MethodName, params: unknown, connection: Connection): Promise<Record<string, unknown>>;
+  /** After the connect response went out: the peer is ready for events (workers get runs from here on). */
+  onReady(connection: Connection): void;
   onClose(connection: Connection): void;
   health(): Record<string, unknown>;
 }
@@ -187,6 +189,7 @@ export async function startTransport(options: {
       }
       connection.state = "ready";
       connection.send({ type: "res", id: frame.id, ok: true, result: handlers.connectResult(connection) });
+      handlers.onReady(connection);
       return;
     }
 

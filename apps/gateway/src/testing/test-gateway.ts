@@ -18,7 +18,8 @@ export class TestWorker {
   private constructor(readonly peer: TestPeer) {}
 
   static async start(url: string, token: string, agents: string[], handler: WorkerHandler): Promise<TestWorker> {
-    const peer = await TestPeer.connect(url, { token, role: "agent", agents });
+    // Listen before the handshake: a queued run is assigned right after the connect response.
+    const peer = await TestPeer.open(url);
     const worker = new TestWorker(peer);
     peer.socket.on("message", (data) => {
       const frame = JSON.parse(String(data)) as EventFrame;
@@ -39,6 +40,7 @@ export class TestWorker {
         }
       })();
     });
+    await peer.handshake({ token, role: "agent", agents });
     return worker;
   }
 

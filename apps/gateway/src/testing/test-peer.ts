@@ -64,6 +64,12 @@ export class TestPeer {
     options: { token: string; role: "operator" | "agent" | "client"; agents?: string[]; sessionKey?: string },
   ): Promise<TestPeer> {
     const peer = await TestPeer.open(url);
+    await peer.handshake(options);
+    return peer;
+  }
+
+  async handshake(options: { token: string; role: "operator" | "agent" | "client"; agents?: string[]; sessionKey?: string }): Promise<void> {
+    const peer = this;
     const response = await peer.request("connect", {
       protocol: 1,
       client: { name: "test", version: "0" },
@@ -73,7 +79,6 @@ export class TestPeer {
       ...(options.sessionKey ? { sessionKey: options.sessionKey } : {}),
     });
     if (!response.ok) throw new Error(`connect failed: ${response.error?.code} ${response.error?.message}`);
-    return peer;
   }
 
   sendRaw(data: string | Buffer): void {

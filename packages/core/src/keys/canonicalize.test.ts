@@ -1,6 +1,14 @@
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { SwitchboardError } from "../errors";
-import { canonicalizeKey, type KeyContext, makeSubagentKey, mainKeyFor, resolveKeyInput } from "./canonicalize";
+import {
+  canonicalizeKey,
+  type KeyContext,
+  mainKeyFor,
+  makeSubagentKey,
+  resolveKeyInput,
+} from "./canonicalize";
+import { isCanonicalKey } from "./parse-key";
 
 const caller: KeyContext = { callerAgentId: "research", defaultAgentId: "main", mainKey: "main" };
 const operator: KeyContext = { defaultAgentId: "ops", mainKey: "main" };
@@ -23,7 +31,9 @@ describe("canonicalizeKey", () => {
     expect(canonicalizeKey("agent:main:home", ctx)).toBe("agent:main:home");
   });
   it("lower-cases the agent id but keeps the rest", () => {
-    expect(canonicalizeKey("Agent:RESEARCH:Discord:group:Dev", caller)).toBe("agent:research:Discord:group:Dev");
+    expect(canonicalizeKey("Agent:RESEARCH:Discord:group:Dev", caller)).toBe(
+      "agent:research:Discord:group:Dev",
+    );
   });
   it("leaves canonical keys alone", () => {
     expect(canonicalizeKey("agent:main:telegram:dm:42", caller)).toBe("agent:main:telegram:dm:42");
@@ -99,7 +109,9 @@ describe("resolveKeyInput", () => {
   });
   it("does not hand out internal sessions by sessionId, except the global main under global scope", async () => {
     await expect(resolveKeyInput(uuid, caller, async () => ["unknown"])).rejects.toThrow(/internal session/);
-    await expect(resolveKeyInput(uuid, { ...caller, scope: "global" }, async () => ["global"])).resolves.toBe("global");
+    await expect(resolveKeyInput(uuid, { ...caller, scope: "global" }, async () => ["global"])).resolves.toBe(
+      "global",
+    );
   });
 });
 
@@ -110,5 +122,34 @@ describe("key builders", () => {
       "agent:research:subagent:1b2c3d4e-0000-4000-8000-000000000000",
     );
     expect(() => makeSubagentKey("research", "not-a-uuid")).toThrow(/uuid: must be a UUID/);
+  });
+});
+
+describe("canonicalizeKey properties", () => {
+  const segment = fc.stringMatching(/^[A-Za-z0-9_.\-+@#]{1,12}$/);
+  const input = fc.oneof(
+    fc.array(segment, { minLength: 1, maxLength: 5 }).map((parts) => parts.join(":")),
+    fc
+      .tuple(fc.constantFrom("main", "Research", "ops"), fc.array(segment, { minLength: 1, maxLength: 4 }))
+      .map(([agent, parts]) => `agent:${agent}:${parts.join(":")}`),
+    fc.string({ maxLength: 40 }),
+  );
+
+  it("always yields a valid canonical key, and canonicalizing again changes nothing", () => {
+    fc.assert(
+      fc.property(input, (raw) => {
+        let key: string;
+        try {
+          key = canonicalizeKey(raw, caller);
+        } catch (error) {
+          expect(error).toBeInstanceOf(SwitchboardError);
+          return;
+        }
+        expect(isCanonicalKey(key)).toBe(true);
+        expect(canonicalizeKey(key, caller)).toBe(key);
+        expect(canonicalizeKey(key, operator)).toBe(key);
+      }),
+      { numRuns: 500 },
+    );
   });
 });

@@ -48,7 +48,13 @@ describe("validateKey", () => {
   });
 
   it("accepts ordinary keys, including non-ASCII letters and dots inside segments", () => {
-    for (const key of ["agent:main:main", "discord:group:dev", "agent:main:telegram:dm:42", "a.b:c", "agent:main:café"]) {
+    for (const key of [
+      "agent:main:main",
+      "discord:group:dev",
+      "agent:main:telegram:dm:42",
+      "a.b:c",
+      "agent:main:café",
+    ]) {
       expect(keyProblem(key)).toBeUndefined();
     }
   });
@@ -69,10 +75,13 @@ describe("parseKey", () => {
   it("splits canonical keys", () => {
     expect(parseKey("agent:main:discord:group:dev")).toEqual({ agentId: "main", rest: "discord:group:dev" });
   });
-  it.each(["discord:group:dev", "agent:main", "agent:Main:x", "global"])("rejects non-canonical %j", (key) => {
-    expect(rejection(() => parseKey(key)).message).toContain("canonical key");
-    expect(isCanonicalKey(key)).toBe(false);
-  });
+  it.each(["discord:group:dev", "agent:main", "agent:Main:x", "global"])(
+    "rejects non-canonical %j",
+    (key) => {
+      expect(rejection(() => parseKey(key)).message).toContain("canonical key");
+      expect(isCanonicalKey(key)).toBe(false);
+    },
+  );
 });
 
 describe("isInternalKey", () => {

@@ -1,5 +1,12 @@
 import { describe, expect, it } from "vitest";
-import { channelLevel, DEFAULT_CLEARANCE, type LabelsConfig, resolveClearance, spawnClearance, toolLevel } from "./labels-config";
+import {
+  channelLevel,
+  DEFAULT_CLEARANCE,
+  type LabelsConfig,
+  resolveClearance,
+  spawnClearance,
+  toolLevel,
+} from "./labels-config";
 import { escalateTaint } from "./taint";
 
 const labels: LabelsConfig = {
@@ -36,18 +43,26 @@ describe("toolLevel", () => {
 
 describe("resolveClearance", () => {
   it("caps outside-channel sessions at the channel", () => {
-    expect(resolveClearance({ kind: "group", agentClearance: "CONFIDENTIAL", channelLevel: "PUBLIC" })).toBe("PUBLIC");
-    expect(resolveClearance({ kind: "other", agentClearance: "INTERNAL", channelLevel: "RESTRICTED" })).toBe("INTERNAL");
+    expect(resolveClearance({ kind: "group", agentClearance: "CONFIDENTIAL", channelLevel: "PUBLIC" })).toBe(
+      "PUBLIC",
+    );
+    expect(resolveClearance({ kind: "other", agentClearance: "INTERNAL", channelLevel: "RESTRICTED" })).toBe(
+      "INTERNAL",
+    );
   });
   it("gives main, cron, hook, node and sub-agent sessions the agent's clearance", () => {
     for (const kind of ["main", "cron", "hook", "node", "subagent"] as const) {
-      expect(resolveClearance({ kind, agentClearance: "CONFIDENTIAL", channelLevel: "PUBLIC" })).toBe("CONFIDENTIAL");
+      expect(resolveClearance({ kind, agentClearance: "CONFIDENTIAL", channelLevel: "PUBLIC" })).toBe(
+        "CONFIDENTIAL",
+      );
     }
   });
   it("defaults the agent clearance to RESTRICTED and lets an operator override win", () => {
     expect(DEFAULT_CLEARANCE).toBe("RESTRICTED");
     expect(resolveClearance({ kind: "main", channelLevel: "PUBLIC" })).toBe("RESTRICTED");
-    expect(resolveClearance({ kind: "group", channelLevel: "PUBLIC", override: "CONFIDENTIAL" })).toBe("CONFIDENTIAL");
+    expect(resolveClearance({ kind: "group", channelLevel: "PUBLIC", override: "CONFIDENTIAL" })).toBe(
+      "CONFIDENTIAL",
+    );
   });
   it("spawns children at min(requester, target agent)", () => {
     expect(spawnClearance("CONFIDENTIAL", "INTERNAL")).toBe("INTERNAL");
@@ -60,7 +75,13 @@ describe("escalateTaint", () => {
     const cause = { at: 1000, reason: "read history", source: "agent:main:secret" };
     expect(escalateTaint("INTERNAL", "CONFIDENTIAL", cause)).toEqual({
       taint: "CONFIDENTIAL",
-      event: { at: 1000, from: "INTERNAL", to: "CONFIDENTIAL", reason: "read history", source: "agent:main:secret" },
+      event: {
+        at: 1000,
+        from: "INTERNAL",
+        to: "CONFIDENTIAL",
+        reason: "read history",
+        source: "agent:main:secret",
+      },
     });
     expect(escalateTaint("CONFIDENTIAL", "CONFIDENTIAL", cause)).toEqual({ taint: "CONFIDENTIAL" });
     expect(escalateTaint("CONFIDENTIAL", "PUBLIC", cause)).toEqual({ taint: "CONFIDENTIAL" });

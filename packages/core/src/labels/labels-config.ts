@@ -74,6 +74,9 @@ export function resolveClearance(input: ClearanceInput): Level {
 }
 
 /** Clearance of a spawned session: min(requester clearance, target agent clearance). */
-export function spawnClearance(requesterClearance: Level, targetAgentClearance: Level = DEFAULT_CLEARANCE): Level {
+export function spawnClearance(
+  requesterClearance: Level,
+  targetAgentClearance: Level = DEFAULT_CLEARANCE,
+): Level {
   return minLevel(requesterClearance, targetAgentClearance);
 }

@@ -1,7 +1,16 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { SwitchboardError } from "../errors";
-import { canFlowTo, compareLevels, type Level, LEVELS, levelRank, maxLevel, minLevel, parseLevel } from "./level";
+import {
+  canFlowTo,
+  compareLevels,
+  LEVELS,
+  type Level,
+  levelRank,
+  maxLevel,
+  minLevel,
+  parseLevel,
+} from "./level";
 import { escalateTaint } from "./taint";
 
 const level = fc.constantFrom(...LEVELS);
@@ -45,7 +54,8 @@ describe("lattice properties", () => {
       fc.property(level, level, level, (a, b, c) => {
         expect(Math.sign(compareLevels(a, b)) + Math.sign(compareLevels(b, a))).toBe(0);
         expect(compareLevels(a, b) === 0).toBe(a === b);
-        if (compareLevels(a, b) <= 0 && compareLevels(b, c) <= 0) expect(compareLevels(a, c)).toBeLessThanOrEqual(0);
+        if (compareLevels(a, b) <= 0 && compareLevels(b, c) <= 0)
+          expect(compareLevels(a, c)).toBeLessThanOrEqual(0);
       }),
     );
   });

@@ -22,7 +22,10 @@ export function isLevel(value: unknown): value is Level {
 export function levelRank(level: Level): number {
   const rank = (LEVELS as readonly string[]).indexOf(level);
   if (rank < 0) {
-    throw new SwitchboardError("INVALID_REQUEST", `level: must be one of ${LEVELS.join(", ")} (got ${JSON.stringify(level)})`);
+    throw new SwitchboardError(
+      "INVALID_REQUEST",
+      `level: must be one of ${LEVELS.join(", ")} (got ${JSON.stringify(level)})`,
+    );
   }
   return rank;
 }

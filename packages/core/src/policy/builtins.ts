@@ -1,4 +1,4 @@
-import { checkAgentToAgent, type AgentToAgentConfig } from "./agent-to-agent";
+import { type AgentToAgentConfig, checkAgentToAgent } from "./agent-to-agent";
 import type { PolicyContext } from "./context";
 import { readUpViolation, writeDownViolation } from "./flow";
 import type { Hook } from "./hooks";
@@ -79,7 +79,9 @@ export function builtinRules(settings: BuiltinSettings): BuiltinRule[] {
       check: (ctx) => {
         const maxHops = settings.maxHops ?? DEFAULT_MAX_HOPS;
         const hop = ctx.facts?.hop;
-        return hop !== undefined && hop > maxHops ? `agent-to-agent hop limit reached (${maxHops})` : undefined;
+        return hop !== undefined && hop > maxHops
+          ? `agent-to-agent hop limit reached (${maxHops})`
+          : undefined;
       },
     },
     {

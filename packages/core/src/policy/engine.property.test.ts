@@ -40,7 +40,11 @@ const context: fc.Arbitrary<PolicyContext> = fc.record(
       name: fc.constantFrom("sessions_send", "message", "web_fetch"),
       args: fc.dictionary(fc.constantFrom("message", "timeoutSeconds"), fc.oneof(fc.string(), fc.integer())),
     }),
-    recipient: fc.record({ channel: fc.constantFrom("discord", "telegram"), to: fc.constantFrom("1", "42"), level }),
+    recipient: fc.record({
+      channel: fc.constantFrom("discord", "telegram"),
+      to: fc.constantFrom("1", "42"),
+      level,
+    }),
     dataLabel: level,
     text: fc.constantFrom("hi", "sk-ABCDEFGHIJKLMNOPQRSTUVWX leaked", "bomb", ""),
     facts: fc.record(
@@ -59,8 +63,18 @@ const context: fc.Arbitrary<PolicyContext> = fc.record(
 const rules: PolicyRuleInput[] = [
   { id: "keys", hook: "PRE_OUTPUT", priority: 5, action: "redact", redact: { patterns: ["sk-[A-Z]{20,}"] } },
   { id: "bombs", hook: "PRE_OUTPUT", action: "deny", when: { text: { matches: "bomb" } } },
-  { id: "confidential-history", hook: "PRE_HISTORY", action: "deny", when: { "target.taint": { gte: "CONFIDENTIAL" } } },
-  { id: "long-waits", hook: "PRE_TOOL_CALL", action: "deny", when: { "tool.args.timeoutSeconds": { gt: 100 } } },
+  {
+    id: "confidential-history",
+    hook: "PRE_HISTORY",
+    action: "deny",
+    when: { "target.taint": { gte: "CONFIDENTIAL" } },
+  },
+  {
+    id: "long-waits",
+    hook: "PRE_TOOL_CALL",
+    action: "deny",
+    when: { "tool.args.timeoutSeconds": { gt: 100 } },
+  },
   { id: "allow-cron", hook: "PRE_SEND", priority: 9, action: "allow", when: { "target.kind": "cron" } },
 ];
 
@@ -106,11 +120,14 @@ describe("policy engine properties", () => {
         if (decision.action === "BLOCK") return;
         if (ctx.hook === "PRE_SEND" || ctx.hook === "PRE_SPAWN") {
           expect(canFlowTo(outgoing, target.clearance)).toBe(true);
-          expect(canFlowTo(decision.labels.targetAfter ?? "RESTRICTED", target.clearance)).toBe(true);
+          expect(decision.labels.targetAfter).toBe(maxLevel(target.taint, outgoing));
         }
-        if (ctx.hook === "PRE_OUTPUT") expect(canFlowTo(outgoing, ctx.recipient?.level ?? "PUBLIC")).toBe(true);
+        if (ctx.hook === "PRE_OUTPUT")
+          expect(canFlowTo(outgoing, ctx.recipient?.level ?? "PUBLIC")).toBe(true);
         if (ctx.hook === "PRE_HISTORY" || ctx.hook === "PRE_TOOL_CALL") {
-          expect(canFlowTo(decision.labels.after, caller.clearance) || decision.labels.after === caller.taint).toBe(true);
+          expect(
+            canFlowTo(decision.labels.after, caller.clearance) || decision.labels.after === caller.taint,
+          ).toBe(true);
         }
         // Taint never goes down through a decision.
         expect(canFlowTo(decision.labels.before, decision.labels.after)).toBe(true);

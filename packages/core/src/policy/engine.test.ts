@@ -50,7 +50,8 @@ describe("flow rules", () => {
     expect(decision).toMatchObject({
       action: "BLOCK",
       ruleId: "flow.no-write-down",
-      message: "write-down blocked: session taint CONFIDENTIAL cannot flow to telegram:42 (classification INTERNAL)",
+      message:
+        "write-down blocked: session taint CONFIDENTIAL cannot flow to telegram:42 (classification INTERNAL)",
     });
     expect(decision.text).toBeUndefined();
   });
@@ -162,9 +163,9 @@ describe("built-in policies", () => {
     const blocked = createPolicyEngine().evaluate(ctx);
     expect(blocked.ruleId).toBe("a2a");
     expect(blocked.message).toContain("tools.agentToAgent");
-    expect(createPolicyEngine({ agentToAgent: { enabled: true, allow: ["main", "res*"] } }).evaluate(ctx).action).toBe(
-      "ALLOW",
-    );
+    expect(
+      createPolicyEngine({ agentToAgent: { enabled: true, allow: ["main", "res*"] } }).evaluate(ctx).action,
+    ).toBe("ALLOW");
     const partial = createPolicyEngine({ agentToAgent: { enabled: true, allow: ["main"] } }).evaluate(ctx);
     expect(partial.message).toContain('agent "research" is not in tools.agentToAgent.allow');
     expect(createPolicyEngine().evaluate(sendContext({}, { key: "agent:main:cron:x" })).action).toBe("ALLOW");
@@ -172,21 +173,31 @@ describe("built-in policies", () => {
 
   it("a2a: hop limit and cycles", () => {
     const engine = createPolicyEngine({ maxHops: 4 });
-    expect(engine.evaluate(sendContext({}, { key: "agent:main:x" }, { facts: { hop: 4 } })).action).toBe("ALLOW");
+    expect(engine.evaluate(sendContext({}, { key: "agent:main:x" }, { facts: { hop: 4 } })).action).toBe(
+      "ALLOW",
+    );
     expect(engine.evaluate(sendContext({}, { key: "agent:main:x" }, { facts: { hop: 5 } }))).toMatchObject({
       action: "BLOCK",
       ruleId: "a2a.hop-limit",
       message: "agent-to-agent hop limit reached (4)",
     });
     const cycle = engine.evaluate(
-      sendContext({}, { key: "agent:main:x" }, { facts: { cycle: [MAIN, "agent:main:x", MAIN], chainId: "c1" } }),
+      sendContext(
+        {},
+        { key: "agent:main:x" },
+        { facts: { cycle: [MAIN, "agent:main:x", MAIN], chainId: "c1" } },
+      ),
     );
     expect(cycle.ruleId).toBe("a2a.cycle");
     expect(cycle.message).toContain("agent:main:main -> agent:main:x -> agent:main:main");
   });
 
   describe("spawn", () => {
-    const spawnCtx = (caller: Parameters<typeof sessionFacts>[1], targetAgent: string, activeChildren?: number) =>
+    const spawnCtx = (
+      caller: Parameters<typeof sessionFacts>[1],
+      targetAgent: string,
+      activeChildren?: number,
+    ) =>
       ({
         hook: "PRE_SPAWN",
         caller: sessionFacts(caller?.key ?? MAIN, caller),
@@ -211,9 +222,9 @@ describe("built-in policies", () => {
       expect(decision).toMatchObject({ action: "BLOCK", ruleId: "spawn" });
       expect(decision.message).toContain("maxSpawnDepth is 1");
       expect(createPolicyEngine({ maxSpawnDepth: 2 }).evaluate(spawnCtx(child, "main")).action).toBe("ALLOW");
-      expect(createPolicyEngine({ spawn: { main: { maxSpawnDepth: 0 } } }).evaluate(spawnCtx({}, "main")).action).toBe(
-        "BLOCK",
-      );
+      expect(
+        createPolicyEngine({ spawn: { main: { maxSpawnDepth: 0 } } }).evaluate(spawnCtx({}, "main")).action,
+      ).toBe("BLOCK");
     });
 
     it("limits active children (default 5)", () => {
@@ -262,7 +273,14 @@ describe("user rules", () => {
 
   it("a redact rule really rewrites the text and counts replacements", () => {
     const engine = createPolicyEngine({
-      rules: [{ id: "no-keys-out", hook: "PRE_OUTPUT", action: "redact", redact: { patterns: ["sk-[A-Za-z0-9]{20,}"] } }],
+      rules: [
+        {
+          id: "no-keys-out",
+          hook: "PRE_OUTPUT",
+          action: "redact",
+          redact: { patterns: ["sk-[A-Za-z0-9]{20,}"] },
+        },
+      ],
     });
     const decision = engine.evaluate(outputCtx(`first ${SECRET}, then ${OTHER_SECRET}.`));
     expect(decision).toMatchObject({
@@ -278,9 +296,27 @@ describe("user rules", () => {
   it("applies every matching redact rule, with a literal replacement, then keeps evaluating", () => {
     const engine = createPolicyEngine({
       rules: [
-        { id: "keys", hook: "PRE_OUTPUT", priority: 10, action: "redact", redact: { patterns: ["sk-\\w+"], replacement: "$&" } },
-        { id: "emails", hook: "PRE_OUTPUT", priority: 5, action: "redact", redact: { patterns: ["\\S+@\\S+"], replacement: "<email>" } },
-        { id: "no-bombs", hook: "PRE_OUTPUT", priority: 1, action: "deny", when: { text: { matches: "bomb" } } },
+        {
+          id: "keys",
+          hook: "PRE_OUTPUT",
+          priority: 10,
+          action: "redact",
+          redact: { patterns: ["sk-\\w+"], replacement: "$&" },
+        },
+        {
+          id: "emails",
+          hook: "PRE_OUTPUT",
+          priority: 5,
+          action: "redact",
+          redact: { patterns: ["\\S+@\\S+"], replacement: "<email>" },
+        },
+        {
+          id: "no-bombs",
+          hook: "PRE_OUTPUT",
+          priority: 1,
+          action: "deny",
+          when: { text: { matches: "bomb" } },
+        },
       ],
     });
     const redacted = engine.evaluate(outputCtx(`${SECRET} to a@b.c`), { explain: true });
@@ -295,8 +331,21 @@ describe("user rules", () => {
   it("runs by descending priority, first matching allow/deny decides, ties keep config order", () => {
     const rules: PolicyRuleInput[] = [
       { id: "low-deny", hook: "PRE_SEND", priority: 1, action: "deny" },
-      { id: "high-allow-cron", hook: "PRE_SEND", priority: 50, action: "allow", when: { "target.kind": "cron" } },
-      { id: "tie-first", hook: "PRE_SEND", priority: 10, action: "deny", message: "first of the tie", when: { "caller.agentId": "main" } },
+      {
+        id: "high-allow-cron",
+        hook: "PRE_SEND",
+        priority: 50,
+        action: "allow",
+        when: { "target.kind": "cron" },
+      },
+      {
+        id: "tie-first",
+        hook: "PRE_SEND",
+        priority: 10,
+        action: "deny",
+        message: "first of the tie",
+        when: { "caller.agentId": "main" },
+      },
       { id: "tie-second", hook: "PRE_SEND", priority: 10, action: "allow" },
     ];
     const engine = createPolicyEngine({ rules });
@@ -310,7 +359,12 @@ describe("user rules", () => {
       ruleId: "tie-first",
       message: "first of the tie",
     });
-    expect(engine.rules.map((rule) => rule.id)).toEqual(["high-allow-cron", "tie-first", "tie-second", "low-deny"]);
+    expect(engine.rules.map((rule) => rule.id)).toEqual([
+      "high-allow-cron",
+      "tie-first",
+      "tie-second",
+      "low-deny",
+    ]);
   });
 
   it("needs every condition of a rule to hold; operators compare levels by rank", () => {
@@ -331,34 +385,54 @@ describe("user rules", () => {
         },
       ],
     });
-    const ctx = (taint: "PUBLIC" | "INTERNAL" | "CONFIDENTIAL" | "RESTRICTED", target = "agent:main:cron:x") =>
-      sendContext({ taint }, { key: target });
+    const ctx = (
+      taint: "PUBLIC" | "INTERNAL" | "CONFIDENTIAL" | "RESTRICTED",
+      target = "agent:main:cron:x",
+    ) => sendContext({ taint }, { key: target });
     expect(engine.evaluate(ctx("INTERNAL")).action).toBe("ALLOW");
     expect(engine.evaluate(ctx("CONFIDENTIAL")).action).toBe("ALLOW");
     expect(engine.evaluate(ctx("PUBLIC"))).toMatchObject({ action: "BLOCK", ruleId: null });
     expect(engine.evaluate(ctx("RESTRICTED")).action).toBe("BLOCK");
     expect(engine.evaluate(ctx("INTERNAL", "agent:main:x")).action).toBe("BLOCK");
-    expect(engine.evaluate(sendContext({ taint: "INTERNAL", sandboxed: true }, { key: "agent:main:cron:x" })).action).toBe(
-      "BLOCK",
-    );
+    expect(
+      engine.evaluate(sendContext({ taint: "INTERNAL", sandboxed: true }, { key: "agent:main:cron:x" }))
+        .action,
+    ).toBe("BLOCK");
   });
 
   it("matches tool arguments but never inherited properties", () => {
     const engine = createPolicyEngine({
       rules: [
-        { id: "no-long-waits", hook: "PRE_TOOL_CALL", action: "deny", when: { "tool.name": "sessions_send", "tool.args.timeoutSeconds": { gt: 60 } } },
-        { id: "proto", hook: "PRE_TOOL_CALL", action: "deny", when: { "tool.args.constructor": { not: null } } },
+        {
+          id: "no-long-waits",
+          hook: "PRE_TOOL_CALL",
+          action: "deny",
+          when: { "tool.name": "sessions_send", "tool.args.timeoutSeconds": { gt: 60 } },
+        },
+        {
+          id: "proto",
+          hook: "PRE_TOOL_CALL",
+          action: "deny",
+          when: { "tool.args.constructor": { not: null } },
+        },
       ],
     });
     const call = (args: Record<string, unknown>) =>
-      engine.evaluate({ hook: "PRE_TOOL_CALL", caller: sessionFacts(MAIN), tool: { name: "sessions_send", args } });
+      engine.evaluate({
+        hook: "PRE_TOOL_CALL",
+        caller: sessionFacts(MAIN),
+        tool: { name: "sessions_send", args },
+      });
     expect(call({ timeoutSeconds: 600 }).ruleId).toBe("no-long-waits");
     expect(call({ timeoutSeconds: 30 }).action).toBe("ALLOW");
     expect(call({ timeoutSeconds: "600" }).action).toBe("ALLOW");
   });
 
   it("no match falls back to policy.default", () => {
-    expect(createPolicyEngine().evaluate(sendContext({}, {}))).toMatchObject({ action: "ALLOW", ruleId: null });
+    expect(createPolicyEngine().evaluate(sendContext({}, {}))).toMatchObject({
+      action: "ALLOW",
+      ruleId: null,
+    });
     expect(createPolicyEngine({ default: "deny" }).evaluate(sendContext({}, {}))).toMatchObject({
       action: "BLOCK",
       ruleId: null,
@@ -373,7 +447,12 @@ describe("user rules", () => {
       ],
     });
     const args = {};
-    Object.defineProperty(args, "target", { enumerable: true, get: () => { throw new Error("boom"); } });
+    Object.defineProperty(args, "target", {
+      enumerable: true,
+      get: () => {
+        throw new Error("boom");
+      },
+    });
     const decision = engine.evaluate(
       { hook: "PRE_TOOL_CALL", caller: sessionFacts(MAIN), tool: { name: "t", args } },
       { explain: true },
@@ -401,14 +480,22 @@ describe("user rules", () => {
         { id: "three", hook: "PRE_HISTORY", action: "allow" },
       ],
     });
-    const ctx: PolicyContext = { hook: "PRE_HISTORY", caller: sessionFacts(MAIN), target: sessionFacts(MAIN) };
+    const ctx: PolicyContext = {
+      hook: "PRE_HISTORY",
+      caller: sessionFacts(MAIN),
+      target: sessionFacts(MAIN),
+    };
     const decision = engine.evaluate(ctx, { explain: true });
     expect(decision.action).toBe("BLOCK");
     expect(decision.ruleId).toBe("budget");
     expect(decision.message).toMatch(/^policy hook PRE_HISTORY exceeded its time budget of 250 ms/);
     // Same rules with a generous budget decide normally.
     clock = 0;
-    const relaxed = createPolicyEngine({ hookBudgetMs: 10_000, now: () => (clock += 100), rules: engine.rules });
+    const relaxed = createPolicyEngine({
+      hookBudgetMs: 10_000,
+      now: () => (clock += 100),
+      rules: engine.rules,
+    });
     expect(relaxed.evaluate(ctx).ruleId).toBe("three");
   });
 
@@ -436,13 +523,22 @@ describe("user rules", () => {
   });
 
   it("rejects invalid rules when the engine is built", () => {
-    expect(() => createPolicyEngine({ rules: [{ id: "bad", hook: "PRE_SEND", action: "redact" }] })).toThrow(/rule "bad"/);
+    expect(() => createPolicyEngine({ rules: [{ id: "bad", hook: "PRE_SEND", action: "redact" }] })).toThrow(
+      /rule "bad"/,
+    );
   });
 });
 
 describe("evaluateHooks", () => {
   const engine = createPolicyEngine({
-    rules: [{ id: "no-send-tool", hook: "PRE_TOOL_CALL", action: "deny", when: { "tool.args.message": { matches: "forbidden" } } }],
+    rules: [
+      {
+        id: "no-send-tool",
+        hook: "PRE_TOOL_CALL",
+        action: "deny",
+        when: { "tool.args.message": { matches: "forbidden" } },
+      },
+    ],
   });
   const contexts = (message: string, targetClearance: "PUBLIC" | "RESTRICTED"): PolicyContext[] => {
     const caller = sessionFacts(MAIN, { taint: "CONFIDENTIAL" });
@@ -463,7 +559,11 @@ describe("evaluateHooks", () => {
       "PRE_TOOL_CALL:flow.no-read-up",
       "PRE_TOOL_CALL:no-send-tool",
     ]);
-    expect(blockedLate.evaluated?.at(-1)).toMatchObject({ ruleId: "flow.no-write-down", hook: "PRE_SEND", matched: true });
+    expect(blockedLate.evaluated?.at(-1)).toMatchObject({
+      ruleId: "flow.no-write-down",
+      hook: "PRE_SEND",
+      matched: true,
+    });
     expect(evaluateHooks(engine, contexts("fine", "RESTRICTED")).action).toBe("ALLOW");
   });
 });

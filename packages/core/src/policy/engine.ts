@@ -6,7 +6,13 @@ import type { PolicyContext } from "./context";
 import { incomingLevel, outgoingLevel } from "./flow";
 import { HOOKS, type Hook } from "./hooks";
 import { compileRedactions, redactText } from "./redact";
-import { BUDGET_RULE_ID, DEFAULT_REDACTION, type PolicyRule, type PolicyRuleInput, validatePolicyRules } from "./rule-schema";
+import {
+  BUDGET_RULE_ID,
+  DEFAULT_REDACTION,
+  type PolicyRule,
+  type PolicyRuleInput,
+  validatePolicyRules,
+} from "./rule-schema";
 import type { SendPolicyConfig } from "./send-policy";
 import type { SpawnLimitsSource } from "./spawn";
 
@@ -99,7 +105,9 @@ function errorText(error: unknown): string {
 function compileRule(rule: PolicyRule): CompiledRule {
   return {
     rule,
-    conditions: Object.entries(rule.when ?? {}).map(([field, condition]) => compileCondition(field, condition)),
+    conditions: Object.entries(rule.when ?? {}).map(([field, condition]) =>
+      compileCondition(field, condition),
+    ),
     patterns: rule.redact ? compileRedactions(rule.redact.patterns) : [],
   };
 }
@@ -143,7 +151,8 @@ export function createPolicyEngine(options: PolicyEngineOptions = {}): PolicyEng
       const before = ctx.caller?.taint ?? LOWEST_LEVEL;
       if (blocked) {
         const result: DecisionLabels = { before, after: before };
-        if (ctx.target && (ctx.hook === "PRE_SEND" || ctx.hook === "PRE_SPAWN")) result.targetAfter = ctx.target.taint;
+        if (ctx.target && (ctx.hook === "PRE_SEND" || ctx.hook === "PRE_SPAWN"))
+          result.targetAfter = ctx.target.taint;
         return result;
       }
       const incoming = ctx.caller ? incomingLevel(ctx) : undefined;
@@ -198,7 +207,12 @@ export function createPolicyEngine(options: PolicyEngineOptions = {}): PolicyEng
         });
         return block(builtin.id, `policy rule ${builtin.id} failed (${errorText(error)}); denied`);
       }
-      evaluated?.push({ ruleId: builtin.id, hook: ctx.hook, matched: violation !== undefined, action: "deny" });
+      evaluated?.push({
+        ruleId: builtin.id,
+        hook: ctx.hook,
+        matched: violation !== undefined,
+        action: "deny",
+      });
       if (violation !== undefined) return block(builtin.id, violation);
       const late = overBudget(builtin.id);
       if (late) return late;
@@ -288,7 +302,8 @@ export function evaluateHooks(
     labels: {
       ...deciding.labels,
       before: first.labels.before,
-      after: deciding.action === "BLOCK" ? first.labels.before : maxLevel(...decisions.map((d) => d.labels.after)),
+      after:
+        deciding.action === "BLOCK" ? first.labels.before : maxLevel(...decisions.map((d) => d.labels.after)),
     },
     decisions,
   };

@@ -1,4 +1,5 @@
 export * from "./agent-to-agent";
+export { DEFAULT_MAX_HOPS } from "./builtins";
 export * from "./conditions";
 export * from "./context";
 export * from "./engine";
@@ -8,4 +9,3 @@ export * from "./redact";
 export * from "./rule-schema";
 export * from "./send-policy";
 export * from "./spawn";
-export { DEFAULT_MAX_HOPS } from "./builtins";

@@ -26,7 +26,12 @@ describe("validatePolicyRules", () => {
   it("accepts the documented example and fills in priority 0", () => {
     const [redact, deny] = validatePolicyRules([
       redactRule,
-      { id: "no-cron", hook: "PRE_SEND", action: "deny", when: { "target.kind": "cron", "caller.taint": { gte: "INTERNAL" } } },
+      {
+        id: "no-cron",
+        hook: "PRE_SEND",
+        action: "deny",
+        when: { "target.kind": "cron", "caller.taint": { gte: "INTERNAL" } },
+      },
     ]);
     expect(redact?.priority).toBe(100);
     expect(deny?.priority).toBe(0);
@@ -34,20 +39,49 @@ describe("validatePolicyRules", () => {
 
   it("is a plain zod object schema the config can embed", () => {
     expect(PolicyRuleSchema).toBeInstanceOf(z.ZodObject);
-    expect(z.object({ rules: z.array(PolicyRuleSchema) }).safeParse({ rules: [redactRule] }).success).toBe(true);
+    expect(z.object({ rules: z.array(PolicyRuleSchema) }).safeParse({ rules: [redactRule] }).success).toBe(
+      true,
+    );
   });
 
   it.each([
-    [{ id: "r1", hook: "PRE_OUTPUT", action: "redact" }, 'policy.rules[0] (rule "r1").redact: a redact rule needs redact.patterns'],
-    [{ ...redactRule, id: "r2", redact: { patterns: [] } }, 'policy.rules[0] (rule "r2").redact.patterns: needs at least one'],
-    [{ ...redactRule, id: "r3", redact: { patterns: ["sk-(" ] } }, 'policy.rules[0] (rule "r3").redact.patterns[0]: invalid regular expression'],
+    [
+      { id: "r1", hook: "PRE_OUTPUT", action: "redact" },
+      'policy.rules[0] (rule "r1").redact: a redact rule needs redact.patterns',
+    ],
+    [
+      { ...redactRule, id: "r2", redact: { patterns: [] } },
+      'policy.rules[0] (rule "r2").redact.patterns: needs at least one',
+    ],
+    [
+      { ...redactRule, id: "r3", redact: { patterns: ["sk-("] } },
+      'policy.rules[0] (rule "r3").redact.patterns[0]: invalid regular expression',
+    ],
     [{ ...redactRule, id: "r4", redact: { patterns: ["x*"] } }, "must not match the empty string"],
-    [{ id: "r5", hook: "PRE_SEND", action: "deny", redact: { patterns: ["x"] } }, "only allowed when action is redact"],
-    [{ id: "r6", hook: "PRE_SEND", action: "deny", when: { "caller.agentid": "x" } }, 'when.caller.agentid: unknown field'],
-    [{ id: "r7", hook: "PRE_SEND", action: "deny", when: { "caller.key": { matches: "[" } } }, "when.caller.key.matches: invalid regular expression"],
-    [{ id: "r8", hook: "PRE_SEND", action: "deny", when: { "caller.key": { startsWith: "x" } } }, `rule "r8").when.caller.key: unknown operator "startsWith"`],
-    [{ id: "r9", hook: "PRE_SEND", action: "deny", when: { "caller.taint": { gt: "SECRET" } } }, "must be a number or a level"],
-    [{ id: "r10", hook: "PRE_SEND", action: "block" }, 'rule "r10").action: must be one of allow, deny, redact'],
+    [
+      { id: "r5", hook: "PRE_SEND", action: "deny", redact: { patterns: ["x"] } },
+      "only allowed when action is redact",
+    ],
+    [
+      { id: "r6", hook: "PRE_SEND", action: "deny", when: { "caller.agentid": "x" } },
+      "when.caller.agentid: unknown field",
+    ],
+    [
+      { id: "r7", hook: "PRE_SEND", action: "deny", when: { "caller.key": { matches: "[" } } },
+      "when.caller.key.matches: invalid regular expression",
+    ],
+    [
+      { id: "r8", hook: "PRE_SEND", action: "deny", when: { "caller.key": { startsWith: "x" } } },
+      `rule "r8").when.caller.key: unknown operator "startsWith"`,
+    ],
+    [
+      { id: "r9", hook: "PRE_SEND", action: "deny", when: { "caller.taint": { gt: "SECRET" } } },
+      "must be a number or a level",
+    ],
+    [
+      { id: "r10", hook: "PRE_SEND", action: "block" },
+      'rule "r10").action: must be one of allow, deny, redact',
+    ],
     [{ id: "r11", hook: "PRE_WRITE", action: "deny" }, 'rule "r11").hook: must be one of PRE_TOOL_CALL'],
     [{ id: "a2a", hook: "PRE_SEND", action: "allow" }, '"a2a" is reserved'],
     [{ id: "flow.mine", hook: "PRE_SEND", action: "allow" }, "is reserved"],

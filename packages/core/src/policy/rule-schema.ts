@@ -175,12 +175,10 @@ export const PolicyRulesSchema = z.array(PolicyRuleSchema).superRefine((rules, c
   });
 });
 
-function describeRule(raw: unknown, index: number, path: string): string {
-  const id =
-    raw !== null && typeof raw === "object" && typeof (raw as { id?: unknown }).id === "string"
-      ? (raw as { id: string }).id
-      : undefined;
-  return id === undefined ? `${path}[${index}]` : `${path}[${index}] (rule "${id}")`;
+function ruleIdOf(raw: unknown): string | undefined {
+  if (raw === null || typeof raw !== "object") return undefined;
+  const id = (raw as { id?: unknown }).id;
+  return typeof id === "string" ? id : undefined;
 }
 
 function issuePath(path: readonly PropertyKey[]): string {
@@ -202,8 +200,8 @@ export function validatePolicyRules(rules: unknown, path = "policy.rules"): Poli
   const valid: PolicyRule[] = [];
   const seen = new Map<string, number>();
   rules.forEach((raw, index) => {
-    const where = describeRule(raw, index, path);
-    const ruleId = where.includes('"') ? (raw as { id: string }).id : undefined;
+    const ruleId = ruleIdOf(raw);
+    const where = ruleId === undefined ? `${path}[${index}]` : `${path}[${index}] (rule "${ruleId}")`;
     const parsed = PolicyRuleSchema.safeParse(raw);
     if (!parsed.success) {
       for (const issue of parsed.error.issues) {

@@ -13,32 +13,48 @@ describe("resolveSendPolicy", () => {
 
   it("lets the session override win over everything", () => {
     const denyAll: SendPolicyConfig = { default: "deny", rules: [{ action: "deny" }] };
-    expect(resolveSendPolicy(undefined, { ...group, override: "deny" })).toEqual({ action: "deny", reason: "override" });
-    expect(resolveSendPolicy({ rules: [{ action: "allow" }] }, { ...group, override: "deny" }).action).toBe("deny");
+    expect(resolveSendPolicy(undefined, { ...group, override: "deny" })).toEqual({
+      action: "deny",
+      reason: "override",
+    });
+    expect(resolveSendPolicy({ rules: [{ action: "allow" }] }, { ...group, override: "deny" }).action).toBe(
+      "deny",
+    );
     expect(resolveSendPolicy(denyAll, { ...group, override: "allow" }).action).toBe("allow");
   });
 
   it("denies discord groups with a channel + chatType rule and leaves discord DMs alone", () => {
-    const policy: SendPolicyConfig = { rules: [{ action: "deny", match: { channel: "discord", chatType: "group" } }] };
+    const policy: SendPolicyConfig = {
+      rules: [{ action: "deny", match: { channel: "discord", chatType: "group" } }],
+    };
     expect(resolveSendPolicy(policy, group)).toEqual({ action: "deny", reason: "rule", matchedRule: 0 });
     expect(resolveSendPolicy(policy, dm).action).toBe("allow");
   });
 
   it("derives channel and chat type from the key when they are not given", () => {
-    const policy: SendPolicyConfig = { rules: [{ action: "deny", match: { channel: "Discord", chatType: "group" } }] };
+    const policy: SendPolicyConfig = {
+      rules: [{ action: "deny", match: { channel: "Discord", chatType: "group" } }],
+    };
     expect(resolveSendPolicy(policy, { key: "agent:main:discord:group:dev" }).action).toBe("deny");
   });
 
   it("matches keyPrefix against <rest> and against the full key", () => {
-    expect(resolveSendPolicy({ rules: [{ action: "deny", match: { keyPrefix: "cron:" } }] }, cron).action).toBe("deny");
     expect(
-      resolveSendPolicy({ rules: [{ action: "deny", match: { keyPrefix: "agent:main:cron:" } }] }, cron).action,
+      resolveSendPolicy({ rules: [{ action: "deny", match: { keyPrefix: "cron:" } }] }, cron).action,
     ).toBe("deny");
-    expect(resolveSendPolicy({ rules: [{ action: "deny", match: { keyPrefix: "cron:" } }] }, group).action).toBe("allow");
+    expect(
+      resolveSendPolicy({ rules: [{ action: "deny", match: { keyPrefix: "agent:main:cron:" } }] }, cron)
+        .action,
+    ).toBe("deny");
+    expect(
+      resolveSendPolicy({ rules: [{ action: "deny", match: { keyPrefix: "cron:" } }] }, group).action,
+    ).toBe("allow");
   });
 
   it("matches `to` against the recipient", () => {
-    const policy: SendPolicyConfig = { rules: [{ action: "deny", match: { channel: "telegram", to: "42" } }] };
+    const policy: SendPolicyConfig = {
+      rules: [{ action: "deny", match: { channel: "telegram", to: "42" } }],
+    };
     expect(resolveSendPolicy(policy, { channel: "telegram", to: "42" }).action).toBe("deny");
     expect(resolveSendPolicy(policy, { channel: "telegram", to: "43" }).action).toBe("allow");
     expect(resolveSendPolicy(policy, { channel: "telegram" }).action).toBe("allow");
@@ -58,7 +74,9 @@ describe("resolveSendPolicy", () => {
   });
 
   it("schema rejects typos and bad actions", () => {
-    expect(SendPolicySchema.safeParse({ rules: [{ action: "deny", match: { chanel: "x" } }] }).success).toBe(false);
+    expect(SendPolicySchema.safeParse({ rules: [{ action: "deny", match: { chanel: "x" } }] }).success).toBe(
+      false,
+    );
     expect(SendPolicySchema.safeParse({ default: "block" }).success).toBe(false);
     expect(SendPolicySchema.safeParse({ default: "deny", rules: [{ action: "allow" }] }).success).toBe(true);
   });

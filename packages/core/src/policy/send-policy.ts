@@ -59,7 +59,10 @@ const normalize = (value: string | undefined): string | undefined => value?.trim
  * (allow). Matching is case-insensitive. `keyPrefix` is tried against the key's `<rest>` and against
  * the full canonical key, so `cron:` and `agent:main:cron:` both work.
  */
-export function resolveSendPolicy(policy: SendPolicyConfig | undefined, target: SendTarget): SendPolicyResolution {
+export function resolveSendPolicy(
+  policy: SendPolicyConfig | undefined,
+  target: SendTarget,
+): SendPolicyResolution {
   if (target.override) return { action: target.override, reason: "override" };
   if (!policy) return { action: "allow", reason: "no-policy" };
   const key = normalize(target.key) ?? "";
