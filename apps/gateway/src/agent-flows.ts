@@ -138,30 +138,34 @@ export class AgentFlows {
     if (decision.action === "BLOCK") return { status: "forbidden", error: decision.message };
     const text = decision.text ?? message;
 
-    const provenance: Provenance = {
-      kind: "agent",
-      fromSessionKey: callerEntry.key,
-      fromRunId: caller.runId ?? "operator",
-      chainId: position.chainId,
-      hop: position.hop,
-      step: "send",
-    };
-    const { record } = await this.deliverMessage(callerEntry, targetEntry, text, {
-      origin: "send",
-      provenance,
-      context: this.a2aContextBlock(callerEntry, targetEntry),
-      flow: { chainId: position.chainId, hop: position.hop, requesterKey: callerEntry.key, request: text },
-      actor: caller.operator,
-    });
-    const delivery = { status: this.scheduler.hasWorker(targetEntry.agentId) ? ("delivered" as const) : ("queued" as const) };
-
-    // The reply-back loop and announce always run in the background, after the primary run.
-    this.track(this.afterPrimary(record, callerEntry.key, targetEntry.key, text, position));
-
-    if (!waits) return { status: "accepted", runId: record.runId, sessionKey: targetEntry.key, delivery };
-    const release = this.markWaiting(position.chainId, callerEntry.key);
+    // Mark the caller as waiting before the message goes out: the target may answer with a send of
+    // its own before this call resumes, and the cycle check must already see this wait.
+    const release = waits ? this.markWaiting(position.chainId, callerEntry.key) : () => undefined;
     let result: WaitResult;
+    let record: RunRecord;
+    let delivery: { status: "delivered" | "queued" };
     try {
+      const provenance: Provenance = {
+        kind: "agent",
+        fromSessionKey: callerEntry.key,
+        fromRunId: caller.runId ?? "operator",
+        chainId: position.chainId,
+        hop: position.hop,
+        step: "send",
+      };
+      ({ record } = await this.deliverMessage(callerEntry, targetEntry, text, {
+        origin: "send",
+        provenance,
+        context: this.a2aContextBlock(callerEntry, targetEntry),
+        flow: { chainId: position.chainId, hop: position.hop, requesterKey: callerEntry.key, request: text },
+        actor: caller.operator,
+      }));
+      delivery = { status: this.scheduler.hasWorker(targetEntry.agentId) ? "delivered" : "queued" };
+
+      // The reply-back loop and announce always run in the background, after the primary run.
+      this.track(this.afterPrimary(record, callerEntry.key, targetEntry.key, text, position));
+
+      if (!waits) return { status: "accepted", runId: record.runId, sessionKey: targetEntry.key, delivery };
       result = await this.scheduler.wait(record.runId, timeoutSeconds * 1000, caller.signal);
     } finally {
       release();

@@ -36,8 +36,9 @@ async function setup(input: ConfigInput = config(), handler = behaviour()) {
 }
 
 afterEach(async () => {
-  for (const worker of workers.splice(0)) worker.close();
+  // Background flows (reply-back loops, announces) finish while the workers are still there to answer.
   await gw?.gateway.flows.idle();
+  for (const worker of workers.splice(0)) worker.close();
   await gw?.close();
 });
 
