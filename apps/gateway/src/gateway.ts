@@ -97,6 +97,11 @@ export class Gateway {
     this.handlers = this.buildHandlers();
   }
 
+  /** Open WebSocket connections (tests, health). */
+  connectionCount(): number {
+    return this.transport.connections.size;
+  }
+
   get port(): number {
     return this.transport.port;
   }
