@@ -1,1 +1,2 @@
-export {};
+export { Gateway, type GatewayOptions, keyPatternMatches, startGateway } from "./gateway";
+export { VERSION } from "./version";

@@ -9,7 +9,11 @@ export interface BackoffOptions {
  * (uniform in [0, cap]) so that many clients dropped by the same gateway restart do not come
  * back in lock-step.
  */
-export function backoffDelay(attempt: number, options: BackoffOptions, random: () => number = Math.random): number {
+export function backoffDelay(
+  attempt: number,
+  options: BackoffOptions,
+  random: () => number = Math.random,
+): number {
   // Past 2^30 the cap has long been reached; clamping avoids Infinity * 0 = NaN.
   const exponential = options.initialDelayMs * 2 ** Math.min(Math.max(attempt, 0), 30);
   const cap = Math.min(options.maxDelayMs, exponential);

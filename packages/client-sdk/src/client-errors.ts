@@ -1,20 +1,40 @@
-import { type ErrorCode, formatPath, formatZodIssues, isSwitchboardError, SwitchboardError } from "@switchboard/core";
+import {
+  type ErrorCode,
+  formatPath,
+  formatZodIssues,
+  isSwitchboardError,
+  SwitchboardError,
+} from "@switchboard/core";
 import type { z } from "zod";
 
 export function invalidParams(method: string, error: z.ZodError): SwitchboardError {
-  return new SwitchboardError("INVALID_REQUEST", `invalid params for ${method}: ${formatZodIssues(error).join("; ")}`, {
-    details: {
-      method,
-      issues: error.issues.map((issue) => ({ path: formatPath(issue.path as PropertyKey[]), message: issue.message })),
+  return new SwitchboardError(
+    "INVALID_REQUEST",
+    `invalid params for ${method}: ${formatZodIssues(error).join("; ")}`,
+    {
+      details: {
+        method,
+        issues: error.issues.map((issue) => ({
+          path: formatPath(issue.path as PropertyKey[]),
+          message: issue.message,
+        })),
+      },
     },
-  });
+  );
 }
 
 export function invalidResult(what: string, error: z.ZodError): SwitchboardError {
   return new SwitchboardError(
     "INTERNAL",
     `the gateway's ${what} does not match the protocol schema: ${formatZodIssues(error).join("; ")}`,
-    { details: { issues: error.issues.map((issue) => ({ path: formatPath(issue.path as PropertyKey[]), message: issue.message })) } },
+    {
+      details: {
+        issues: error.issues.map((issue) => ({
+          path: formatPath(issue.path as PropertyKey[]),
+          message: issue.message,
+        })),
+      },
+    },
   );
 }
 

@@ -77,12 +77,16 @@ export type ReconnectOptions = z.input<typeof ReconnectOptionsSchema>;
 export function parseClientOptions(options: ClientOptions): ResolvedClientOptions {
   const parsed = ClientOptionsSchema.safeParse(options);
   if (parsed.success) return parsed.data;
-  throw new SwitchboardError("INVALID_REQUEST", `invalid client options: ${formatZodIssues(parsed.error, "options").join("; ")}`, {
-    details: {
-      issues: parsed.error.issues.map((issue) => ({
-        path: formatPath(issue.path as PropertyKey[]),
-        message: issue.message,
-      })),
+  throw new SwitchboardError(
+    "INVALID_REQUEST",
+    `invalid client options: ${formatZodIssues(parsed.error, "options").join("; ")}`,
+    {
+      details: {
+        issues: parsed.error.issues.map((issue) => ({
+          path: formatPath(issue.path as PropertyKey[]),
+          message: issue.message,
+        })),
+      },
     },
-  });
+  );
 }

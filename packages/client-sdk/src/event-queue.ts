@@ -7,8 +7,10 @@ import { SwitchboardError } from "@switchboard/core";
  */
 export class EventQueue<T> implements AsyncIterableIterator<T> {
   private readonly buffer: T[] = [];
-  private readonly waiting: Array<{ resolve: (result: IteratorResult<T>) => void; reject: (error: unknown) => void }> =
-    [];
+  private readonly waiting: Array<{
+    resolve: (result: IteratorResult<T>) => void;
+    reject: (error: unknown) => void;
+  }> = [];
   private finished = false;
   private failure: unknown;
 

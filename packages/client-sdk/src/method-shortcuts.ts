@@ -15,7 +15,7 @@ export interface CallOptions {
 
 /** Methods whose params are all optional can be called without any. */
 export type CallArgs<M extends MethodName> =
-  Partial<MethodParams<M>> extends MethodParams<M>
+  Record<never, never> extends MethodParams<M>
     ? [params?: MethodParams<M>, options?: CallOptions]
     : [params: MethodParams<M>, options?: CallOptions];
 

@@ -47,9 +47,10 @@ const decoder = new TextDecoder();
 export function messageText(data: unknown): string | undefined {
   if (typeof data === "string") return data;
   if (data instanceof ArrayBuffer) return decoder.decode(data);
-  if (ArrayBuffer.isView(data)) return decoder.decode(data);
-  if (Array.isArray(data) && data.every((part) => ArrayBuffer.isView(part))) {
-    return data.map((part: ArrayBufferView) => decoder.decode(part, { stream: true })).join("") + decoder.decode();
+  if (data instanceof Uint8Array) return decoder.decode(data);
+  // `ws` delivers a fragmented binary message as a list of Buffers.
+  if (Array.isArray(data) && data.every((part) => part instanceof Uint8Array)) {
+    return data.map((part: Uint8Array) => decoder.decode(part, { stream: true })).join("") + decoder.decode();
   }
   return undefined;
 }

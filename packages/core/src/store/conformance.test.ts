@@ -45,7 +45,9 @@ describe("store conformance suite", () => {
         },
       };
     });
-    await expect(findCase(open, "lists newest first (ties by key), up to the limit, and follows updates").run(noSkip)).rejects.toThrow();
+    await expect(
+      findCase(open, "lists newest first (ties by key), up to the limit, and follows updates").run(noSkip),
+    ).rejects.toThrow();
   });
 
   it("notices hidden rows counted only up to the limit", async () => {
@@ -62,7 +64,9 @@ describe("store conformance suite", () => {
         },
       };
     });
-    await expect(findCase(open, "counts rows withheld by the visibility predicate, even past the limit").run(noSkip)).rejects.toThrow();
+    await expect(
+      findCase(open, "counts rows withheld by the visibility predicate, even past the limit").run(noSkip),
+    ).rejects.toThrow();
   });
 
   it("notices a batch written partly before a bad entry", async () => {
@@ -80,7 +84,9 @@ describe("store conformance suite", () => {
         },
       };
     });
-    await expect(findCase(open, "rejects a batch with one bad entry and writes none of it").run(noSkip)).rejects.toThrow();
+    await expect(
+      findCase(open, "rejects a batch with one bad entry and writes none of it").run(noSkip),
+    ).rejects.toThrow();
   });
 
   it("notices a read that ignores maxBytes", async () => {
@@ -88,10 +94,15 @@ describe("store conformance suite", () => {
       const read = store.transcripts.read.bind(store.transcripts);
       return {
         ...store,
-        transcripts: { ...store.transcripts, read: async (sessionId, { maxBytes: _ignored, ...options }) => read(sessionId, options) },
+        transcripts: {
+          ...store.transcripts,
+          read: async (sessionId, { maxBytes: _ignored, ...options }) => read(sessionId, options),
+        },
       };
     });
-    await expect(findCase(open, "caps output bytes by dropping whole entries from the old end").run(noSkip)).rejects.toThrow();
+    await expect(
+      findCase(open, "caps output bytes by dropping whole entries from the old end").run(noSkip),
+    ).rejects.toThrow();
   });
 
   it("notices a store that forgets data on reopen", async () => {

@@ -1,4 +1,4 @@
-import { describe as vitestDescribe, expect, it as vitestIt } from "vitest";
+import { expect, describe as vitestDescribe, it as vitestIt } from "vitest";
 import type { AuditRecord } from "../audit/index";
 import type { Store } from "./interfaces";
 import type { RunRecord } from "./run-record";
@@ -38,7 +38,10 @@ export function sampleSession(overrides: Partial<SessionEntry> = {}): SessionEnt
   };
 }
 
-export function sampleMessage(text: string, overrides: Partial<TranscriptEntryInput> = {}): TranscriptEntryInput {
+export function sampleMessage(
+  text: string,
+  overrides: Partial<TranscriptEntryInput> = {},
+): TranscriptEntryInput {
   return {
     type: "message",
     label: "INTERNAL",
@@ -158,640 +161,755 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
   }
 
   const code = (value: string) => expect.objectContaining({ code: value });
+  describe("sessions index", () => {
+    it("stores, replaces and deletes whole rows", async () => {
+      await withStore(async (store) => {
+        const row = sampleSession({ displayName: "First", label: "alpha" });
+        expect(await store.sessions.get(row.key)).toBeUndefined();
+        await store.sessions.put(row);
+        expect(await store.sessions.get(row.key)).toEqual(row);
+        expect(await store.sessions.count()).toBe(1);
 
-  {
-    describe("sessions index", () => {
-      it("stores, replaces and deletes whole rows", async () => {
-        await withStore(async (store) => {
-          const row = sampleSession({ displayName: "First", label: "alpha" });
-          expect(await store.sessions.get(row.key)).toBeUndefined();
-          await store.sessions.put(row);
-          expect(await store.sessions.get(row.key)).toEqual(row);
-          expect(await store.sessions.count()).toBe(1);
+        const { displayName: _dropped, ...replacement } = { ...row, updatedAt: row.updatedAt + 5 };
+        await store.sessions.put(replacement);
+        const stored = await store.sessions.get(row.key);
+        expect(stored).toEqual(replacement);
+        expect(stored?.displayName).toBeUndefined();
+        expect(await store.sessions.count()).toBe(1);
 
-          const { displayName: _dropped, ...replacement } = { ...row, updatedAt: row.updatedAt + 5 };
-          await store.sessions.put(replacement);
-          const stored = await store.sessions.get(row.key);
-          expect(stored).toEqual(replacement);
-          expect(stored?.displayName).toBeUndefined();
-          expect(await store.sessions.count()).toBe(1);
-
-          expect(await store.sessions.delete(row.key)).toBe(true);
-          expect(await store.sessions.delete(row.key)).toBe(false);
-          expect(await store.sessions.get(row.key)).toBeUndefined();
-          expect(await store.sessions.count()).toBe(0);
-        });
+        expect(await store.sessions.delete(row.key)).toBe(true);
+        expect(await store.sessions.delete(row.key)).toBe(false);
+        expect(await store.sessions.get(row.key)).toBeUndefined();
+        expect(await store.sessions.count()).toBe(0);
       });
+    });
 
-      it("returns copies: mutating a result does not change the store", async () => {
-        await withStore(async (store) => {
-          const row = sampleSession();
-          await store.sessions.put(row);
-          const first = await store.sessions.get(row.key);
-          first!.taint = "RESTRICTED";
-          row.taint = "CONFIDENTIAL";
-          expect((await store.sessions.get(row.key))?.taint).toBe("PUBLIC");
-        });
+    it("returns copies: mutating a result does not change the store", async () => {
+      await withStore(async (store) => {
+        const row = sampleSession();
+        await store.sessions.put(row);
+        const first = await store.sessions.get(row.key);
+        first!.taint = "RESTRICTED";
+        row.taint = "CONFIDENTIAL";
+        expect((await store.sessions.get(row.key))?.taint).toBe("PUBLIC");
       });
+    });
 
-      it("rejects an invalid row naming the field, and stores nothing", async () => {
-        await withStore(async (store) => {
-          const bad = { ...sampleSession(), sessionId: "../../etc/passwd" };
-          await expect(store.sessions.put(bad)).rejects.toEqual(code("INVALID_REQUEST"));
-          await expect(store.sessions.put(bad)).rejects.toThrow(/sessionId/);
-          const badLevel = { ...sampleSession(), taint: "SECRET" } as unknown as SessionEntry;
-          await expect(store.sessions.put(badLevel)).rejects.toThrow(/taint/);
-          expect(await store.sessions.count()).toBe(0);
-          expect(await store.sessions.get(bad.key)).toBeUndefined();
-        });
+    it("rejects an invalid row naming the field, and stores nothing", async () => {
+      await withStore(async (store) => {
+        const bad = { ...sampleSession(), sessionId: "../../etc/passwd" };
+        await expect(store.sessions.put(bad)).rejects.toEqual(code("INVALID_REQUEST"));
+        await expect(store.sessions.put(bad)).rejects.toThrow(/sessionId/);
+        const badLevel = { ...sampleSession(), taint: "SECRET" } as unknown as SessionEntry;
+        await expect(store.sessions.put(badLevel)).rejects.toThrow(/taint/);
+        expect(await store.sessions.count()).toBe(0);
+        expect(await store.sessions.get(bad.key)).toBeUndefined();
       });
+    });
 
-      it("finds the keys whose current sessionId is given", async () => {
-        await withStore(async (store) => {
-          const sessionId = uuid();
-          const a = sampleSession({ key: "agent:main:a", sessionId });
-          const b = sampleSession({ key: "agent:main:b", sessionId });
-          await store.sessions.put(a);
-          await store.sessions.put(b);
-          await store.sessions.put(sampleSession({ key: "agent:main:c" }));
-          expect((await store.sessions.keysForSessionId(sessionId)).sort()).toEqual(["agent:main:a", "agent:main:b"]);
+    it("finds the keys whose current sessionId is given", async () => {
+      await withStore(async (store) => {
+        const sessionId = uuid();
+        const a = sampleSession({ key: "agent:main:a", sessionId });
+        const b = sampleSession({ key: "agent:main:b", sessionId });
+        await store.sessions.put(a);
+        await store.sessions.put(b);
+        await store.sessions.put(sampleSession({ key: "agent:main:c" }));
+        expect((await store.sessions.keysForSessionId(sessionId)).sort()).toEqual([
+          "agent:main:a",
+          "agent:main:b",
+        ]);
 
-          await store.sessions.put({ ...a, sessionId: uuid() });
-          expect(await store.sessions.keysForSessionId(sessionId)).toEqual(["agent:main:b"]);
-          await store.sessions.delete(b.key);
-          expect(await store.sessions.keysForSessionId(sessionId)).toEqual([]);
-          expect(await store.sessions.keysForSessionId(uuid())).toEqual([]);
-        });
+        await store.sessions.put({ ...a, sessionId: uuid() });
+        expect(await store.sessions.keysForSessionId(sessionId)).toEqual(["agent:main:b"]);
+        await store.sessions.delete(b.key);
+        expect(await store.sessions.keysForSessionId(sessionId)).toEqual([]);
+        expect(await store.sessions.keysForSessionId(uuid())).toEqual([]);
       });
+    });
 
-      it("lists newest first (ties by key), up to the limit, and follows updates", async () => {
-        await withStore(async (store) => {
-          const rows = [
-            sampleSession({ key: "agent:main:b", updatedAt: 300 }),
-            sampleSession({ key: "agent:main:a", updatedAt: 300 }),
-            sampleSession({ key: "agent:main:c", updatedAt: 100 }),
-            sampleSession({ key: "agent:main:d", updatedAt: 200 }),
-          ];
-          for (const row of rows) await store.sessions.put(row);
-          const all = await store.sessions.list({ limit: 10 });
-          expect(all.entries.map((row) => row.key)).toEqual(["agent:main:a", "agent:main:b", "agent:main:d", "agent:main:c"]);
-          expect(all.hidden).toBe(0);
+    it("lists newest first (ties by key), up to the limit, and follows updates", async () => {
+      await withStore(async (store) => {
+        const rows = [
+          sampleSession({ key: "agent:main:b", updatedAt: 300 }),
+          sampleSession({ key: "agent:main:a", updatedAt: 300 }),
+          sampleSession({ key: "agent:main:c", updatedAt: 100 }),
+          sampleSession({ key: "agent:main:d", updatedAt: 200 }),
+        ];
+        for (const row of rows) await store.sessions.put(row);
+        const all = await store.sessions.list({ limit: 10 });
+        expect(all.entries.map((row) => row.key)).toEqual([
+          "agent:main:a",
+          "agent:main:b",
+          "agent:main:d",
+          "agent:main:c",
+        ]);
+        expect(all.hidden).toBe(0);
 
-          const two = await store.sessions.list({ limit: 2 });
-          expect(two.entries.map((row) => row.key)).toEqual(["agent:main:a", "agent:main:b"]);
+        const two = await store.sessions.list({ limit: 2 });
+        expect(two.entries.map((row) => row.key)).toEqual(["agent:main:a", "agent:main:b"]);
 
-          await store.sessions.put({ ...rows[2]!, updatedAt: 400 });
-          const after = await store.sessions.list({ limit: 2 });
-          expect(after.entries.map((row) => row.key)).toEqual(["agent:main:c", "agent:main:a"]);
+        await store.sessions.put({ ...rows[2]!, updatedAt: 400 });
+        const after = await store.sessions.list({ limit: 2 });
+        expect(after.entries.map((row) => row.key)).toEqual(["agent:main:c", "agent:main:a"]);
 
-          await store.sessions.delete("agent:main:a");
-          const afterDelete = await store.sessions.list({ limit: 10 });
-          expect(afterDelete.entries.map((row) => row.key)).toEqual(["agent:main:c", "agent:main:b", "agent:main:d"]);
-        });
+        await store.sessions.delete("agent:main:a");
+        const afterDelete = await store.sessions.list({ limit: 10 });
+        expect(afterDelete.entries.map((row) => row.key)).toEqual([
+          "agent:main:c",
+          "agent:main:b",
+          "agent:main:d",
+        ]);
       });
+    });
 
-      it("applies every list filter", async () => {
-        await withStore(async (store) => {
-          const parent = "agent:main:main";
-          await store.sessions.put(sampleSession({ key: parent, updatedAt: 50 }));
+    it("applies every list filter", async () => {
+      await withStore(async (store) => {
+        const parent = "agent:main:main";
+        await store.sessions.put(sampleSession({ key: parent, updatedAt: 50 }));
+        await store.sessions.put(
+          sampleSession({
+            key: "agent:research:subagent:1",
+            agentId: "research",
+            spawnedBy: parent,
+            updatedAt: 40,
+          }),
+        );
+        await store.sessions.put(
+          sampleSession({
+            key: "agent:research:cron:nightly",
+            agentId: "research",
+            label: "Nightly",
+            updatedAt: 30,
+          }),
+        );
+        await store.sessions.put(
+          sampleSession({ key: "agent:main:discord:group:dev", displayName: "Dev Room", updatedAt: 20 }),
+        );
+        await store.sessions.put(
+          sampleSession({ key: "agent:main:subagent:old", spawnedBy: parent, archivedAt: 25, updatedAt: 10 }),
+        );
+        const keys = async (
+          query: Parameters<Store["sessions"]["list"]>[0],
+          classify?: (e: SessionEntry) => string,
+        ) => (await store.sessions.list(query, classify ? { classify } : {})).entries.map((row) => row.key);
+
+        expect(await keys({ limit: 10 })).not.toContain("agent:main:subagent:old");
+        expect(await keys({ limit: 10, includeArchived: true })).toContain("agent:main:subagent:old");
+        expect(await keys({ limit: 10, agentId: "research" })).toEqual([
+          "agent:research:subagent:1",
+          "agent:research:cron:nightly",
+        ]);
+        expect(await keys({ limit: 10, activeSince: 30 })).toEqual([
+          parent,
+          "agent:research:subagent:1",
+          "agent:research:cron:nightly",
+        ]);
+        expect(await keys({ limit: 10, spawnedBy: parent, includeArchived: true })).toEqual([
+          "agent:research:subagent:1",
+          "agent:main:subagent:old",
+        ]);
+        expect(await keys({ limit: 10, label: "Nightly" })).toEqual(["agent:research:cron:nightly"]);
+        expect(await keys({ limit: 10, search: "dev room" })).toEqual(["agent:main:discord:group:dev"]);
+        expect(await keys({ limit: 10, search: "NIGHT" })).toEqual(["agent:research:cron:nightly"]);
+        expect(await keys({ limit: 10, search: "SUBAGENT:1" })).toEqual(["agent:research:subagent:1"]);
+        // Without a classifier the store uses core's key rules.
+        expect(await keys({ limit: 10, kinds: ["cron", "group"] })).toEqual([
+          "agent:research:cron:nightly",
+          "agent:main:discord:group:dev",
+        ]);
+        const byAgent = (entry: SessionEntry) => (entry.agentId === "main" ? "mine" : "theirs");
+        expect(await keys({ limit: 10, kinds: ["theirs"] }, byAgent)).toEqual([
+          "agent:research:subagent:1",
+          "agent:research:cron:nightly",
+        ]);
+        expect(await keys({ limit: 10, agentId: "research", activeSince: 35 })).toEqual([
+          "agent:research:subagent:1",
+        ]);
+      });
+    });
+
+    it("counts rows withheld by the visibility predicate, even past the limit", async () => {
+      await withStore(async (store) => {
+        for (let i = 0; i < 10; i++) {
           await store.sessions.put(
-            sampleSession({ key: "agent:research:subagent:1", agentId: "research", spawnedBy: parent, updatedAt: 40 }),
+            sampleSession({
+              key: `agent:${i % 2 === 0 ? "main" : "other"}:s${i}`,
+              agentId: i % 2 === 0 ? "main" : "other",
+              updatedAt: 100 - i,
+            }),
           );
-          await store.sessions.put(
-            sampleSession({ key: "agent:research:cron:nightly", agentId: "research", label: "Nightly", updatedAt: 30 }),
-          );
-          await store.sessions.put(
-            sampleSession({ key: "agent:main:discord:group:dev", displayName: "Dev Room", updatedAt: 20 }),
-          );
-          await store.sessions.put(
-            sampleSession({ key: "agent:main:subagent:old", spawnedBy: parent, archivedAt: 25, updatedAt: 10 }),
-          );
-          const keys = async (query: Parameters<Store["sessions"]["list"]>[0], classify?: (e: SessionEntry) => string) =>
-            (await store.sessions.list(query, classify ? { classify } : {})).entries.map((row) => row.key);
-
-          expect(await keys({ limit: 10 })).not.toContain("agent:main:subagent:old");
-          expect(await keys({ limit: 10, includeArchived: true })).toContain("agent:main:subagent:old");
-          expect(await keys({ limit: 10, agentId: "research" })).toEqual([
-            "agent:research:subagent:1",
-            "agent:research:cron:nightly",
-          ]);
-          expect(await keys({ limit: 10, activeSince: 30 })).toEqual([
-            parent,
-            "agent:research:subagent:1",
-            "agent:research:cron:nightly",
-          ]);
-          expect(await keys({ limit: 10, spawnedBy: parent, includeArchived: true })).toEqual([
-            "agent:research:subagent:1",
-            "agent:main:subagent:old",
-          ]);
-          expect(await keys({ limit: 10, label: "Nightly" })).toEqual(["agent:research:cron:nightly"]);
-          expect(await keys({ limit: 10, search: "dev room" })).toEqual(["agent:main:discord:group:dev"]);
-          expect(await keys({ limit: 10, search: "NIGHT" })).toEqual(["agent:research:cron:nightly"]);
-          expect(await keys({ limit: 10, search: "SUBAGENT:1" })).toEqual(["agent:research:subagent:1"]);
-          // Without a classifier the store uses core's key rules.
-          expect(await keys({ limit: 10, kinds: ["cron", "group"] })).toEqual([
-            "agent:research:cron:nightly",
-            "agent:main:discord:group:dev",
-          ]);
-          const byAgent = (entry: SessionEntry) => (entry.agentId === "main" ? "mine" : "theirs");
-          expect(await keys({ limit: 10, kinds: ["theirs"] }, byAgent)).toEqual([
-            "agent:research:subagent:1",
-            "agent:research:cron:nightly",
-          ]);
-          expect(await keys({ limit: 10, agentId: "research", activeSince: 35 })).toEqual(["agent:research:subagent:1"]);
-        });
+        }
+        const visible = (entry: SessionEntry) => entry.agentId === "main";
+        const page = await store.sessions.list({ limit: 2 }, { visible });
+        expect(page.entries.map((row) => row.key)).toEqual(["agent:main:s0", "agent:main:s2"]);
+        expect(page.hidden).toBe(5);
+        // Rows excluded by plain filters are not "hidden".
+        const filtered = await store.sessions.list({ limit: 10, activeSince: 97 }, { visible });
+        expect(filtered.entries.map((row) => row.key)).toEqual(["agent:main:s0", "agent:main:s2"]);
+        expect(filtered.hidden).toBe(2);
       });
+    });
 
-      it("counts rows withheld by the visibility predicate, even past the limit", async () => {
-        await withStore(async (store) => {
-          for (let i = 0; i < 10; i++) {
-            await store.sessions.put(
-              sampleSession({ key: `agent:${i % 2 === 0 ? "main" : "other"}:s${i}`, agentId: i % 2 === 0 ? "main" : "other", updatedAt: 100 - i }),
-            );
-          }
-          const visible = (entry: SessionEntry) => entry.agentId === "main";
-          const page = await store.sessions.list({ limit: 2 }, { visible });
-          expect(page.entries.map((row) => row.key)).toEqual(["agent:main:s0", "agent:main:s2"]);
-          expect(page.hidden).toBe(5);
-          // Rows excluded by plain filters are not "hidden".
-          const filtered = await store.sessions.list({ limit: 10, activeSince: 97 }, { visible });
-          expect(filtered.entries.map((row) => row.key)).toEqual(["agent:main:s0", "agent:main:s2"]);
-          expect(filtered.hidden).toBe(2);
-        });
+    it("rejects a list query without a valid limit", async () => {
+      await withStore(async (store) => {
+        await expect(store.sessions.list({ limit: 0 })).rejects.toEqual(code("INVALID_REQUEST"));
+        await expect(store.sessions.list({} as { limit: number })).rejects.toThrow(/limit/);
       });
+    });
+  });
 
-      it("rejects a list query without a valid limit", async () => {
-        await withStore(async (store) => {
-          await expect(store.sessions.list({ limit: 0 })).rejects.toEqual(code("INVALID_REQUEST"));
-          await expect(store.sessions.list({} as { limit: number })).rejects.toThrow(/limit/);
+  describe("transcripts", () => {
+    it("creates transcripts idempotently and refuses a different key for the same sessionId", async () => {
+      await withStore(async (store) => {
+        const sessionId = uuid();
+        expect(await store.transcripts.exists(sessionId)).toBe(false);
+        await store.transcripts.create({ sessionId, key: "agent:main:main", createdAt: 1 });
+        await store.transcripts.create({ sessionId, key: "agent:main:main", createdAt: 1 });
+        expect(await store.transcripts.exists(sessionId)).toBe(true);
+        expect(await store.transcripts.lastSeq(sessionId)).toBe(0);
+        await expect(
+          store.transcripts.create({ sessionId, key: "agent:main:other", createdAt: 1 }),
+        ).rejects.toEqual(code("CONFLICT"));
+        expect(typeof store.transcripts.locate(sessionId)).toBe("string");
+        expect(store.transcripts.locate(sessionId)).toContain(sessionId);
+      });
+    });
+
+    it("refuses sessionIds that are not UUIDs and writes nothing", async () => {
+      await withStore(async (store) => {
+        for (const bad of ["../../etc/passwd", "agent:main:main", "", "not-a-uuid"]) {
+          await expect(
+            store.transcripts.create({ sessionId: bad, key: "agent:main:main", createdAt: 1 }),
+          ).rejects.toEqual(code("INVALID_REQUEST"));
+          await expect(store.transcripts.append(bad, [sampleMessage("x")])).rejects.toEqual(
+            code("INVALID_REQUEST"),
+          );
+          await expect(store.transcripts.read(bad, { limit: 5 })).rejects.toEqual(code("INVALID_REQUEST"));
+          await expect(store.transcripts.exists(bad)).rejects.toEqual(code("INVALID_REQUEST"));
+          expect(() => store.transcripts.locate(bad)).toThrow(/sessionId/);
+        }
+      });
+    });
+
+    it("answers NOT_FOUND for a transcript that does not exist", async () => {
+      await withStore(async (store) => {
+        const sessionId = uuid();
+        await expect(store.transcripts.append(sessionId, [sampleMessage("x")])).rejects.toEqual(
+          code("NOT_FOUND"),
+        );
+        await expect(store.transcripts.read(sessionId, { limit: 5 })).rejects.toEqual(code("NOT_FOUND"));
+        await expect(store.transcripts.lastSeq(sessionId)).rejects.toEqual(code("NOT_FOUND"));
+        expect(await store.transcripts.exists(sessionId)).toBe(false);
+      });
+    });
+
+    it("assigns strictly increasing seqs and fills id and ts", async () => {
+      await withStore(async (store) => {
+        const sessionId = uuid();
+        await store.transcripts.create({ sessionId, key: "agent:main:main", createdAt: 1 });
+        const before = Date.now();
+        const first = await store.transcripts.append(sessionId, [sampleMessage("one"), sampleMessage("two")]);
+        expect(first.map((entry) => entry.seq)).toEqual([1, 2]);
+        for (const entry of first) {
+          expect(entry.id.length).toBeGreaterThan(0);
+          expect(entry.ts).toBeGreaterThanOrEqual(before);
+        }
+        expect(first[0]!.id).not.toBe(first[1]!.id);
+        const second = await store.transcripts.append(sessionId, [
+          sampleMessage("three", { id: "custom-id", ts: 42 }),
+        ]);
+        expect(second).toHaveLength(1);
+        expect(second[0]).toMatchObject({ seq: 3, id: "custom-id", ts: 42 });
+        expect(await store.transcripts.lastSeq(sessionId)).toBe(3);
+        expect(await store.transcripts.append(sessionId, [])).toEqual([]);
+        expect(await store.transcripts.lastSeq(sessionId)).toBe(3);
+      });
+    });
+
+    it("keeps every field of every entry kind", async () => {
+      await withStore(async (store) => {
+        const sessionId = uuid();
+        await store.transcripts.create({ sessionId, key: "agent:main:main", createdAt: 1 });
+        const inputs: TranscriptEntryInput[] = [
+          sampleMessage("from a peer ✓ ünïcode", {
+            label: "CONFIDENTIAL",
+            runId: "run-1",
+            provenance: {
+              kind: "agent",
+              fromSessionKey: "agent:b:main",
+              fromRunId: "r0",
+              chainId: "c1",
+              hop: 2,
+              step: "send",
+            },
+          }),
+          {
+            type: "message",
+            label: "INTERNAL",
+            message: {
+              role: "toolCall",
+              content: [
+                {
+                  type: "toolCall",
+                  id: "t1",
+                  name: "sessions_list",
+                  args: { limit: 5, nested: { a: [1, 2] } },
+                },
+              ],
+            },
+          },
+          {
+            type: "message",
+            label: "INTERNAL",
+            message: {
+              role: "toolResult",
+              content: [
+                { type: "toolResult", toolCallId: "t1", name: "sessions_list", result: { ok: true } },
+              ],
+            },
+          },
+          {
+            type: "taint",
+            label: "CONFIDENTIAL",
+            taint: { from: "PUBLIC", to: "CONFIDENTIAL", reason: "read", source: "agent:b:main" },
+          },
+          { type: "event", label: "PUBLIC", event: { name: "reset", data: { by: "operator" } } },
+        ];
+        const appended = await store.transcripts.append(sessionId, inputs);
+        const read = await store.transcripts.read(sessionId, { limit: 10 });
+        expect(read.entries).toEqual(appended);
+        appended.forEach((entry, index) => {
+          expect(entry).toMatchObject(inputs[index]!);
         });
       });
     });
 
-    describe("transcripts", () => {
-      it("creates transcripts idempotently and refuses a different key for the same sessionId", async () => {
-        await withStore(async (store) => {
-          const sessionId = uuid();
-          expect(await store.transcripts.exists(sessionId)).toBe(false);
-          await store.transcripts.create({ sessionId, key: "agent:main:main", createdAt: 1 });
-          await store.transcripts.create({ sessionId, key: "agent:main:main", createdAt: 1 });
-          expect(await store.transcripts.exists(sessionId)).toBe(true);
-          expect(await store.transcripts.lastSeq(sessionId)).toBe(0);
-          await expect(store.transcripts.create({ sessionId, key: "agent:main:other", createdAt: 1 })).rejects.toEqual(
-            code("CONFLICT"),
-          );
-          expect(typeof store.transcripts.locate(sessionId)).toBe("string");
-          expect(store.transcripts.locate(sessionId)).toContain(sessionId);
-        });
+    it("rejects a batch with one bad entry and writes none of it", async () => {
+      await withStore(async (store) => {
+        const sessionId = uuid();
+        await store.transcripts.create({ sessionId, key: "agent:main:main", createdAt: 1 });
+        await store.transcripts.append(sessionId, [sampleMessage("keep")]);
+        const bad = {
+          type: "message",
+          label: "TOP-SECRET",
+          message: { role: "user", content: [] },
+        } as unknown as TranscriptEntryInput;
+        const attempt = store.transcripts.append(sessionId, [sampleMessage("a"), bad, sampleMessage("b")]);
+        await expect(attempt).rejects.toEqual(code("INVALID_REQUEST"));
+        await expect(store.transcripts.append(sessionId, [sampleMessage("a"), bad])).rejects.toThrow(
+          /entries\[1\]\.label/,
+        );
+        await expect(
+          store.transcripts.append(sessionId, [
+            { ...sampleMessage("x"), type: "nonsense" } as unknown as TranscriptEntryInput,
+          ]),
+        ).rejects.toThrow(/entries\[0\]\.type/);
+        expect(await store.transcripts.lastSeq(sessionId)).toBe(1);
+        const read = await store.transcripts.read(sessionId, { limit: 10 });
+        expect(read.entries.map(text)).toEqual(["keep"]);
+        const next = await store.transcripts.append(sessionId, [sampleMessage("next")]);
+        expect(next[0]!.seq).toBe(2);
       });
+    });
 
-      it("refuses sessionIds that are not UUIDs and writes nothing", async () => {
-        await withStore(async (store) => {
-          for (const bad of ["../../etc/passwd", "agent:main:main", "", "not-a-uuid"]) {
-            await expect(store.transcripts.create({ sessionId: bad, key: "agent:main:main", createdAt: 1 })).rejects.toEqual(
-              code("INVALID_REQUEST"),
-            );
-            await expect(store.transcripts.append(bad, [sampleMessage("x")])).rejects.toEqual(code("INVALID_REQUEST"));
-            await expect(store.transcripts.read(bad, { limit: 5 })).rejects.toEqual(code("INVALID_REQUEST"));
-            await expect(store.transcripts.exists(bad)).rejects.toEqual(code("INVALID_REQUEST"));
-            expect(() => store.transcripts.locate(bad)).toThrow(/sessionId/);
-          }
-        });
+    it("keeps seqs unique and ordered under concurrent appends", async () => {
+      await withStore(async (store) => {
+        const sessionIds = [uuid(), uuid()];
+        for (const sessionId of sessionIds)
+          await store.transcripts.create({ sessionId, key: `agent:main:${sessionId}`, createdAt: 1 });
+        const results = await Promise.all(
+          Array.from({ length: 60 }, (_, i) =>
+            store.transcripts.append(sessionIds[i % 2]!, [
+              sampleMessage(`m${i}-a`),
+              sampleMessage(`m${i}-b`),
+            ]),
+          ),
+        );
+        for (const result of results) expect(result[1]!.seq).toBe(result[0]!.seq + 1);
+        for (const sessionId of sessionIds) {
+          const read = await store.transcripts.read(sessionId, { limit: 500 });
+          expect(read.entries.map((entry) => entry.seq)).toEqual(Array.from({ length: 60 }, (_, i) => i + 1));
+          expect(new Set(read.entries.map(text)).size).toBe(60);
+          expect(await store.transcripts.lastSeq(sessionId)).toBe(60);
+        }
       });
+    });
 
-      it("answers NOT_FOUND for a transcript that does not exist", async () => {
-        await withStore(async (store) => {
-          const sessionId = uuid();
-          await expect(store.transcripts.append(sessionId, [sampleMessage("x")])).rejects.toEqual(code("NOT_FOUND"));
-          await expect(store.transcripts.read(sessionId, { limit: 5 })).rejects.toEqual(code("NOT_FOUND"));
-          await expect(store.transcripts.lastSeq(sessionId)).rejects.toEqual(code("NOT_FOUND"));
-          expect(await store.transcripts.exists(sessionId)).toBe(false);
-        });
-      });
-
-      it("assigns strictly increasing seqs and fills id and ts", async () => {
-        await withStore(async (store) => {
-          const sessionId = uuid();
-          await store.transcripts.create({ sessionId, key: "agent:main:main", createdAt: 1 });
-          const before = Date.now();
-          const first = await store.transcripts.append(sessionId, [sampleMessage("one"), sampleMessage("two")]);
-          expect(first.map((entry) => entry.seq)).toEqual([1, 2]);
-          for (const entry of first) {
-            expect(entry.id.length).toBeGreaterThan(0);
-            expect(entry.ts).toBeGreaterThanOrEqual(before);
-          }
-          expect(first[0]!.id).not.toBe(first[1]!.id);
-          const second = await store.transcripts.append(sessionId, [sampleMessage("three", { id: "custom-id", ts: 42 })]);
-          expect(second).toHaveLength(1);
-          expect(second[0]).toMatchObject({ seq: 3, id: "custom-id", ts: 42 });
-          expect(await store.transcripts.lastSeq(sessionId)).toBe(3);
-          expect(await store.transcripts.append(sessionId, [])).toEqual([]);
-          expect(await store.transcripts.lastSeq(sessionId)).toBe(3);
-        });
-      });
-
-      it("keeps every field of every entry kind", async () => {
-        await withStore(async (store) => {
-          const sessionId = uuid();
-          await store.transcripts.create({ sessionId, key: "agent:main:main", createdAt: 1 });
-          const inputs: TranscriptEntryInput[] = [
-            sampleMessage("from a peer ✓ ünïcode", {
-              label: "CONFIDENTIAL",
-              runId: "run-1",
-              provenance: { kind: "agent", fromSessionKey: "agent:b:main", fromRunId: "r0", chainId: "c1", hop: 2, step: "send" },
-            }),
-            {
-              type: "message",
-              label: "INTERNAL",
-              message: {
-                role: "toolCall",
-                content: [{ type: "toolCall", id: "t1", name: "sessions_list", args: { limit: 5, nested: { a: [1, 2] } } }],
-              },
-            },
-            {
-              type: "message",
-              label: "INTERNAL",
-              message: { role: "toolResult", content: [{ type: "toolResult", toolCallId: "t1", name: "sessions_list", result: { ok: true } }] },
-            },
-            { type: "taint", label: "CONFIDENTIAL", taint: { from: "PUBLIC", to: "CONFIDENTIAL", reason: "read", source: "agent:b:main" } },
-            { type: "event", label: "PUBLIC", event: { name: "reset", data: { by: "operator" } } },
-          ];
-          const appended = await store.transcripts.append(sessionId, inputs);
-          const read = await store.transcripts.read(sessionId, { limit: 10 });
-          expect(read.entries).toEqual(appended);
-          appended.forEach((entry, index) => {
-            expect(entry).toMatchObject(inputs[index]!);
-          });
-        });
-      });
-
-      it("rejects a batch with one bad entry and writes none of it", async () => {
-        await withStore(async (store) => {
-          const sessionId = uuid();
-          await store.transcripts.create({ sessionId, key: "agent:main:main", createdAt: 1 });
-          await store.transcripts.append(sessionId, [sampleMessage("keep")]);
-          const bad = { type: "message", label: "TOP-SECRET", message: { role: "user", content: [] } } as unknown as TranscriptEntryInput;
-          const attempt = store.transcripts.append(sessionId, [sampleMessage("a"), bad, sampleMessage("b")]);
-          await expect(attempt).rejects.toEqual(code("INVALID_REQUEST"));
-          await expect(store.transcripts.append(sessionId, [sampleMessage("a"), bad])).rejects.toThrow(/entries\[1\]\.label/);
-          await expect(
-            store.transcripts.append(sessionId, [{ ...sampleMessage("x"), type: "nonsense" } as unknown as TranscriptEntryInput]),
-          ).rejects.toThrow(/entries\[0\]\.type/);
-          expect(await store.transcripts.lastSeq(sessionId)).toBe(1);
-          const read = await store.transcripts.read(sessionId, { limit: 10 });
-          expect(read.entries.map(text)).toEqual(["keep"]);
-          const next = await store.transcripts.append(sessionId, [sampleMessage("next")]);
-          expect(next[0]!.seq).toBe(2);
-        });
-      });
-
-      it("keeps seqs unique and ordered under concurrent appends", async () => {
-        await withStore(async (store) => {
-          const sessionIds = [uuid(), uuid()];
-          for (const sessionId of sessionIds) await store.transcripts.create({ sessionId, key: `agent:main:${sessionId}`, createdAt: 1 });
-          const results = await Promise.all(
-            Array.from({ length: 60 }, (_, i) =>
-              store.transcripts.append(sessionIds[i % 2]!, [sampleMessage(`m${i}-a`), sampleMessage(`m${i}-b`)]),
-            ),
-          );
-          for (const result of results) expect(result[1]!.seq).toBe(result[0]!.seq + 1);
-          for (const sessionId of sessionIds) {
-            const read = await store.transcripts.read(sessionId, { limit: 500 });
-            expect(read.entries.map((entry) => entry.seq)).toEqual(Array.from({ length: 60 }, (_, i) => i + 1));
-            expect(new Set(read.entries.map(text)).size).toBe(60);
-            expect(await store.transcripts.lastSeq(sessionId)).toBe(60);
-          }
-        });
-      });
-
-      it("reads the newest entries, oldest first, and pages back with before", async () => {
-        await withStore(async (store) => {
-          const sessionId = uuid();
-          await store.transcripts.create({ sessionId, key: "agent:main:main", createdAt: 1 });
-          for (let batch = 0; batch < 5; batch++) {
-            await store.transcripts.append(
-              sessionId,
-              Array.from({ length: 5 }, (_, i) => sampleMessage(`m${batch * 5 + i + 1}`)),
-            );
-          }
-          const tail = await store.transcripts.read(sessionId, { limit: 3 });
-          expect(tail.entries.map((entry) => entry.seq)).toEqual([23, 24, 25]);
-          expect(tail.entries.map(text)).toEqual(["m23", "m24", "m25"]);
-          expect(tail.truncated).toBe(false);
-          expect(tail.nextBefore).toBe(23);
-
-          const seen: number[] = [];
-          let before: number | undefined;
-          for (let page = 0; page < 20; page++) {
-            const result = await store.transcripts.read(sessionId, { limit: 4, ...(before ? { before } : {}) });
-            seen.unshift(...result.entries.map((entry) => entry.seq));
-            before = result.nextBefore;
-            if (before === undefined) break;
-          }
-          expect(seen).toEqual(Array.from({ length: 25 }, (_, i) => i + 1));
-
-          const middle = await store.transcripts.read(sessionId, { limit: 3, before: 11 });
-          expect(middle.entries.map((entry) => entry.seq)).toEqual([8, 9, 10]);
-          const start = await store.transcripts.read(sessionId, { limit: 10, before: 3 });
-          expect(start.entries.map((entry) => entry.seq)).toEqual([1, 2]);
-          expect(start.nextBefore).toBeUndefined();
-          const whole = await store.transcripts.read(sessionId, { limit: 100 });
-          expect(whole.entries).toHaveLength(25);
-          expect(whole.nextBefore).toBeUndefined();
-          const beyond = await store.transcripts.read(sessionId, { limit: 2, before: 1000 });
-          expect(beyond.entries.map((entry) => entry.seq)).toEqual([24, 25]);
-          const none = await store.transcripts.read(sessionId, { limit: 2, before: 1 });
-          expect(none.entries).toEqual([]);
-          expect(none.nextBefore).toBeUndefined();
-        });
-      });
-
-      it("reads an empty transcript", async () => {
-        await withStore(async (store) => {
-          const sessionId = uuid();
-          await store.transcripts.create({ sessionId, key: "agent:main:main", createdAt: 1 });
-          expect(await store.transcripts.read(sessionId, { limit: 10 })).toEqual({ entries: [], truncated: false });
-        });
-      });
-
-      it("filters during the scan: the limit counts matching entries only", async () => {
-        await withStore(async (store) => {
-          const sessionId = uuid();
-          await store.transcripts.create({ sessionId, key: "agent:main:main", createdAt: 1 });
-          const inputs = Array.from({ length: 20 }, (_, i) =>
-            i % 4 === 0
-              ? sampleMessage(`user-${i}`)
-              : { ...sampleMessage(`tool-${i}`), message: { role: "toolResult" as const, content: [{ type: "text" as const, text: `tool-${i}` }] } },
-          );
-          await store.transcripts.append(sessionId, inputs);
-          const users = (entry: TranscriptEntry) => entry.message?.role === "user";
-          const result = await store.transcripts.read(sessionId, { limit: 3, filter: users });
-          expect(result.entries.map(text)).toEqual(["user-8", "user-12", "user-16"]);
-          expect(result.nextBefore).toBe(9);
-          const older = await store.transcripts.read(sessionId, { limit: 3, filter: users, before: result.nextBefore! });
-          expect(older.entries.map(text)).toEqual(["user-0", "user-4"]);
-          expect(older.nextBefore).toBeUndefined();
-        });
-      });
-
-      it("caps output bytes by dropping whole entries from the old end", async () => {
-        await withStore(async (store) => {
-          const sessionId = uuid();
-          await store.transcripts.create({ sessionId, key: "agent:main:main", createdAt: 1 });
+    it("reads the newest entries, oldest first, and pages back with before", async () => {
+      await withStore(async (store) => {
+        const sessionId = uuid();
+        await store.transcripts.create({ sessionId, key: "agent:main:main", createdAt: 1 });
+        for (let batch = 0; batch < 5; batch++) {
           await store.transcripts.append(
             sessionId,
-            Array.from({ length: 10 }, (_, i) => sampleMessage(`${i}:${"x".repeat(100 + i * 10)}`)),
+            Array.from({ length: 5 }, (_, i) => sampleMessage(`m${batch * 5 + i + 1}`)),
           );
-          const all = (await store.transcripts.read(sessionId, { limit: 10 })).entries;
-          const sizes = all.map(serialisedSize);
-          const lastThree = sizes[7]! + sizes[8]! + sizes[9]!;
-
-          const exact = await store.transcripts.read(sessionId, { limit: 10, maxBytes: lastThree });
-          expect(exact.entries.map((entry) => entry.seq)).toEqual([8, 9, 10]);
-          expect(exact.truncated).toBe(true);
-          expect(exact.nextBefore).toBe(8);
-
-          const almost = await store.transcripts.read(sessionId, { limit: 10, maxBytes: lastThree - 1 });
-          expect(almost.entries.map((entry) => entry.seq)).toEqual([9, 10]);
-          expect(almost.truncated).toBe(true);
-
-          const roomy = await store.transcripts.read(sessionId, { limit: 3, maxBytes: lastThree + 10_000 });
-          expect(roomy.entries.map((entry) => entry.seq)).toEqual([8, 9, 10]);
-          expect(roomy.truncated).toBe(false);
-
-          const everything = await store.transcripts.read(sessionId, { limit: 10, maxBytes: 1_000_000 });
-          expect(everything.entries).toHaveLength(10);
-          expect(everything.truncated).toBe(false);
-
-          const paged = await store.transcripts.read(sessionId, { limit: 10, maxBytes: lastThree, before: exact.nextBefore! });
-          expect(paged.entries.map((entry) => entry.seq)).toEqual([5, 6, 7]);
-
-          // Not even the newest entry fits: nothing is returned, it says so, and paging moves on.
-          const tiny = await store.transcripts.read(sessionId, { limit: 10, maxBytes: 10 });
-          expect(tiny.entries).toEqual([]);
-          expect(tiny.truncated).toBe(true);
-          expect(tiny.nextBefore).toBe(10);
-        });
-      });
-
-      it("rejects bad read options naming the field", async () => {
-        await withStore(async (store) => {
-          const sessionId = uuid();
-          await store.transcripts.create({ sessionId, key: "agent:main:main", createdAt: 1 });
-          await expect(store.transcripts.read(sessionId, { limit: 0 })).rejects.toThrow(/limit/);
-          await expect(store.transcripts.read(sessionId, { limit: 5, before: -1 })).rejects.toThrow(/before/);
-          await expect(store.transcripts.read(sessionId, { limit: 5, maxBytes: 0 })).rejects.toEqual(code("INVALID_REQUEST"));
-        });
-      });
-
-      it("archives and removes transcripts", async () => {
-        await withStore(async (store) => {
-          const kept = uuid();
-          const erased = uuid();
-          for (const sessionId of [kept, erased]) {
-            await store.transcripts.create({ sessionId, key: `agent:main:${sessionId}`, createdAt: 1 });
-            await store.transcripts.append(sessionId, [sampleMessage("old")]);
-          }
-          await store.transcripts.archive(kept, "reset");
-          await store.transcripts.remove(erased);
-          for (const sessionId of [kept, erased]) {
-            expect(await store.transcripts.exists(sessionId)).toBe(false);
-            await expect(store.transcripts.read(sessionId, { limit: 1 })).rejects.toEqual(code("NOT_FOUND"));
-          }
-          // Both are idempotent.
-          await store.transcripts.archive(kept, "delete");
-          await store.transcripts.remove(erased);
-          await store.transcripts.remove(uuid());
-
-          // The sessionId can start over with a fresh transcript.
-          await store.transcripts.create({ sessionId: kept, key: "agent:main:again", createdAt: 2 });
-          expect(await store.transcripts.lastSeq(kept)).toBe(0);
-          const fresh = await store.transcripts.append(kept, [sampleMessage("new")]);
-          expect(fresh[0]!.seq).toBe(1);
-          expect((await store.transcripts.read(kept, { limit: 10 })).entries.map(text)).toEqual(["new"]);
-        });
-      });
-    });
-
-    describe("run registry", () => {
-      it("stores, replaces and finds runs by id and idempotency key", async () => {
-        await withStore(async (store) => {
-          const run = sampleRun({ idempotencyKey: "idem-1" });
-          expect(await store.runs.get(run.runId)).toBeUndefined();
-          await store.runs.put(run);
-          expect(await store.runs.get(run.runId)).toEqual(run);
-          expect(await store.runs.getByIdempotencyKey("idem-1")).toEqual(run);
-          expect(await store.runs.getByIdempotencyKey("idem-2")).toBeUndefined();
-
-          const done = { ...run, status: "ok" as const, endedAt: run.createdAt + 10, reply: "done" };
-          await store.runs.put(done);
-          expect(await store.runs.get(run.runId)).toEqual(done);
-          expect(await store.runs.getByIdempotencyKey("idem-1")).toEqual(done);
-
-          await store.runs.put({ ...done, idempotencyKey: "idem-3" });
-          expect(await store.runs.getByIdempotencyKey("idem-1")).toBeUndefined();
-          expect((await store.runs.getByIdempotencyKey("idem-3"))?.runId).toBe(run.runId);
-        });
-      });
-
-      it("rejects an invalid run naming the field", async () => {
-        await withStore(async (store) => {
-          const bad = { ...sampleRun(), status: "exploded" } as unknown as RunRecord;
-          await expect(store.runs.put(bad)).rejects.toEqual(code("INVALID_REQUEST"));
-          await expect(store.runs.put(bad)).rejects.toThrow(/status/);
-          expect(await store.runs.get(bad.runId)).toBeUndefined();
-        });
-      });
-
-      it("lists runs newest first with filters", async () => {
-        await withStore(async (store) => {
-          const spawn = (status: "pending" | "delivered") => ({
-            requesterKey: "agent:main:main",
-            childKey: "agent:main:subagent:x",
-            childSessionId: uuid(),
-            task: "t",
-            cleanup: "keep" as const,
-            announce: { status, attempts: 0, idempotencyKey: uuid() },
-          });
-          const runs = [
-            sampleRun({ runId: "r1", status: "running", createdAt: 10, sessionKey: "agent:main:a" }),
-            sampleRun({ runId: "r2", status: "ok", createdAt: 30, sessionKey: "agent:main:b", spawn: spawn("pending") }),
-            sampleRun({ runId: "r3", status: "queued", createdAt: 20, sessionKey: "agent:main:a" }),
-            sampleRun({ runId: "r4", status: "error", createdAt: 40, sessionKey: "agent:main:a", spawn: spawn("delivered") }),
-          ];
-          for (const run of runs) await store.runs.put(run);
-          const ids = async (query: Parameters<Store["runs"]["list"]>[0]) => (await store.runs.list(query)).map((run) => run.runId);
-          expect(await ids({})).toEqual(["r4", "r2", "r3", "r1"]);
-          expect(await ids({ limit: 2 })).toEqual(["r4", "r2"]);
-          expect(await ids({ statuses: ["queued", "running"] })).toEqual(["r3", "r1"]);
-          expect(await ids({ sessionKey: "agent:main:a" })).toEqual(["r4", "r3", "r1"]);
-          expect(await ids({ pendingAnnounce: true })).toEqual(["r2"]);
-          expect(await ids({ pendingAnnounce: false, sessionKey: "agent:main:a", limit: 1 })).toEqual(["r4"]);
-        });
-      });
-    });
-
-    describe("audit log", () => {
-      it("starts empty", async () => {
-        await withStore(async (store) => {
-          expect(await store.audit.last()).toBeUndefined();
-          expect(await store.audit.count()).toBe(0);
-          expect(await store.audit.read()).toEqual([]);
-          expect(await store.audit.tail(5)).toEqual([]);
-        });
-      });
-
-      it("appends, counts and reads records in order", async () => {
-        await withStore(async (store) => {
-          const records = sampleAuditRecords(0, 12);
-          await store.audit.append(records.slice(0, 5));
-          await store.audit.append(records.slice(5));
-          expect(await store.audit.count()).toBe(12);
-          expect(await store.audit.last()).toEqual(records[11]);
-          expect(await store.audit.read()).toEqual(records);
-          expect(await store.audit.read({ after: 3, limit: 4 })).toEqual(records.slice(4, 8));
-          expect(await store.audit.read({ after: 10 })).toEqual(records.slice(11));
-          expect(await store.audit.read({ after: 11 })).toEqual([]);
-          expect(await store.audit.read({ limit: 2 })).toEqual(records.slice(0, 2));
-          expect(await store.audit.tail(3)).toEqual(records.slice(9));
-          expect(await store.audit.tail(50)).toEqual(records);
-          expect(await store.audit.tail(0)).toEqual([]);
-        });
-      });
-
-      it("refuses a record that does not follow the last one, or a malformed one", async () => {
-        await withStore(async (store) => {
-          const records = sampleAuditRecords(0, 4);
-          await store.audit.append(records.slice(0, 2));
-          await expect(store.audit.append([records[3]!])).rejects.toEqual(code("CONFLICT"));
-          await expect(store.audit.append([records[1]!])).rejects.toEqual(code("CONFLICT"));
-          const malformed = { ...records[2]!, hash: "nope" };
-          await expect(store.audit.append([malformed])).rejects.toEqual(code("INVALID_REQUEST"));
-          await expect(store.audit.append([records[2]!, { ...records[3]!, kind: "" }])).rejects.toThrow(/records\[1\]\.kind/);
-          expect(await store.audit.count()).toBe(2);
-          await store.audit.append(records.slice(2));
-          expect(await store.audit.read()).toEqual(records);
-        });
-      });
-    });
-
-    describe("meta", () => {
-      it("gets and sets values", async () => {
-        await withStore(async (store) => {
-          expect(await store.meta.get("eventSeq")).toBeUndefined();
-          await store.meta.set("eventSeq", "41");
-          await store.meta.set("eventSeq", "42");
-          await store.meta.set("other", "multi\nline ✓");
-          expect(await store.meta.get("eventSeq")).toBe("42");
-          expect(await store.meta.get("other")).toBe("multi\nline ✓");
-          await expect(store.meta.set("", "x")).rejects.toEqual(code("INVALID_REQUEST"));
-        });
-      });
-    });
-
-    describe("durability across close and reopen", () => {
-      it("keeps everything after close + reopen", async ({ skip }) => {
-        const probe = await open();
-        const canReopen = probe.reopen !== undefined;
-        await probe.store.close();
-        await probe.cleanup();
-        if (!canReopen) {
-          skip("this store has no reopen");
-          return;
         }
+        const tail = await store.transcripts.read(sessionId, { limit: 3 });
+        expect(tail.entries.map((entry) => entry.seq)).toEqual([23, 24, 25]);
+        expect(tail.entries.map(text)).toEqual(["m23", "m24", "m25"]);
+        expect(tail.truncated).toBe(false);
+        expect(tail.nextBefore).toBe(23);
 
-        await withStore(async (store, harness) => {
-          const rows = Array.from({ length: 5 }, (_, i) => sampleSession({ key: `agent:main:s${i}`, updatedAt: 100 + i }));
-          for (const row of rows) await store.sessions.put(row);
-          await store.sessions.put({ ...rows[0]!, updatedAt: 500, label: "bumped" });
-          await store.sessions.delete(rows[1]!.key);
+        const seen: number[] = [];
+        let before: number | undefined;
+        for (let page = 0; page < 20; page++) {
+          const result = await store.transcripts.read(sessionId, { limit: 4, ...(before ? { before } : {}) });
+          seen.unshift(...result.entries.map((entry) => entry.seq));
+          before = result.nextBefore;
+          if (before === undefined) break;
+        }
+        expect(seen).toEqual(Array.from({ length: 25 }, (_, i) => i + 1));
 
-          const sessionId = uuid();
-          const archived = uuid();
-          await store.transcripts.create({ sessionId, key: "agent:main:s0", createdAt: 1 });
-          await store.transcripts.create({ sessionId: archived, key: "agent:main:s2", createdAt: 1 });
-          const appended = await store.transcripts.append(sessionId, [sampleMessage("one"), sampleMessage("two")]);
-          await store.transcripts.append(archived, [sampleMessage("gone")]);
-          await store.transcripts.archive(archived, "delete");
+        const middle = await store.transcripts.read(sessionId, { limit: 3, before: 11 });
+        expect(middle.entries.map((entry) => entry.seq)).toEqual([8, 9, 10]);
+        const start = await store.transcripts.read(sessionId, { limit: 10, before: 3 });
+        expect(start.entries.map((entry) => entry.seq)).toEqual([1, 2]);
+        expect(start.nextBefore).toBeUndefined();
+        const whole = await store.transcripts.read(sessionId, { limit: 100 });
+        expect(whole.entries).toHaveLength(25);
+        expect(whole.nextBefore).toBeUndefined();
+        const beyond = await store.transcripts.read(sessionId, { limit: 2, before: 1000 });
+        expect(beyond.entries.map((entry) => entry.seq)).toEqual([24, 25]);
+        const none = await store.transcripts.read(sessionId, { limit: 2, before: 1 });
+        expect(none.entries).toEqual([]);
+        expect(none.nextBefore).toBeUndefined();
+      });
+    });
 
-          const run = sampleRun({ idempotencyKey: "k1", status: "running" });
-          await store.runs.put(run);
-          await store.runs.put({ ...run, status: "ok", reply: "fine" });
-          const records = sampleAuditRecords(0, 3);
-          await store.audit.append(records);
-          await store.meta.set("eventSeq", "7");
-
-          const again = await harness.reopened();
-          expect(await again.sessions.count()).toBe(4);
-          expect(await again.sessions.get(rows[1]!.key)).toBeUndefined();
-          expect(await again.sessions.get(rows[0]!.key)).toEqual({ ...rows[0]!, updatedAt: 500, label: "bumped" });
-          const listed = await again.sessions.list({ limit: 2 });
-          expect(listed.entries.map((row) => row.key)).toEqual(["agent:main:s0", "agent:main:s4"]);
-          expect(await again.sessions.keysForSessionId(rows[3]!.sessionId)).toEqual([rows[3]!.key]);
-
-          expect(await again.transcripts.exists(sessionId)).toBe(true);
-          expect(await again.transcripts.exists(archived)).toBe(false);
-          expect((await again.transcripts.read(sessionId, { limit: 10 })).entries).toEqual(appended);
-          expect(await again.transcripts.lastSeq(sessionId)).toBe(2);
-          const more = await again.transcripts.append(sessionId, [sampleMessage("three")]);
-          expect(more[0]!.seq).toBe(3);
-
-          expect(await again.runs.get(run.runId)).toEqual({ ...run, status: "ok", reply: "fine" });
-          expect((await again.runs.getByIdempotencyKey("k1"))?.status).toBe("ok");
-          expect(await again.audit.count()).toBe(3);
-          expect(await again.audit.last()).toEqual(records[2]);
-          expect(await again.audit.read({ after: 0 })).toEqual(records.slice(1));
-          await again.audit.append(sampleAuditRecords(3, 1));
-          expect(await again.audit.count()).toBe(4);
-          await expect(again.audit.append(sampleAuditRecords(10, 1))).rejects.toEqual(code("CONFLICT"));
-          expect(await again.meta.get("eventSeq")).toBe("7");
-
-          const third = await harness.reopened();
-          expect((await third.transcripts.read(sessionId, { limit: 10 })).entries.map(text)).toEqual(["one", "two", "three"]);
-          expect(await third.audit.tail(1)).toEqual(sampleAuditRecords(3, 1));
+    it("reads an empty transcript", async () => {
+      await withStore(async (store) => {
+        const sessionId = uuid();
+        await store.transcripts.create({ sessionId, key: "agent:main:main", createdAt: 1 });
+        expect(await store.transcripts.read(sessionId, { limit: 10 })).toEqual({
+          entries: [],
+          truncated: false,
         });
       });
     });
-  }
+
+    it("filters during the scan: the limit counts matching entries only", async () => {
+      await withStore(async (store) => {
+        const sessionId = uuid();
+        await store.transcripts.create({ sessionId, key: "agent:main:main", createdAt: 1 });
+        const inputs = Array.from({ length: 20 }, (_, i) =>
+          i % 4 === 0
+            ? sampleMessage(`user-${i}`)
+            : {
+                ...sampleMessage(`tool-${i}`),
+                message: {
+                  role: "toolResult" as const,
+                  content: [{ type: "text" as const, text: `tool-${i}` }],
+                },
+              },
+        );
+        await store.transcripts.append(sessionId, inputs);
+        const users = (entry: TranscriptEntry) => entry.message?.role === "user";
+        const result = await store.transcripts.read(sessionId, { limit: 3, filter: users });
+        expect(result.entries.map(text)).toEqual(["user-8", "user-12", "user-16"]);
+        expect(result.nextBefore).toBe(9);
+        const older = await store.transcripts.read(sessionId, {
+          limit: 3,
+          filter: users,
+          before: result.nextBefore!,
+        });
+        expect(older.entries.map(text)).toEqual(["user-0", "user-4"]);
+        expect(older.nextBefore).toBeUndefined();
+      });
+    });
+
+    it("caps output bytes by dropping whole entries from the old end", async () => {
+      await withStore(async (store) => {
+        const sessionId = uuid();
+        await store.transcripts.create({ sessionId, key: "agent:main:main", createdAt: 1 });
+        await store.transcripts.append(
+          sessionId,
+          Array.from({ length: 10 }, (_, i) => sampleMessage(`${i}:${"x".repeat(100 + i * 10)}`)),
+        );
+        const all = (await store.transcripts.read(sessionId, { limit: 10 })).entries;
+        const sizes = all.map(serialisedSize);
+        const lastThree = sizes[7]! + sizes[8]! + sizes[9]!;
+
+        const exact = await store.transcripts.read(sessionId, { limit: 10, maxBytes: lastThree });
+        expect(exact.entries.map((entry) => entry.seq)).toEqual([8, 9, 10]);
+        expect(exact.truncated).toBe(true);
+        expect(exact.nextBefore).toBe(8);
+
+        const almost = await store.transcripts.read(sessionId, { limit: 10, maxBytes: lastThree - 1 });
+        expect(almost.entries.map((entry) => entry.seq)).toEqual([9, 10]);
+        expect(almost.truncated).toBe(true);
+
+        const roomy = await store.transcripts.read(sessionId, { limit: 3, maxBytes: lastThree + 10_000 });
+        expect(roomy.entries.map((entry) => entry.seq)).toEqual([8, 9, 10]);
+        expect(roomy.truncated).toBe(false);
+
+        const everything = await store.transcripts.read(sessionId, { limit: 10, maxBytes: 1_000_000 });
+        expect(everything.entries).toHaveLength(10);
+        expect(everything.truncated).toBe(false);
+
+        const paged = await store.transcripts.read(sessionId, {
+          limit: 10,
+          maxBytes: lastThree,
+          before: exact.nextBefore!,
+        });
+        expect(paged.entries.map((entry) => entry.seq)).toEqual([5, 6, 7]);
+
+        // Not even the newest entry fits: nothing is returned, it says so, and paging moves on.
+        const tiny = await store.transcripts.read(sessionId, { limit: 10, maxBytes: 10 });
+        expect(tiny.entries).toEqual([]);
+        expect(tiny.truncated).toBe(true);
+        expect(tiny.nextBefore).toBe(10);
+      });
+    });
+
+    it("rejects bad read options naming the field", async () => {
+      await withStore(async (store) => {
+        const sessionId = uuid();
+        await store.transcripts.create({ sessionId, key: "agent:main:main", createdAt: 1 });
+        await expect(store.transcripts.read(sessionId, { limit: 0 })).rejects.toThrow(/limit/);
+        await expect(store.transcripts.read(sessionId, { limit: 5, before: -1 })).rejects.toThrow(/before/);
+        await expect(store.transcripts.read(sessionId, { limit: 5, maxBytes: 0 })).rejects.toEqual(
+          code("INVALID_REQUEST"),
+        );
+      });
+    });
+
+    it("archives and removes transcripts", async () => {
+      await withStore(async (store) => {
+        const kept = uuid();
+        const erased = uuid();
+        for (const sessionId of [kept, erased]) {
+          await store.transcripts.create({ sessionId, key: `agent:main:${sessionId}`, createdAt: 1 });
+          await store.transcripts.append(sessionId, [sampleMessage("old")]);
+        }
+        await store.transcripts.archive(kept, "reset");
+        await store.transcripts.remove(erased);
+        for (const sessionId of [kept, erased]) {
+          expect(await store.transcripts.exists(sessionId)).toBe(false);
+          await expect(store.transcripts.read(sessionId, { limit: 1 })).rejects.toEqual(code("NOT_FOUND"));
+        }
+        // Both are idempotent.
+        await store.transcripts.archive(kept, "delete");
+        await store.transcripts.remove(erased);
+        await store.transcripts.remove(uuid());
+
+        // The sessionId can start over with a fresh transcript.
+        await store.transcripts.create({ sessionId: kept, key: "agent:main:again", createdAt: 2 });
+        expect(await store.transcripts.lastSeq(kept)).toBe(0);
+        const fresh = await store.transcripts.append(kept, [sampleMessage("new")]);
+        expect(fresh[0]!.seq).toBe(1);
+        expect((await store.transcripts.read(kept, { limit: 10 })).entries.map(text)).toEqual(["new"]);
+      });
+    });
+  });
+
+  describe("run registry", () => {
+    it("stores, replaces and finds runs by id and idempotency key", async () => {
+      await withStore(async (store) => {
+        const run = sampleRun({ idempotencyKey: "idem-1" });
+        expect(await store.runs.get(run.runId)).toBeUndefined();
+        await store.runs.put(run);
+        expect(await store.runs.get(run.runId)).toEqual(run);
+        expect(await store.runs.getByIdempotencyKey("idem-1")).toEqual(run);
+        expect(await store.runs.getByIdempotencyKey("idem-2")).toBeUndefined();
+
+        const done = { ...run, status: "ok" as const, endedAt: run.createdAt + 10, reply: "done" };
+        await store.runs.put(done);
+        expect(await store.runs.get(run.runId)).toEqual(done);
+        expect(await store.runs.getByIdempotencyKey("idem-1")).toEqual(done);
+
+        await store.runs.put({ ...done, idempotencyKey: "idem-3" });
+        expect(await store.runs.getByIdempotencyKey("idem-1")).toBeUndefined();
+        expect((await store.runs.getByIdempotencyKey("idem-3"))?.runId).toBe(run.runId);
+      });
+    });
+
+    it("rejects an invalid run naming the field", async () => {
+      await withStore(async (store) => {
+        const bad = { ...sampleRun(), status: "exploded" } as unknown as RunRecord;
+        await expect(store.runs.put(bad)).rejects.toEqual(code("INVALID_REQUEST"));
+        await expect(store.runs.put(bad)).rejects.toThrow(/status/);
+        expect(await store.runs.get(bad.runId)).toBeUndefined();
+      });
+    });
+
+    it("lists runs newest first with filters", async () => {
+      await withStore(async (store) => {
+        const spawn = (status: "pending" | "delivered") => ({
+          requesterKey: "agent:main:main",
+          childKey: "agent:main:subagent:x",
+          childSessionId: uuid(),
+          task: "t",
+          cleanup: "keep" as const,
+          announce: { status, attempts: 0, idempotencyKey: uuid() },
+        });
+        const runs = [
+          sampleRun({ runId: "r1", status: "running", createdAt: 10, sessionKey: "agent:main:a" }),
+          sampleRun({
+            runId: "r2",
+            status: "ok",
+            createdAt: 30,
+            sessionKey: "agent:main:b",
+            spawn: spawn("pending"),
+          }),
+          sampleRun({ runId: "r3", status: "queued", createdAt: 20, sessionKey: "agent:main:a" }),
+          sampleRun({
+            runId: "r4",
+            status: "error",
+            createdAt: 40,
+            sessionKey: "agent:main:a",
+            spawn: spawn("delivered"),
+          }),
+        ];
+        for (const run of runs) await store.runs.put(run);
+        const ids = async (query: Parameters<Store["runs"]["list"]>[0]) =>
+          (await store.runs.list(query)).map((run) => run.runId);
+        expect(await ids({})).toEqual(["r4", "r2", "r3", "r1"]);
+        expect(await ids({ limit: 2 })).toEqual(["r4", "r2"]);
+        expect(await ids({ statuses: ["queued", "running"] })).toEqual(["r3", "r1"]);
+        expect(await ids({ sessionKey: "agent:main:a" })).toEqual(["r4", "r3", "r1"]);
+        expect(await ids({ pendingAnnounce: true })).toEqual(["r2"]);
+        expect(await ids({ pendingAnnounce: false, sessionKey: "agent:main:a", limit: 1 })).toEqual(["r4"]);
+      });
+    });
+  });
+
+  describe("audit log", () => {
+    it("starts empty", async () => {
+      await withStore(async (store) => {
+        expect(await store.audit.last()).toBeUndefined();
+        expect(await store.audit.count()).toBe(0);
+        expect(await store.audit.read()).toEqual([]);
+        expect(await store.audit.tail(5)).toEqual([]);
+      });
+    });
+
+    it("appends, counts and reads records in order", async () => {
+      await withStore(async (store) => {
+        const records = sampleAuditRecords(0, 12);
+        await store.audit.append(records.slice(0, 5));
+        await store.audit.append(records.slice(5));
+        expect(await store.audit.count()).toBe(12);
+        expect(await store.audit.last()).toEqual(records[11]);
+        expect(await store.audit.read()).toEqual(records);
+        expect(await store.audit.read({ after: 3, limit: 4 })).toEqual(records.slice(4, 8));
+        expect(await store.audit.read({ after: 10 })).toEqual(records.slice(11));
+        expect(await store.audit.read({ after: 11 })).toEqual([]);
+        expect(await store.audit.read({ limit: 2 })).toEqual(records.slice(0, 2));
+        expect(await store.audit.tail(3)).toEqual(records.slice(9));
+        expect(await store.audit.tail(50)).toEqual(records);
+        expect(await store.audit.tail(0)).toEqual([]);
+      });
+    });
+
+    it("refuses a record that does not follow the last one, or a malformed one", async () => {
+      await withStore(async (store) => {
+        const records = sampleAuditRecords(0, 4);
+        await store.audit.append(records.slice(0, 2));
+        await expect(store.audit.append([records[3]!])).rejects.toEqual(code("CONFLICT"));
+        await expect(store.audit.append([records[1]!])).rejects.toEqual(code("CONFLICT"));
+        const malformed = { ...records[2]!, hash: "nope" };
+        await expect(store.audit.append([malformed])).rejects.toEqual(code("INVALID_REQUEST"));
+        await expect(store.audit.append([records[2]!, { ...records[3]!, kind: "" }])).rejects.toThrow(
+          /records\[1\]\.kind/,
+        );
+        expect(await store.audit.count()).toBe(2);
+        await store.audit.append(records.slice(2));
+        expect(await store.audit.read()).toEqual(records);
+      });
+    });
+  });
+
+  describe("meta", () => {
+    it("gets and sets values", async () => {
+      await withStore(async (store) => {
+        expect(await store.meta.get("eventSeq")).toBeUndefined();
+        await store.meta.set("eventSeq", "41");
+        await store.meta.set("eventSeq", "42");
+        await store.meta.set("other", "multi\nline ✓");
+        expect(await store.meta.get("eventSeq")).toBe("42");
+        expect(await store.meta.get("other")).toBe("multi\nline ✓");
+        await expect(store.meta.set("", "x")).rejects.toEqual(code("INVALID_REQUEST"));
+      });
+    });
+  });
+
+  describe("durability across close and reopen", () => {
+    it("keeps everything after close + reopen", async ({ skip }) => {
+      const probe = await open();
+      const canReopen = probe.reopen !== undefined;
+      await probe.store.close();
+      await probe.cleanup();
+      if (!canReopen) {
+        skip("this store has no reopen");
+        return;
+      }
+
+      await withStore(async (store, harness) => {
+        const rows = Array.from({ length: 5 }, (_, i) =>
+          sampleSession({ key: `agent:main:s${i}`, updatedAt: 100 + i }),
+        );
+        for (const row of rows) await store.sessions.put(row);
+        await store.sessions.put({ ...rows[0]!, updatedAt: 500, label: "bumped" });
+        await store.sessions.delete(rows[1]!.key);
+
+        const sessionId = uuid();
+        const archived = uuid();
+        await store.transcripts.create({ sessionId, key: "agent:main:s0", createdAt: 1 });
+        await store.transcripts.create({ sessionId: archived, key: "agent:main:s2", createdAt: 1 });
+        const appended = await store.transcripts.append(sessionId, [
+          sampleMessage("one"),
+          sampleMessage("two"),
+        ]);
+        await store.transcripts.append(archived, [sampleMessage("gone")]);
+        await store.transcripts.archive(archived, "delete");
+
+        const run = sampleRun({ idempotencyKey: "k1", status: "running" });
+        await store.runs.put(run);
+        await store.runs.put({ ...run, status: "ok", reply: "fine" });
+        const records = sampleAuditRecords(0, 3);
+        await store.audit.append(records);
+        await store.meta.set("eventSeq", "7");
+
+        const again = await harness.reopened();
+        expect(await again.sessions.count()).toBe(4);
+        expect(await again.sessions.get(rows[1]!.key)).toBeUndefined();
+        expect(await again.sessions.get(rows[0]!.key)).toEqual({
+          ...rows[0]!,
+          updatedAt: 500,
+          label: "bumped",
+        });
+        const listed = await again.sessions.list({ limit: 2 });
+        expect(listed.entries.map((row) => row.key)).toEqual(["agent:main:s0", "agent:main:s4"]);
+        expect(await again.sessions.keysForSessionId(rows[3]!.sessionId)).toEqual([rows[3]!.key]);
+
+        expect(await again.transcripts.exists(sessionId)).toBe(true);
+        expect(await again.transcripts.exists(archived)).toBe(false);
+        expect((await again.transcripts.read(sessionId, { limit: 10 })).entries).toEqual(appended);
+        expect(await again.transcripts.lastSeq(sessionId)).toBe(2);
+        const more = await again.transcripts.append(sessionId, [sampleMessage("three")]);
+        expect(more[0]!.seq).toBe(3);
+
+        expect(await again.runs.get(run.runId)).toEqual({ ...run, status: "ok", reply: "fine" });
+        expect((await again.runs.getByIdempotencyKey("k1"))?.status).toBe("ok");
+        expect(await again.audit.count()).toBe(3);
+        expect(await again.audit.last()).toEqual(records[2]);
+        expect(await again.audit.read({ after: 0 })).toEqual(records.slice(1));
+        await again.audit.append(sampleAuditRecords(3, 1));
+        expect(await again.audit.count()).toBe(4);
+        await expect(again.audit.append(sampleAuditRecords(10, 1))).rejects.toEqual(code("CONFLICT"));
+        expect(await again.meta.get("eventSeq")).toBe("7");
+
+        const third = await harness.reopened();
+        expect((await third.transcripts.read(sessionId, { limit: 10 })).entries.map(text)).toEqual([
+          "one",
+          "two",
+          "three",
+        ]);
+        expect(await third.audit.tail(1)).toEqual(sampleAuditRecords(3, 1));
+      });
+    });
+  });
   return cases;
 }

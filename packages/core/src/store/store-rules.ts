@@ -2,7 +2,12 @@ import { z } from "zod";
 import { type AuditRecord, AuditRecordSchema } from "../audit/index";
 import { formatZodIssues, SwitchboardError } from "../errors";
 import { classifyKey } from "../keys/index";
-import type { RunListQuery, SessionListQuery, TranscriptReadOptions, TranscriptReadResult } from "./interfaces";
+import type {
+  RunListQuery,
+  SessionListQuery,
+  TranscriptReadOptions,
+  TranscriptReadResult,
+} from "./interfaces";
 import { type RunRecord, RunRecordSchema } from "./run-record";
 import { type SessionEntry, SessionEntrySchema } from "./session-entry";
 import {
@@ -140,7 +145,8 @@ export function prepareTranscriptAppend(
   const newId = options.newId ?? (() => globalThis.crypto.randomUUID());
   const parsed = entries.map((entry, index) => {
     const result = TranscriptEntryInputSchema.safeParse(entry);
-    if (!result.success) throw invalid(formatZodIssues(result.error, `entries[${index}]`), `entries[${index}]`);
+    if (!result.success)
+      throw invalid(formatZodIssues(result.error, `entries[${index}]`), `entries[${index}]`);
     return result.data;
   });
   const out: TranscriptEntry[] = [];
@@ -177,7 +183,8 @@ const positiveInt = z.number().int().positive();
 
 /** Checks `read` options; every bad field gets an INVALID_REQUEST naming it. */
 export function normaliseReadOptions(options: TranscriptReadOptions): NormalisedReadOptions {
-  if (options === null || typeof options !== "object") throw invalid(["options: must be an object"], "options");
+  if (options === null || typeof options !== "object")
+    throw invalid(["options: must be an object"], "options");
   if (!positiveInt.safeParse(options.limit).success) {
     throw invalid(["limit: must be a positive integer"], "limit");
   }
@@ -210,6 +217,11 @@ export class TailCollector {
   private skippedSeq: number | undefined;
 
   constructor(private readonly options: NormalisedReadOptions) {}
+
+  /** Entries kept so far. */
+  get count(): number {
+    return this.newestFirst.length;
+  }
 
   /** True when the entry at this seq can be skipped without parsing (it is at or after `before`). */
   skips(seq: number): boolean {
@@ -334,7 +346,10 @@ export function compareRunsNewestFirst(a: RunRecord, b: RunRecord): number {
  * first must follow `lastIndex` (any index when the log is empty). Throws INVALID_REQUEST for a
  * malformed record and CONFLICT for a gap or reordering, before anything is written.
  */
-export function validateAuditBatch(records: readonly AuditRecord[], lastIndex: number | undefined): AuditRecord[] {
+export function validateAuditBatch(
+  records: readonly AuditRecord[],
+  lastIndex: number | undefined,
+): AuditRecord[] {
   if (!Array.isArray(records)) throw invalid(["records: must be an array"], "records");
   let previous = lastIndex;
   return records.map((record, position) => {

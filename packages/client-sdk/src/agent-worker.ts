@@ -1,0 +1,351 @@
+import {
+  type EventPayload,
+  formatPath,
+  formatZodIssues,
+  type MethodParams,
+  type MethodResult,
+  SwitchboardError,
+  UsageSchema,
+} from "@switchboard/core";
+import { z } from "zod";
+import { type ConnectionState, SwitchboardClient } from "./client";
+import { describeError } from "./client-errors";
+import type { ClientOptions } from "./client-options";
+import { type Logger, silentLogger } from "./logger";
+
+/** A run as the gateway assigned it: message, provenance, context, recent history, tools, deadline. */
+export type AssignedRun = EventPayload<"run.assigned">;
+
+export const RunReplySchema = z.object({ reply: z.string(), usage: UsageSchema.optional() });
+export type RunReply = z.input<typeof RunReplySchema>;
+
+export type RunProgressKind = MethodParams<"run.progress">["kind"];
+export type RunProgressData = Omit<MethodParams<"run.progress">, "runId" | "kind">;
+
+export interface RunContext {
+  readonly runId: string;
+  /** Aborted when the run's deadline passes, the worker stops, or the connection is lost. */
+  readonly signal: AbortSignal;
+  readonly client: SwitchboardClient;
+  /** `tools.invoke` for this run: the gateway runs the tool as the run's session. */
+  invokeTool(
+    name: string,
+    args?: Record<string, unknown>,
+    options?: { toolCallId?: string; timeoutMs?: number },
+  ): Promise<MethodResult<"tools.invoke">>;
+  /** `run.progress` for this run, e.g. `progress("text-delta", { text })`. */
+  progress(kind: RunProgressKind, data?: RunProgressData): Promise<void>;
+}
+
+/** Returns the reply (the run completes) or throws (the run fails with the error's message). */
+export type RunHandler = (run: AssignedRun, context: RunContext) => RunReply | Promise<RunReply>;
+
+export const AgentWorkerOptionsSchema = z.object({
+  /** Runs handled at once; further assigned runs wait in arrival order (default 4). */
+  concurrency: z.number().int().min(1).max(1024).default(4),
+  /** How long `stop()` lets running handlers finish before aborting them (default 10 s). */
+  stopGraceMs: z.number().int().min(0).max(3_600_000).default(10_000),
+  /** After aborting, how long `stop()` waits for handlers to settle before failing their runs itself. */
+  abortGraceMs: z.number().int().min(0).max(3_600_000).default(1_000),
+  /** Close the client when the worker stops (default true). */
+  closeClient: z.boolean().default(true),
+});
+export type AgentWorkerOptions = z.input<typeof AgentWorkerOptionsSchema> & { logger?: Logger };
+
+/** `run.fail`'s `error` is at most this long (the protocol schema). */
+const MAX_ERROR_LENGTH = 10_000;
+
+interface ActiveRun {
+  readonly run: AssignedRun;
+  readonly controller: AbortController;
+  deadlineTimer: ReturnType<typeof setTimeout> | undefined;
+  started: boolean;
+  /** Reported to the gateway (or given up because the gateway no longer holds it for us). */
+  settled: boolean;
+  done: Promise<void> | undefined;
+}
+
+/**
+ * Serves agent ids on a role-`agent` connection: each `run.assigned` becomes a `handler(run, ctx)`
+ * call whose outcome is reported once, as `run.complete` or `run.fail`.
+ */
+export class AgentWorker {
+  readonly client: SwitchboardClient;
+  readonly agentIds: ReadonlySet<string>;
+  private readonly handler: RunHandler;
+  private readonly options: z.output<typeof AgentWorkerOptionsSchema>;
+  private readonly logger: Logger;
+  private readonly runs = new Map<string, ActiveRun>();
+  private readonly queue: ActiveRun[] = [];
+  private readonly detach: Array<() => void> = [];
+  private running = 0;
+  private stopping: Promise<void> | undefined;
+
+  constructor(
+    client: SwitchboardClient,
+    agentIds: readonly string[],
+    handler: RunHandler,
+    options: AgentWorkerOptions = {},
+  ) {
+    if (client.role !== "agent") {
+      throw new SwitchboardError(
+        "INVALID_REQUEST",
+        `an agent worker needs a client connected as role agent, not ${client.role}`,
+      );
+    }
+    if (agentIds.length === 0)
+      throw new SwitchboardError("INVALID_REQUEST", "agentIds: must name at least one agent");
+    const missing = agentIds.filter((id) => !client.agentIds.includes(id));
+    if (missing.length > 0) {
+      throw new SwitchboardError(
+        "INVALID_REQUEST",
+        `agentIds: the client does not serve ${missing.join(", ")} (it serves ${client.agentIds.join(", ")})`,
+      );
+    }
+    const { logger, ...rest } = options;
+    const parsed = AgentWorkerOptionsSchema.safeParse(rest);
+    if (!parsed.success) {
+      throw new SwitchboardError(
+        "INVALID_REQUEST",
+        `invalid agent worker options: ${formatZodIssues(parsed.error, "options").join("; ")}`,
+        {
+          details: {
+            issues: parsed.error.issues.map((issue) => ({
+              path: formatPath(issue.path as PropertyKey[]),
+              message: issue.message,
+            })),
+          },
+        },
+      );
+    }
+    this.client = client;
+    this.agentIds = new Set(agentIds);
+    this.handler = handler;
+    this.options = parsed.data;
+    this.logger = logger ?? silentLogger;
+    this.detach.push(
+      client.on("run.assigned", (event) => this.onAssigned(event.payload)),
+      client.onStateChange((state) => this.onConnectionState(state)),
+    );
+  }
+
+  /** Runs being handled right now. */
+  get activeRuns(): number {
+    return this.running;
+  }
+
+  /** Runs assigned but waiting for a free slot. */
+  get queuedRuns(): number {
+    return this.queue.length;
+  }
+
+  /**
+   * Stops taking runs: queued ones fail at once, running handlers get `stopGraceMs` to finish,
+   * then their signal is aborted and whatever has not ended is failed. Then closes the client.
+   */
+  stop(): Promise<void> {
+    this.stopping ??= this.shutdown();
+    return this.stopping;
+  }
+
+  private async shutdown(): Promise<void> {
+    for (const active of this.queue.splice(0)) {
+      this.clearRun(active);
+      await this.report(active, { ok: false, error: "the agent worker stopped before starting the run" });
+    }
+    await this.settleWithin(this.options.stopGraceMs);
+    const stopReason = new SwitchboardError("UNAVAILABLE", "the agent worker is stopping", {
+      retryable: true,
+    });
+    for (const active of this.runs.values()) active.controller.abort(stopReason);
+    await this.settleWithin(this.options.abortGraceMs);
+    // Handlers that ignore their signal: the gateway still hears about the run, they just lose the race.
+    await Promise.all(
+      [...this.runs.values()].map((active) =>
+        this.report(active, { ok: false, error: "the agent worker stopped" }),
+      ),
+    );
+    for (const detach of this.detach.splice(0)) detach();
+    if (this.options.closeClient) await this.client.close();
+  }
+
+  private async settleWithin(ms: number): Promise<void> {
+    const pending = [...this.runs.values()].flatMap((active) => (active.done ? [active.done] : []));
+    if (pending.length === 0) return;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([
+      Promise.allSettled(pending),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, ms);
+      }),
+    ]);
+    clearTimeout(timer);
+  }
+
+  private onAssigned(run: AssignedRun): void {
+    if (!this.agentIds.has(run.agentId)) return;
+    if (this.runs.has(run.runId)) {
+      this.logger.debug({ runId: run.runId }, "ignoring a repeated assignment of a run already held");
+      return;
+    }
+    const active: ActiveRun = {
+      run,
+      controller: new AbortController(),
+      deadlineTimer: undefined,
+      started: false,
+      settled: false,
+      done: undefined,
+    };
+    if (this.stopping) {
+      void this.report(active, { ok: false, error: "the agent worker is stopping" });
+      return;
+    }
+    this.runs.set(run.runId, active);
+    if (run.deadline !== undefined) {
+      active.deadlineTimer = setTimeout(
+        () =>
+          active.controller.abort(
+            new SwitchboardError("TIMEOUT", `run ${run.runId} passed its deadline`, {
+              details: { deadline: run.deadline },
+            }),
+          ),
+        Math.max(0, run.deadline - Date.now()),
+      );
+    }
+    this.queue.push(active);
+    this.pump();
+  }
+
+  private onConnectionState(state: ConnectionState): void {
+    if (state !== "reconnecting" && state !== "closed") return;
+    // The gateway reassigns or ends the runs of a worker that disconnects (protocol.md), so
+    // anything reported for them later would be refused: stop the work instead.
+    const reason = new SwitchboardError(
+      "UNAVAILABLE",
+      "the connection to the gateway was lost; the gateway takes the run back",
+      {
+        retryable: true,
+      },
+    );
+    for (const active of this.queue.splice(0)) {
+      active.settled = true;
+      this.clearRun(active);
+    }
+    for (const active of this.runs.values()) {
+      active.settled = true;
+      active.controller.abort(reason);
+    }
+  }
+
+  private pump(): void {
+    while (this.running < this.options.concurrency && this.queue.length > 0) {
+      const active = this.queue.shift()!;
+      active.started = true;
+      this.running += 1;
+      active.done = this.execute(active).finally(() => {
+        this.running -= 1;
+        this.clearRun(active);
+        this.pump();
+      });
+    }
+  }
+
+  private async execute(active: ActiveRun): Promise<void> {
+    const { run, controller } = active;
+    let outcome: { ok: true; reply: z.output<typeof RunReplySchema> } | { ok: false; error: string };
+    try {
+      controller.signal.throwIfAborted();
+      const returned = await this.handler(run, this.context(active));
+      const parsed = RunReplySchema.safeParse(returned);
+      outcome = parsed.success
+        ? { ok: true, reply: parsed.data }
+        : {
+            ok: false,
+            error: `the run handler returned an invalid result: ${formatZodIssues(parsed.error).join("; ")}`,
+          };
+    } catch (error) {
+      outcome = { ok: false, error: describeError(error) || "the run handler failed" };
+    }
+    await this.report(active, outcome);
+  }
+
+  private context(active: ActiveRun): RunContext {
+    const { runId } = active.run;
+    const client = this.client;
+    return {
+      runId,
+      signal: active.controller.signal,
+      client,
+      invokeTool: (name, args = {}, options = {}) =>
+        client.tools.invoke(
+          {
+            tool: name,
+            args,
+            runId,
+            ...(options.toolCallId !== undefined ? { toolCallId: options.toolCallId } : {}),
+          },
+          {
+            signal: active.controller.signal,
+            ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}),
+          },
+        ),
+      progress: async (kind, data = {}) => {
+        await client.run.progress({ ...data, runId, kind });
+      },
+    };
+  }
+
+  private async report(
+    active: ActiveRun,
+    outcome: { ok: true; reply: z.output<typeof RunReplySchema> } | { ok: false; error: string },
+  ): Promise<void> {
+    if (active.settled) return;
+    active.settled = true;
+    const { runId } = active.run;
+    try {
+      if (outcome.ok)
+        await this.client.run.complete({
+          runId,
+          reply: outcome.reply.reply,
+          ...(outcome.reply.usage ? { usage: outcome.reply.usage } : {}),
+        });
+      else await this.client.run.fail({ runId, error: outcome.error.slice(0, MAX_ERROR_LENGTH) });
+    } catch (error) {
+      this.logger.warn(
+        { runId, error: describeError(error) },
+        `could not report the run's ${outcome.ok ? "completion" : "failure"}`,
+      );
+    }
+  }
+
+  private clearRun(active: ActiveRun): void {
+    clearTimeout(active.deadlineTimer);
+    this.runs.delete(active.run.runId);
+  }
+}
+
+/** Where `serve` gets its connection: an existing role-`agent` client, or options to open one. */
+export type AgentConnectionOptions = Omit<ClientOptions, "role" | "agents">;
+
+/**
+ * Serves `agentIds` with `handler`. Given connection options it connects as role `agent` for
+ * exactly those ids (rejecting if the first attempt fails); given a client it uses that one.
+ */
+export async function serve(
+  connection: SwitchboardClient | AgentConnectionOptions,
+  agentIds: readonly string[],
+  handler: RunHandler,
+  options: AgentWorkerOptions = {},
+): Promise<AgentWorker> {
+  if (connection instanceof SwitchboardClient) {
+    const worker = new AgentWorker(connection, agentIds, handler, options);
+    await connection.ready();
+    return worker;
+  }
+  const clientOptions: ClientOptions = { ...connection, role: "agent", agents: [...agentIds] };
+  const client = new SwitchboardClient(clientOptions, { failFast: true });
+  // Listen before the handshake completes: a run can be assigned in the same packet as its answer.
+  const worker = new AgentWorker(client, agentIds, handler, { logger: connection.logger, ...options });
+  await client.ready();
+  return worker;
+}

@@ -1,0 +1,867 @@
+import {
+  CloseCodes,
+  type ConnectParams,
+  type ConnectResult,
+  ConnectResultSchema,
+  type EventName,
+  formatZodIssues,
+  isMethodName,
+  METHOD_ROLES,
+  type MethodName,
+  type MethodParams,
+  type MethodResult,
+  Methods,
+  PROTOCOL_VERSION,
+  type Role,
+  ServerFrameSchema,
+  SwitchboardError,
+} from "@switchboard/core";
+import WebSocket from "ws";
+import { backoffDelay } from "./backoff";
+import {
+  abortReason,
+  connectionLostError,
+  describeError,
+  invalidParams,
+  invalidResult,
+  isFatalHandshakeError,
+  timeoutError,
+  toSwitchboardError,
+} from "./client-errors";
+import { type ClientOptions, parseClientOptions, type ResolvedClientOptions } from "./client-options";
+import {
+  EventDispatcher,
+  type EventsOptions,
+  type TypedEvent,
+  type TypedEventListener,
+} from "./event-dispatcher";
+import { type Logger, silentLogger } from "./logger";
+import {
+  buildNamespaces,
+  type CallArgs,
+  type CallOptions,
+  type MethodNamespace,
+  READ_ONLY_METHODS,
+} from "./method-shortcuts";
+import {
+  describeSocketError,
+  dropSocket,
+  hasPingEvents,
+  messageText,
+  SOCKET_CLOSING,
+  SOCKET_OPEN,
+  type WebSocketConstructor,
+  type WebSocketLike,
+} from "./websocket";
+
+export type { EventsOptions, TypedEvent, TypedEventListener } from "./event-dispatcher";
+
+export type ConnectionState = "connecting" | "open" | "reconnecting" | "closed";
+
+export type StateListener = (state: ConnectionState, previous: ConnectionState) => void;
+
+export interface ClientStartOptions {
+  /**
+   * Give up (and close) if the very first connection attempt fails instead of retrying it.
+   * `connect()` sets it so a wrong URL or token surfaces at once; reconnects after a successful
+   * first handshake follow `reconnect` either way.
+   */
+  failFast?: boolean;
+}
+
+/** `agent.wait` without `timeoutMs` waits this long on the gateway (protocol.md). */
+const DEFAULT_AGENT_WAIT_MS = 30_000;
+/** The client-side deadline of a wait leaves the gateway this long to answer `status: "timeout"`. */
+const WAIT_GRACE_MS = 5_000;
+/** The gateway pings every `heartbeatMs`; this many silent intervals mean the connection is dead. */
+const SILENT_INTERVALS_BEFORE_DROP = 2.5;
+const CLOSE_HANDSHAKE_BUDGET_MS = 2_000;
+
+interface PendingCall {
+  readonly id: string;
+  readonly method: string;
+  params: Record<string, unknown>;
+  /** Handshake and re-subscription requests: bound to one socket, never queued or re-sent. */
+  readonly internal: boolean;
+  readonly retryOnReconnect: boolean;
+  /** Sent on the current socket (an unsent call waits for the next open connection). */
+  sent: boolean;
+  sends: number;
+  readonly createdAt: number;
+  /** For `agent.wait`: how long the caller asked the gateway to wait. */
+  readonly serverWaitMs: number | undefined;
+  readonly onResult: (result: Record<string, unknown>) => void;
+  readonly reject: (error: unknown) => void;
+  readonly cleanup: () => void;
+}
+
+/** One socket's life, from construction to close; callbacks of a replaced socket are ignored. */
+interface SocketSession {
+  readonly socket: WebSocketLike;
+  /** The socket opened (a failure after this is a lost connection, before it a failed connect). */
+  opened: boolean;
+  ended: boolean;
+  lastError: string | undefined;
+  dropReason: SwitchboardError | undefined;
+  connectTimer: ReturnType<typeof setTimeout> | undefined;
+  heartbeatTimer: ReturnType<typeof setInterval> | undefined;
+  lastActivity: number;
+}
+
+interface Subscription {
+  readonly sessionKey: string | undefined;
+  readonly after: number | undefined;
+}
+
+type HandshakeOutcome =
+  | { ok: true; result: ConnectResult }
+  | { ok: false; error: SwitchboardError; fatal: boolean };
+
+/**
+ * A typed connection to a Switchboard gateway: request/response calls, events with resume,
+ * and automatic reconnection. See the package README for the guarantees.
+ */
+export class SwitchboardClient {
+  readonly sessions: MethodNamespace<"sessions">;
+  readonly chat: MethodNamespace<"chat">;
+  /** `agent.run` is the protocol's `agent` method; `agent.wait` waits for a run's end. */
+  readonly agent: MethodNamespace<"agent">;
+  readonly agents: MethodNamespace<"agents">;
+  readonly tools: MethodNamespace<"tools">;
+  readonly policy: MethodNamespace<"policy">;
+  readonly audit: MethodNamespace<"audit">;
+  /** Run reporting for agent workers: `run.progress`, `run.complete`, `run.fail`. */
+  readonly run: MethodNamespace<"run">;
+
+  private readonly options: ResolvedClientOptions;
+  private handshakeResult: ConnectResult | undefined;
+  private readonly logger: Logger;
+  private readonly WebSocketImpl: WebSocketConstructor;
+  private readonly failFast: boolean;
+
+  #state: ConnectionState = "connecting";
+  private session: SocketSession | undefined;
+  private reconnectTimer: ReturnType<typeof setTimeout> | undefined;
+  private attempt = 0;
+  private everOpened = false;
+  private closeRequested = false;
+  private closing: Promise<void> | undefined;
+  private closeError: SwitchboardError | undefined;
+  private nextRequestId = 0;
+
+  private readonly pending = new Map<string, PendingCall>();
+  private readonly subscriptions = new Map<string, Subscription>();
+  private readonly dispatcher: EventDispatcher;
+  private readonly stateListeners = new Set<StateListener>();
+  private readyWaiters: Array<{
+    resolve: (result: ConnectResult) => void;
+    reject: (error: unknown) => void;
+  }> = [];
+
+  constructor(options: ClientOptions, start: ClientStartOptions = {}) {
+    this.options = parseClientOptions(options);
+    this.logger = this.options.logger ?? silentLogger;
+    this.WebSocketImpl = this.options.WebSocket ?? (WebSocket as unknown as WebSocketConstructor);
+    this.failFast = start.failFast ?? false;
+    this.dispatcher = new EventDispatcher(this.logger);
+
+    const namespaces = buildNamespaces((method, params, callOptions) =>
+      (this.call as (method: MethodName, params: unknown, options?: CallOptions) => Promise<unknown>)(
+        method,
+        params,
+        callOptions,
+      ),
+    );
+    this.sessions = namespaces.sessions;
+    this.chat = namespaces.chat;
+    this.agent = namespaces.agent;
+    this.agents = namespaces.agents;
+    this.tools = namespaces.tools;
+    this.policy = namespaces.policy;
+    this.audit = namespaces.audit;
+    this.run = namespaces.run;
+
+    this.openSocket();
+  }
+
+  /** The handshake result of the current (or last) connection: id, role, methods, events, limits. */
+  get connection(): ConnectResult | undefined {
+    return this.handshakeResult;
+  }
+
+  get state(): ConnectionState {
+    return this.#state;
+  }
+
+  get role(): Role {
+    return this.options.role;
+  }
+
+  /** The agent ids this connection serves (role `agent`). */
+  get agentIds(): readonly string[] {
+    return this.options.agents ?? [];
+  }
+
+  /** The gateway that answered the handshake. */
+  get server(): ConnectResult["server"] | undefined {
+    return this.connection?.server;
+  }
+
+  /** The `seq` of the last event delivered; pass it as `after` to resume in a later process. */
+  get lastEventSeq(): number | undefined {
+    return this.dispatcher.cursor;
+  }
+
+  onStateChange(listener: StateListener): () => void {
+    this.stateListeners.add(listener);
+    return () => this.stateListeners.delete(listener);
+  }
+
+  /** Resolves with the handshake result once the connection is open; rejects if the client closes first. */
+  ready(): Promise<ConnectResult> {
+    if (this.#state === "open" && this.connection) return Promise.resolve(this.connection);
+    if (this.#state === "closed") return Promise.reject(this.closeError ?? closedClientError());
+    return new Promise((resolve, reject) => this.readyWaiters.push({ resolve, reject }));
+  }
+
+  /**
+   * Calls a protocol method. Params are checked against the method's schema before anything is
+   * sent, and the result against its result schema. Calls made while (re)connecting wait for the
+   * connection, bounded by their timeout.
+   */
+  call<M extends MethodName>(method: M, ...args: CallArgs<M>): Promise<MethodResult<M>> {
+    const [params, options = {}] = args as [unknown, CallOptions | undefined];
+    return new Promise<MethodResult<M>>((resolve, reject) => {
+      if (this.#state === "closed") {
+        reject(closedClientError(this.closeError));
+        return;
+      }
+      if (!isMethodName(method)) {
+        reject(
+          new SwitchboardError("INVALID_REQUEST", `unknown method "${String(method)}"`, {
+            details: { method },
+          }),
+        );
+        return;
+      }
+      if (!METHOD_ROLES[method].includes(this.options.role)) {
+        reject(
+          new SwitchboardError(
+            "FORBIDDEN",
+            `${method} is not available to role ${this.options.role} (allowed: ${METHOD_ROLES[method].join(", ")})`,
+            { details: { method, role: this.options.role } },
+          ),
+        );
+        return;
+      }
+      const optionsError = checkCallOptions(options);
+      if (optionsError) {
+        reject(optionsError);
+        return;
+      }
+      const schema = Methods[method];
+      const parsed = schema.params.safeParse(params ?? {});
+      if (!parsed.success) {
+        reject(invalidParams(method, parsed.error));
+        return;
+      }
+      const { signal } = options;
+      if (signal?.aborted) {
+        reject(abortReason(signal));
+        return;
+      }
+
+      const validParams = parsed.data as Record<string, unknown>;
+      const serverWaitMs =
+        method === "agent.wait"
+          ? ((validParams.timeoutMs as number | undefined) ?? DEFAULT_AGENT_WAIT_MS)
+          : undefined;
+      const timeoutMs =
+        options.timeoutMs ??
+        (serverWaitMs === undefined
+          ? this.options.requestTimeoutMs
+          : Math.max(this.options.requestTimeoutMs, serverWaitMs + WAIT_GRACE_MS));
+      const id = this.newRequestId();
+      const onAbort = (): void => {
+        if (this.takePending(id) && signal) reject(abortReason(signal));
+      };
+      const timer = setTimeout(() => {
+        if (this.takePending(id)) reject(timeoutError(method, timeoutMs));
+      }, timeoutMs);
+      signal?.addEventListener("abort", onAbort, { once: true });
+
+      const entry: PendingCall = {
+        id,
+        method,
+        params: validParams,
+        internal: false,
+        retryOnReconnect: options.retryOnReconnect ?? READ_ONLY_METHODS.has(method),
+        sent: false,
+        sends: 0,
+        createdAt: Date.now(),
+        serverWaitMs,
+        onResult: (result) => {
+          const checked = schema.result.safeParse(result);
+          if (checked.success) resolve(checked.data as MethodResult<M>);
+          else reject(invalidResult(`${method} result`, checked.error));
+        },
+        reject,
+        cleanup: () => {
+          clearTimeout(timer);
+          signal?.removeEventListener("abort", onAbort);
+        },
+      };
+      this.pending.set(id, entry);
+      if (this.#state === "open") this.transmit(entry);
+    });
+  }
+
+  /**
+   * Subscribes to events (`events.subscribe`) and remembers the subscription: after a reconnect it
+   * is renewed with `after` = the last delivered `seq`, so no event is lost or seen twice.
+   * Register `on()` listeners or create `events()` iterators first: replayed events can arrive
+   * before this resolves.
+   */
+  async subscribe(
+    params: MethodParams<"events.subscribe"> = {},
+    options: Omit<CallOptions, "retryOnReconnect"> = {},
+  ): Promise<MethodResult<"events.subscribe">> {
+    for (;;) {
+      try {
+        const result = await this.call("events.subscribe", params, { ...options, retryOnReconnect: false });
+        this.subscriptions.set(params.sessionKey ?? "*", {
+          sessionKey: params.sessionKey,
+          after: params.after,
+        });
+        // A live subscription starts at the gateway's current seq: resuming from there after a
+        // drop replays what happened while disconnected. With `after`, the replay sets the cursor.
+        if (params.after === undefined) this.dispatcher.advanceTo(result.seq);
+        return result;
+      } catch (error) {
+        const droppedInFlight =
+          error instanceof SwitchboardError && error.code === "UNAVAILABLE" && error.retryable === true;
+        if (droppedInFlight && this.#state !== "closed") continue;
+        throw error;
+      }
+    }
+  }
+
+  /** Calls `listener` for every `event` delivered; returns the function that removes it. */
+  on<E extends EventName>(event: E, listener: TypedEventListener<E>): () => void {
+    return this.dispatcher.on(event, listener);
+  }
+
+  /**
+   * The events delivered from now on, in `seq` order, each once, as an async iterable. It ends
+   * when the client closes (with the error, if the client closed because of one).
+   */
+  events<E extends EventName = EventName>(
+    options: EventsOptions<E> = {},
+  ): AsyncIterableIterator<TypedEvent<E>> {
+    return this.dispatcher.iterate(options);
+  }
+
+  /**
+   * Closes the connection for good: pending calls reject with a retryable `UNAVAILABLE`, event
+   * iterators end, no reconnect follows. Resolves once the socket is closed.
+   */
+  close(): Promise<void> {
+    if (this.closing) return this.closing;
+    this.closeRequested = true;
+    const socket = this.session?.socket;
+    this.shutdown(new SwitchboardError("UNAVAILABLE", "the client was closed", { retryable: true }), {
+      clean: true,
+    });
+    this.closing = socket === undefined ? Promise.resolve() : closeGracefully(socket);
+    return this.closing;
+  }
+
+  // ---- connection lifecycle ------------------------------------------------------------------
+
+  private openSocket(): void {
+    const { url } = this.options;
+    let socket: WebSocketLike;
+    try {
+      socket = new this.WebSocketImpl(url);
+    } catch (error) {
+      // The same constructor would throw again on every retry.
+      this.shutdown(
+        new SwitchboardError(
+          "INVALID_REQUEST",
+          `cannot open a WebSocket to ${url}: ${describeError(error)}`,
+          {
+            cause: error,
+          },
+        ),
+      );
+      return;
+    }
+    const session: SocketSession = {
+      socket,
+      opened: false,
+      ended: false,
+      lastError: undefined,
+      dropReason: undefined,
+      connectTimer: undefined,
+      heartbeatTimer: undefined,
+      lastActivity: Date.now(),
+    };
+    this.session = session;
+
+    session.connectTimer = setTimeout(() => {
+      this.endSession(
+        session,
+        new SwitchboardError(
+          "UNAVAILABLE",
+          `no handshake with ${url} within ${this.options.connectTimeoutMs} ms`,
+          { retryable: true },
+        ),
+        false,
+      );
+      dropSocket(socket);
+    }, this.options.connectTimeoutMs);
+
+    socket.addEventListener("open", () => {
+      if (session.ended) return;
+      session.opened = true;
+      void this.handshake(session).then((outcome) => {
+        if (session.ended) return;
+        if (outcome.ok) {
+          void this.onHandshake(session, outcome.result);
+          return;
+        }
+        this.endSession(session, outcome.error, outcome.fatal);
+        if (outcome.fatal) closeGracefully(socket);
+        else dropSocket(socket);
+      });
+    });
+    socket.addEventListener("message", (event) => {
+      if (!session.ended) this.onMessage(session, event.data);
+    });
+    // `ws` throws an unhandled 'error' if nobody listens; the close event that follows is what counts.
+    socket.addEventListener("error", (event) => {
+      session.lastError = describeSocketError(event) ?? session.lastError;
+    });
+    socket.addEventListener("close", (event) => {
+      if (session.ended) return;
+      this.endSession(
+        session,
+        this.closeReason(session, event.code, event.reason),
+        event.code === CloseCodes.unauthorized,
+      );
+    });
+  }
+
+  private closeReason(session: SocketSession, code: number, reason: string): SwitchboardError {
+    if (session.dropReason) return session.dropReason;
+    if (code === CloseCodes.unauthorized) {
+      return new SwitchboardError(
+        "UNAUTHORIZED",
+        `the gateway refused the credentials${reason ? `: ${reason}` : ""}`,
+        {
+          retryable: false,
+        },
+      );
+    }
+    const detail = [reason, session.lastError].filter(Boolean).join(": ");
+    const message = session.opened
+      ? `the connection to ${this.options.url} closed (code ${code}${detail ? `, ${detail}` : ""})`
+      : `could not connect to ${this.options.url}${detail ? ` (${detail})` : ""}`;
+    return new SwitchboardError("UNAVAILABLE", message, {
+      retryable: true,
+      details: { closeCode: code },
+    });
+  }
+
+  private async handshake(session: SocketSession): Promise<HandshakeOutcome> {
+    const { options } = this;
+    const params: ConnectParams = {
+      protocol: PROTOCOL_VERSION as 1,
+      client: { name: options.clientName, version: options.clientVersion },
+      auth: { token: options.token },
+      role: options.role,
+      ...(options.agents ? { agents: options.agents } : {}),
+      ...(options.sessionKey ? { sessionKey: options.sessionKey } : {}),
+    };
+    try {
+      const raw = await this.rawRequest(session, "connect", params, options.connectTimeoutMs);
+      const parsed = ConnectResultSchema.safeParse(raw);
+      if (parsed.success) return { ok: true, result: parsed.data };
+      return { ok: false, error: invalidResult("connect result", parsed.error), fatal: true };
+    } catch (error) {
+      const failure = toSwitchboardError(error, "UNAVAILABLE");
+      return { ok: false, error: failure, fatal: isFatalHandshakeError(failure) };
+    }
+  }
+
+  private async onHandshake(session: SocketSession, result: ConnectResult): Promise<void> {
+    clearTimeout(session.connectTimer);
+    const reconnected = this.everOpened;
+    this.handshakeResult = result;
+    this.attempt = 0;
+    this.everOpened = true;
+    this.startHeartbeat(session, result.limits.heartbeatMs);
+
+    for (const subscription of this.subscriptions.values()) {
+      await this.resubscribe(session, subscription);
+      if (session.ended) return;
+    }
+    if (session.ended || this.#state === "closed") return;
+    this.flush();
+    this.setState("open");
+    this.logger.info(
+      { url: this.options.url, connectionId: result.connectionId, role: result.role, reconnected },
+      reconnected ? "reconnected to the gateway" : "connected to the gateway",
+    );
+  }
+
+  private async resubscribe(session: SocketSession, subscription: Subscription): Promise<void> {
+    const after = this.dispatcher.cursor ?? subscription.after;
+    const params: Record<string, unknown> = {};
+    if (subscription.sessionKey !== undefined) params.sessionKey = subscription.sessionKey;
+    if (after !== undefined) params.after = after;
+    try {
+      const raw = await this.rawRequest(session, "events.subscribe", params, this.options.requestTimeoutMs);
+      const parsed = Methods["events.subscribe"].result.safeParse(raw);
+      if (!parsed.success) {
+        this.logger.warn(
+          { error: invalidResult("events.subscribe result", parsed.error).message },
+          "resubscribe failed",
+        );
+        return;
+      }
+      const cursor = this.dispatcher.cursor;
+      if (cursor !== undefined && parsed.data.seq < cursor) {
+        // The gateway's sequence went backwards: it restarted without its event log. Waiting for
+        // seq to pass the old mark would swallow every new event, so resume from its new head.
+        this.logger.warn(
+          { cursor, gatewaySeq: parsed.data.seq },
+          "the gateway's event sequence restarted; events from before the restart cannot be replayed",
+        );
+        this.dispatcher.cursor = parsed.data.seq;
+      } else if (after === undefined) {
+        this.dispatcher.advanceTo(parsed.data.seq);
+      }
+    } catch (error) {
+      if (session.ended) return;
+      this.logger.warn(
+        { sessionKey: subscription.sessionKey, error: describeError(error) },
+        "could not renew an event subscription after reconnecting",
+      );
+    }
+  }
+
+  private startHeartbeat(session: SocketSession, heartbeatMs: number): void {
+    const { socket } = session;
+    if (!hasPingEvents(socket)) return;
+    session.lastActivity = Date.now();
+    socket.on("ping", () => {
+      session.lastActivity = Date.now();
+    });
+    const silentLimitMs = heartbeatMs * SILENT_INTERVALS_BEFORE_DROP;
+    session.heartbeatTimer = setInterval(() => {
+      if (session.ended || Date.now() - session.lastActivity <= silentLimitMs) return;
+      // A half-open TCP connection never reports a close by itself: drop it and reconnect.
+      session.dropReason = new SwitchboardError(
+        "UNAVAILABLE",
+        `the gateway at ${this.options.url} sent nothing for ${silentLimitMs} ms`,
+        { retryable: true },
+      );
+      this.logger.warn({ url: this.options.url, silentLimitMs }, "gateway silent; dropping the connection");
+      dropSocket(socket);
+    }, heartbeatMs);
+  }
+
+  private endSession(session: SocketSession, error: SwitchboardError, fatal: boolean): void {
+    if (session.ended) return;
+    session.ended = true;
+    clearTimeout(session.connectTimer);
+    clearInterval(session.heartbeatTimer);
+    if (this.session === session) this.session = undefined;
+    if (this.closeRequested || this.#state === "closed") return;
+
+    const { reconnect } = this.options;
+    const retry =
+      !fatal &&
+      reconnect.enabled &&
+      !(this.failFast && !this.everOpened) &&
+      (reconnect.maxAttempts === undefined || this.attempt < reconnect.maxAttempts);
+    if (!retry) {
+      this.logger.warn(
+        { url: this.options.url, error: error.message },
+        "connection closed; not reconnecting",
+      );
+      this.shutdown(error);
+      return;
+    }
+    this.setState("reconnecting");
+    this.releaseInFlight(error);
+    const delayMs = backoffDelay(this.attempt, reconnect);
+    this.attempt += 1;
+    this.logger.info(
+      { url: this.options.url, attempt: this.attempt, delayMs, reason: error.message },
+      "reconnecting",
+    );
+    this.reconnectTimer = setTimeout(() => {
+      this.reconnectTimer = undefined;
+      if (!this.closeRequested && this.#state !== "closed") this.openSocket();
+    }, delayMs);
+  }
+
+  /** In-flight calls on a lost socket: safe ones wait to be re-sent, the others cannot be known to have run. */
+  private releaseInFlight(reason: SwitchboardError): void {
+    for (const entry of [...this.pending.values()]) {
+      if (!entry.sent) continue;
+      if (!entry.internal && entry.retryOnReconnect) {
+        entry.sent = false;
+        continue;
+      }
+      this.takePending(entry.id);
+      entry.reject(entry.internal ? reason : connectionLostError(entry.method, reason));
+    }
+  }
+
+  private shutdown(error: SwitchboardError, { clean = false }: { clean?: boolean } = {}): void {
+    if (this.#state === "closed") return;
+    this.closeError = error;
+    clearTimeout(this.reconnectTimer);
+    this.reconnectTimer = undefined;
+    const session = this.session;
+    this.session = undefined;
+    if (session && !session.ended) {
+      session.ended = true;
+      clearTimeout(session.connectTimer);
+      clearInterval(session.heartbeatTimer);
+      if (!this.closeRequested) dropSocket(session.socket);
+    }
+    this.setState("closed");
+    for (const entry of [...this.pending.values()]) {
+      this.takePending(entry.id);
+      entry.reject(error);
+    }
+    this.dispatcher.end(clean ? undefined : error);
+    this.stateListeners.clear();
+  }
+
+  private setState(next: ConnectionState): void {
+    const previous = this.#state;
+    if (previous === next) return;
+    this.#state = next;
+    if (next === "open" || next === "closed") {
+      const waiters = this.readyWaiters;
+      this.readyWaiters = [];
+      for (const waiter of waiters) {
+        if (next === "open" && this.connection) waiter.resolve(this.connection);
+        else waiter.reject(this.closeError ?? closedClientError());
+      }
+    }
+    for (const listener of [...this.stateListeners]) {
+      try {
+        listener(next, previous);
+      } catch (error) {
+        this.logger.error({ error: describeError(error) }, "a state listener threw");
+      }
+    }
+  }
+
+  // ---- requests ------------------------------------------------------------------------------
+
+  private newRequestId(): string {
+    this.nextRequestId += 1;
+    return String(this.nextRequestId);
+  }
+
+  private takePending(id: string): PendingCall | undefined {
+    const entry = this.pending.get(id);
+    if (entry) {
+      this.pending.delete(id);
+      entry.cleanup();
+    }
+    return entry;
+  }
+
+  /** A request bound to one socket (handshake, resubscription): sent at once, never queued or re-sent. */
+  private rawRequest(
+    session: SocketSession,
+    method: string,
+    params: Record<string, unknown>,
+    timeoutMs: number,
+  ): Promise<Record<string, unknown>> {
+    return new Promise((resolve, reject) => {
+      const id = this.newRequestId();
+      const timer = setTimeout(() => {
+        if (this.takePending(id)) reject(timeoutError(method, timeoutMs));
+      }, timeoutMs);
+      this.pending.set(id, {
+        id,
+        method,
+        params,
+        internal: true,
+        retryOnReconnect: false,
+        sent: true,
+        sends: 1,
+        createdAt: Date.now(),
+        serverWaitMs: undefined,
+        onResult: resolve,
+        reject,
+        cleanup: () => clearTimeout(timer),
+      });
+      try {
+        session.socket.send(JSON.stringify({ type: "req", id, method, params }));
+      } catch (error) {
+        this.takePending(id);
+        reject(toSwitchboardError(error, "UNAVAILABLE"));
+      }
+    });
+  }
+
+  /** Sends queued calls, oldest first (re-sent calls were made earliest, so they go first). */
+  private flush(): void {
+    for (const entry of [...this.pending.values()]) {
+      if (!entry.sent && !entry.internal) this.transmit(entry);
+    }
+  }
+
+  private transmit(entry: PendingCall): void {
+    const socket = this.session?.socket;
+    if (socket === undefined || socket.readyState !== SOCKET_OPEN) return;
+    if (entry.sends > 0 && entry.serverWaitMs !== undefined) {
+      // A re-sent wait gets only what is left of the caller's wait, not a fresh one.
+      entry.params = {
+        ...entry.params,
+        timeoutMs: Math.max(0, entry.serverWaitMs - (Date.now() - entry.createdAt)),
+      };
+    }
+    const frame = JSON.stringify({ type: "req", id: entry.id, method: entry.method, params: entry.params });
+    const maxPayload = this.connection?.limits.maxPayload;
+    if (maxPayload !== undefined && utf8Exceeds(frame, maxPayload)) {
+      // The gateway would refuse the frame (and `ws` drops the whole connection on it).
+      this.takePending(entry.id);
+      entry.reject(
+        new SwitchboardError(
+          "PAYLOAD_TOO_LARGE",
+          `${entry.method} request exceeds the gateway's ${maxPayload}-byte frame limit`,
+          {
+            details: { method: entry.method, maxPayload },
+          },
+        ),
+      );
+      return;
+    }
+    try {
+      socket.send(frame);
+      entry.sent = true;
+      entry.sends += 1;
+    } catch (error) {
+      // Left unsent: it goes out on the next open connection.
+      this.logger.debug(
+        { method: entry.method, error: describeError(error) },
+        "send failed; call stays queued",
+      );
+    }
+  }
+
+  // ---- incoming frames -----------------------------------------------------------------------
+
+  private onMessage(session: SocketSession, data: unknown): void {
+    session.lastActivity = Date.now();
+    const text = messageText(data);
+    if (text === undefined) {
+      this.logger.warn({}, "ignoring a non-text frame from the gateway");
+      return;
+    }
+    let raw: unknown;
+    try {
+      raw = JSON.parse(text);
+    } catch {
+      this.logger.warn({ frame: text.slice(0, 200) }, "ignoring a frame that is not JSON");
+      return;
+    }
+    const parsed = ServerFrameSchema.safeParse(raw);
+    if (!parsed.success) {
+      // A malformed answer to a call still has to end that call rather than leave it to time out.
+      const id = typeof raw === "object" && raw !== null ? (raw as { id?: unknown }).id : undefined;
+      const entry = typeof id === "string" ? this.takePending(id) : undefined;
+      if (entry) entry.reject(invalidResult(`response to ${entry.method}`, parsed.error));
+      else this.logger.warn({ issues: formatZodIssues(parsed.error) }, "ignoring a malformed frame");
+      return;
+    }
+    const frame = parsed.data;
+    if (frame.type === "event") {
+      this.dispatcher.dispatch(frame);
+      return;
+    }
+    if (frame.id === null) {
+      const error = frame.ok ? undefined : frame.error;
+      this.logger.warn({ error }, "the gateway reported an error it could not tie to a request");
+      return;
+    }
+    const entry = this.takePending(frame.id);
+    if (!entry) {
+      this.logger.debug({ id: frame.id }, "response to a call that already ended (timed out or aborted)");
+      return;
+    }
+    if (frame.ok) entry.onResult(frame.result);
+    else entry.reject(SwitchboardError.fromWire(frame.error));
+  }
+}
+
+/** Creates a client that connects in the background and keeps retrying until it gets through. */
+export function createClient(options: ClientOptions): SwitchboardClient {
+  return new SwitchboardClient(options);
+}
+
+/**
+ * Connects and resolves once the handshake succeeded; rejects (with `UNAUTHORIZED`, or
+ * `UNAVAILABLE` when the gateway cannot be reached) if the first attempt fails.
+ */
+export async function connect(options: ClientOptions): Promise<SwitchboardClient> {
+  const client = new SwitchboardClient(options, { failFast: true });
+  await client.ready();
+  return client;
+}
+
+function closedClientError(cause?: SwitchboardError): SwitchboardError {
+  return new SwitchboardError("UNAVAILABLE", "the client is closed", { retryable: false, cause });
+}
+
+function checkCallOptions(options: CallOptions): SwitchboardError | undefined {
+  const { timeoutMs } = options;
+  if (
+    timeoutMs !== undefined &&
+    !(Number.isInteger(timeoutMs) && timeoutMs > 0 && timeoutMs <= 2_147_483_647)
+  ) {
+    return new SwitchboardError(
+      "INVALID_REQUEST",
+      "options.timeoutMs: must be a positive whole number of milliseconds",
+    );
+  }
+  return undefined;
+}
+
+function utf8Exceeds(text: string, limit: number): boolean {
+  // Every UTF-16 unit is 1 to 3 UTF-8 bytes: most frames are decided without encoding them.
+  if (text.length > limit) return true;
+  if (text.length * 3 <= limit) return false;
+  return new TextEncoder().encode(text).length > limit;
+}
+
+function closeGracefully(socket: WebSocketLike): Promise<void> {
+  if (socket.readyState >= SOCKET_CLOSING) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      dropSocket(socket);
+      resolve();
+    }, CLOSE_HANDSHAKE_BUDGET_MS);
+    socket.addEventListener("close", () => {
+      clearTimeout(timer);
+      resolve();
+    });
+    try {
+      socket.close(1000, "client closed");
+    } catch {
+      clearTimeout(timer);
+      resolve();
+    }
+  });
+}
