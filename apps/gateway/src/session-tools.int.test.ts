@@ -377,6 +377,42 @@ describe("sessions_spawn", () => {
   });
 });
 
+describe("status, agents, message and summarize", () => {
+  it("reports status with children, lists agents own-first, posts messages and summarises in an isolated run", async () => {
+    await setup();
+    await create("main");
+    const child = await tool("main", "sessions_spawn", { task: "echo this", label: "helper" });
+    await gw.gateway.flows.idle();
+    const status = await tool("main", "session_status");
+    expect(status).toMatchObject({ status: "ok", sessionKey: "main", kind: "main", agentId: "main", taint: "PUBLIC" });
+    expect(status.children).toEqual([expect.objectContaining({ key: child.childSessionKey, label: "helper" })]);
+
+    await create("agent:research:main");
+    const agents = await tool("agent:research:main", "agents_list");
+    expect((agents.agents as Array<{ id: string }>).map((a) => a.id)).toEqual(["research"]);
+    const mainAgents = await tool("main", "agents_list");
+    expect(mainAgents.agents).toEqual([
+      { id: "main", configured: true, connected: true, allowedForSpawn: true },
+      { id: "research", configured: true, connected: true, allowedForSpawn: true },
+    ]);
+
+    const events = await gw.operator();
+    await events.call("events.subscribe", {});
+    const posted = await tool("main", "message", { channel: "telegram", to: "42", text: "hello out there" });
+    expect(posted.status).toBe("ok");
+    const delivery = await events.waitForEvent((e) => e.event === "delivery");
+    expect(delivery.payload).toMatchObject({ channel: "telegram", to: "42", text: "hello out there", deliveryId: posted.deliveryId });
+
+    const historyBefore = await op.call<{ messages: unknown[] }>("sessions.history", { sessionKey: "main", includeTools: true });
+    const summary = await tool("main", "summarize");
+    expect(summary.status).toBe("ok");
+    expect(summary.summary).toMatch(/^summary: \d+ lines$/);
+    const historyAfter = await op.call<{ messages: unknown[] }>("sessions.history", { sessionKey: "main", includeTools: true });
+    // The summary run itself leaves nothing in the transcript; only this tool call's own call/result entries do.
+    expect(historyAfter.messages.length).toBe(historyBefore.messages.length + 2);
+  });
+});
+
 describe("labels and simulation", () => {
   const labelled = () =>
     config({

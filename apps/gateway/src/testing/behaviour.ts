@@ -17,6 +17,7 @@ export function behaviour(options: BehaviourOptions = {}): WorkerHandler {
     const { message, context: injected } = context.run.input;
     if (injected.includes("Agent-to-agent reply step")) return options.replyStep?.(context) ?? "REPLY_SKIP";
     if (injected.includes("announce step")) return options.announceStep?.(context) ?? "ANNOUNCE_SKIP";
+    if (injected.startsWith("Summarize step")) return `summary: ${message.split("\n").length - 1} lines`;
     const call = /^call (\S+)(?: (.*))?$/s.exec(message);
     if (call) {
       const result = await context.invokeTool(call[1]!, call[2] ? JSON.parse(call[2]) : {});
