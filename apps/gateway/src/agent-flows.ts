@@ -102,7 +102,13 @@ export class AgentFlows {
 
   // ---- sessions_send -------------------------------------------------------------------------
 
-  sendContext(callerEntry: SessionEntry, targetEntry: SessionEntry, message: string, position: ChainPosition, waits: boolean): PolicyContext {
+  sendContext(
+    callerEntry: SessionEntry,
+    targetEntry: SessionEntry,
+    message: string,
+    position: ChainPosition,
+    waits: boolean,
+  ): PolicyContext {
     const cycle = this.cycleFor(position.chainId, callerEntry.key, targetEntry.key, waits);
     return {
       hook: "PRE_SEND",
@@ -171,9 +177,18 @@ export class AgentFlows {
       release();
     }
     if (result.status === "ok") {
-      return { status: "ok", runId: record.runId, sessionKey: targetEntry.key, reply: result.reply ?? "", delivery };
+      return {
+        status: "ok",
+        runId: record.runId,
+        sessionKey: targetEntry.key,
+        reply: result.reply ?? "",
+        delivery,
+      };
     }
-    if (result.status === "timeout" && (result.error?.startsWith("run still in progress") || result.error === "wait aborted")) {
+    if (
+      result.status === "timeout" &&
+      (result.error?.startsWith("run still in progress") || result.error === "wait aborted")
+    ) {
       return {
         status: "timeout",
         runId: record.runId,
@@ -321,7 +336,14 @@ export class AgentFlows {
       origin: "announce",
       message: "Announce the outcome of this agent-to-agent exchange to your channel.",
       context,
-      provenance: { kind: "agent", fromSessionKey: requesterKey, fromRunId: primary.runId, chainId: position.chainId, hop: position.hop, step: "announce" },
+      provenance: {
+        kind: "agent",
+        fromSessionKey: requesterKey,
+        fromRunId: primary.runId,
+        chainId: position.chainId,
+        hop: position.hop,
+        step: "announce",
+      },
       label: target.taint,
       timeoutSeconds: this.stepTimeoutSeconds,
       flow: { chainId: position.chainId, hop: position.hop },
@@ -347,7 +369,12 @@ export class AgentFlows {
     return this.scheduler.activeSpawnsOf(requesterKey);
   }
 
-  spawnContext(callerEntry: SessionEntry, targetAgentId: string, childKey: string, task: string): PolicyContext {
+  spawnContext(
+    callerEntry: SessionEntry,
+    targetAgentId: string,
+    childKey: string,
+    task: string,
+  ): PolicyContext {
     const childClearance = this.childClearance(callerEntry, targetAgentId);
     return {
       hook: "PRE_SPAWN",
@@ -388,7 +415,14 @@ export class AgentFlows {
   async spawn(
     caller: ToolCaller,
     callerEntry: SessionEntry,
-    request: { task: string; label?: string; agentId?: string; model?: string; runTimeoutSeconds: number; cleanup: "delete" | "keep" },
+    request: {
+      task: string;
+      label?: string;
+      agentId?: string;
+      model?: string;
+      runTimeoutSeconds: number;
+      cleanup: "delete" | "keep";
+    },
   ): Promise<SessionsSpawnResult> {
     const targetAgentId = (request.agentId ?? callerEntry.agentId).toLowerCase();
     if (!this.sessions.agentConfig(targetAgentId)) {
@@ -396,14 +430,18 @@ export class AgentFlows {
     }
     const childUuid = randomUUID();
     const childKey = makeSubagentKey(targetAgentId, childUuid);
-    const decision = await this.policy.enforce(this.spawnContext(callerEntry, targetAgentId, childKey, request.task), caller.operator);
+    const decision = await this.policy.enforce(
+      this.spawnContext(callerEntry, targetAgentId, childKey, request.task),
+      caller.operator,
+    );
     if (decision.action === "BLOCK") return { status: "forbidden", error: decision.message };
 
     let modelApplied: boolean | undefined;
     let warning: string | undefined;
     if (request.model !== undefined) {
       modelApplied = this.knownModels().has(request.model);
-      if (!modelApplied) warning = `model "${request.model}" is not configured; the agent's default model is used`;
+      if (!modelApplied)
+        warning = `model "${request.model}" is not configured; the agent's default model is used`;
     }
     const { entry: child } = await this.sessions.ensure(childKey, {
       spawnedBy: callerEntry.key,
@@ -423,7 +461,14 @@ export class AgentFlows {
     const { record } = await this.deliverMessage(callerEntry, child, decision.text ?? request.task, {
       origin: "spawn",
       lane: "subagent",
-      provenance: { kind: "agent", fromSessionKey: callerEntry.key, fromRunId: caller.runId ?? "operator", chainId: runId, hop: 0, step: "send" },
+      provenance: {
+        kind: "agent",
+        fromSessionKey: callerEntry.key,
+        fromRunId: caller.runId ?? "operator",
+        chainId: runId,
+        hop: 0,
+        step: "send",
+      },
       context,
       actor: caller.operator,
       ...(request.runTimeoutSeconds > 0 ? { timeoutSeconds: request.runTimeoutSeconds } : {}),
@@ -454,7 +499,11 @@ export class AgentFlows {
 
   private onRunEnded(record: RunRecord): void {
     if (record.spawn && record.spawn.announce.status === "pending") this.track(this.announceSpawn(record));
-    if ((record.origin === "chat" || record.origin === "agent") && record.status === "ok" && record.reply?.trim()) {
+    if (
+      (record.origin === "chat" || record.origin === "agent") &&
+      record.status === "ok" &&
+      record.reply?.trim()
+    ) {
       this.track(this.deliverReply(record));
     }
     if (record.origin === "spawn-announce" && record.status === "ok") {
@@ -476,9 +525,15 @@ export class AgentFlows {
     const spawn = record.spawn!;
     const requester = await this.sessions.get(spawn.requesterKey);
     const child = await this.sessions.get(spawn.childKey);
-    const finishAnnounce = async (status: "delivered" | "skipped" | "failed", extra: { runId?: string; lastError?: string } = {}) => {
+    const finishAnnounce = async (
+      status: "delivered" | "skipped" | "failed",
+      extra: { runId?: string; lastError?: string } = {},
+    ) => {
       const latest = (await this.store.runs.get(record.runId)) ?? record;
-      latest.spawn = { ...spawn, announce: { ...spawn.announce, status, attempts: spawn.announce.attempts + 1, ...extra } };
+      latest.spawn = {
+        ...spawn,
+        announce: { ...spawn.announce, status, attempts: spawn.announce.attempts + 1, ...extra },
+      };
       await this.store.runs.put(latest);
       record.spawn = latest.spawn;
     };
@@ -506,7 +561,14 @@ export class AgentFlows {
     ].join("\n");
     const childFacts = child
       ? this.policy.facts(child)
-      : { key: spawn.childKey, agentId: record.agentId, kind: "subagent" as const, channel: "internal", taint: "PUBLIC" as Level, clearance: "PUBLIC" as Level };
+      : {
+          key: spawn.childKey,
+          agentId: record.agentId,
+          kind: "subagent" as const,
+          channel: "internal",
+          taint: "PUBLIC" as Level,
+          clearance: "PUBLIC" as Level,
+        };
     const decision = await this.policy.enforce({
       hook: "PRE_SEND",
       caller: childFacts,
@@ -538,7 +600,12 @@ export class AgentFlows {
       await this.audit.append({
         kind: "announce",
         sessionKey: requester.key,
-        data: { childKey: spawn.childKey, runId: record.runId, announceRunId: announceRun.runId, outcome: record.status },
+        data: {
+          childKey: spawn.childKey,
+          runId: record.runId,
+          announceRunId: announceRun.runId,
+          outcome: record.status,
+        },
       });
     }
     if (spawn.cleanup === "delete" && child) {
@@ -584,4 +651,3 @@ export class AgentFlows {
     if (this.archiveTimer) clearInterval(this.archiveTimer);
   }
 }
-

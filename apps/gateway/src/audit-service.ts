@@ -25,7 +25,10 @@ export class AuditService {
 
   static async open(store: AuditStore, key: Uint8Array, bus: EventBus): Promise<AuditService> {
     const last = await store.last();
-    const chain = createAuditChain({ key, ...(last ? { last: { index: last.index, hash: last.hash } } : {}) });
+    const chain = createAuditChain({
+      key,
+      ...(last ? { last: { index: last.index, hash: last.hash } } : {}),
+    });
     return new AuditService(store, chain, key, bus);
   }
 
@@ -34,14 +37,20 @@ export class AuditService {
   /** Chains and persists in call order, so the stored order is the chain order. */
   append(input: AuditInput): Promise<AuditRecord> {
     const task = this.queue.then(async () => {
-      const entry = { kind: input.kind, at: Date.now(), data: input.data } as Parameters<AuditChain["next"]>[0];
+      const entry = { kind: input.kind, at: Date.now(), data: input.data } as Parameters<
+        AuditChain["next"]
+      >[0];
       if (input.actor !== undefined) entry.actor = input.actor;
       if (input.sessionKey !== undefined) entry.sessionKey = input.sessionKey;
       const record = await this.chain.next(entry);
       await this.store.append([record]);
       this.bus.publish(
         "audit.appended",
-        { index: record.index, kind: record.kind, ...(record.sessionKey ? { sessionKey: record.sessionKey } : {}) },
+        {
+          index: record.index,
+          kind: record.kind,
+          ...(record.sessionKey ? { sessionKey: record.sessionKey } : {}),
+        },
         record.sessionKey ? { sessionKey: record.sessionKey } : {},
       );
       return record;

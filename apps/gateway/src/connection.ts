@@ -50,7 +50,10 @@ export class Connection {
     if (!this.isOpen) return false;
     const text = JSON.stringify(frame);
     if (this.socket.bufferedAmount + text.length > this.maxBufferedBytes) {
-      this.log.warn({ buffered: this.socket.bufferedAmount }, "peer too slow: unsent buffer above limit, disconnecting");
+      this.log.warn(
+        { buffered: this.socket.bufferedAmount },
+        "peer too slow: unsent buffer above limit, disconnecting",
+      );
       this.close(CloseCodes.tryAgainLater, "send buffer limit exceeded");
       return false;
     }

@@ -3,7 +3,11 @@ import { chmod, mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 
 /** Reads a secret file from the data dir, creating it (mode 0600) on first start. */
-async function readOrCreate(dataDir: string, name: string, create: () => Buffer): Promise<{ value: Buffer; created: boolean }> {
+async function readOrCreate(
+  dataDir: string,
+  name: string,
+  create: () => Buffer,
+): Promise<{ value: Buffer; created: boolean }> {
   const path = join(dataDir, name);
   try {
     return { value: await readFile(path), created: false };
@@ -16,7 +20,8 @@ async function readOrCreate(dataDir: string, name: string, create: () => Buffer)
     await writeFile(path, value, { mode: 0o600, flag: "wx" });
   } catch (error) {
     // Another starter won the race: use what it wrote.
-    if ((error as NodeJS.ErrnoException).code === "EEXIST") return { value: await readFile(path), created: false };
+    if ((error as NodeJS.ErrnoException).code === "EEXIST")
+      return { value: await readFile(path), created: false };
     throw error;
   }
   await chmod(path, 0o600);

@@ -25,7 +25,17 @@ async function setup(extra: Record<string, unknown> = {}) {
         ],
       },
       labels: { channels: { discord: "PUBLIC", webchat: "CONFIDENTIAL" } },
-      policy: { rules: [{ id: "no-keys-out", hook: "PRE_OUTPUT", priority: 100, action: "redact", redact: { patterns: ["sk-[A-Za-z0-9]{20,}"] } }] },
+      policy: {
+        rules: [
+          {
+            id: "no-keys-out",
+            hook: "PRE_OUTPUT",
+            priority: 100,
+            action: "redact",
+            redact: { patterns: ["sk-[A-Za-z0-9]{20,}"] },
+          },
+        ],
+      },
       ...extra,
     },
     { store: STORE },
@@ -45,9 +55,14 @@ describe("session methods", () => {
     expect(created).toMatchObject({ key: "agent:main:discord:group:dev", created: true });
     const again = await op.call("sessions.create", { key: "agent:main:discord:group:dev" });
     expect(again).toMatchObject({ sessionId: created.sessionId, created: false });
-    expect(await op.call("sessions.resolve", { sessionId: created.sessionId })).toEqual({ key: created.key, sessionId: created.sessionId });
+    expect(await op.call("sessions.resolve", { sessionId: created.sessionId })).toEqual({
+      key: created.key,
+      sessionId: created.sessionId,
+    });
     expect(await op.call("sessions.resolve", { label: "dev-room" })).toMatchObject({ key: created.key });
-    expect((await op.request("sessions.resolve", { key: "x", label: "y" })).error?.code).toBe("INVALID_REQUEST");
+    expect((await op.request("sessions.resolve", { key: "x", label: "y" })).error?.code).toBe(
+      "INVALID_REQUEST",
+    );
     expect((await op.request("sessions.resolve", { key: "agent:main:nope" })).error?.code).toBe("NOT_FOUND");
 
     const patched = await op.call<{ entry: Record<string, unknown> }>("sessions.patch", {
@@ -56,20 +71,40 @@ describe("session methods", () => {
       sendPolicy: "deny",
       clearance: "INTERNAL",
     });
-    expect(patched.entry).toMatchObject({ displayName: "Dev room", sendPolicy: "deny", clearance: "INTERNAL" });
-    const cleared = await op.call<{ entry: Record<string, unknown> }>("sessions.patch", { key: created.key, sendPolicy: null });
+    expect(patched.entry).toMatchObject({
+      displayName: "Dev room",
+      sendPolicy: "deny",
+      clearance: "INTERNAL",
+    });
+    const cleared = await op.call<{ entry: Record<string, unknown> }>("sessions.patch", {
+      key: created.key,
+      sendPolicy: null,
+    });
     expect(cleared.entry.sendPolicy).toBeUndefined();
-    expect((await op.request("sessions.patch", { key: created.key, clearance: "secret" })).error?.message).toContain("clearance");
+    expect(
+      (await op.request("sessions.patch", { key: created.key, clearance: "secret" })).error?.message,
+    ).toContain("clearance");
 
-    const { runId } = await op.call<{ runId: string }>("chat.send", { sessionKey: created.key, message: "hello" });
+    const { runId } = await op.call<{ runId: string }>("chat.send", {
+      sessionKey: created.key,
+      message: "hello",
+    });
     await op.call("agent.wait", { runId });
     const reset = await op.call<{ sessionId: string }>("sessions.reset", { key: created.key });
     expect(reset.sessionId).not.toBe(created.sessionId);
-    const afterReset = await op.call<{ messages: unknown[] }>("sessions.history", { sessionKey: created.key });
+    const afterReset = await op.call<{ messages: unknown[] }>("sessions.history", {
+      sessionKey: created.key,
+    });
     expect(afterReset.messages).toHaveLength(0);
-    expect(await op.call("sessions.status", { sessionKey: created.key })).toMatchObject({ taint: "PUBLIC", displayName: "Dev room" });
+    expect(await op.call("sessions.status", { sessionKey: created.key })).toMatchObject({
+      taint: "PUBLIC",
+      displayName: "Dev room",
+    });
 
-    expect(await op.call("sessions.delete", { key: created.key })).toEqual({ key: created.key, deleted: true });
+    expect(await op.call("sessions.delete", { key: created.key })).toEqual({
+      key: created.key,
+      deleted: true,
+    });
     expect((await op.request("sessions.status", { sessionKey: created.key })).error?.code).toBe("NOT_FOUND");
     await op.call("sessions.create", { key: "main" });
     const mainDelete = await op.request("sessions.delete", { key: "main" });
@@ -83,15 +118,22 @@ describe("session methods", () => {
     await op.call("sessions.create", { key: "discord:group:dev" });
     const cron = await op.call<{ sessions: Array<{ key: string }> }>("sessions.list", { kinds: ["cron"] });
     expect(cron.sessions.map((s) => s.key)).toEqual(["agent:main:cron:nightly"]);
-    const search = await op.call<{ sessions: Array<{ key: string }> }>("sessions.list", { search: "DISCORD" });
+    const search = await op.call<{ sessions: Array<{ key: string }> }>("sessions.list", {
+      search: "DISCORD",
+    });
     expect(search.sessions.map((s) => s.key)).toEqual(["agent:main:discord:group:dev"]);
     const agents = await op.call<{ agents: Array<Record<string, unknown>> }>("agents.list", {});
     expect(agents.agents).toEqual([{ id: "main", configured: true, connected: true, workers: 1 }]);
-    const tools = await op.call<{ tools: Array<{ name: string; parameters: Record<string, unknown> }> }>("tools.list", { as: "main" });
+    const tools = await op.call<{ tools: Array<{ name: string; parameters: Record<string, unknown> }> }>(
+      "tools.list",
+      { as: "main" },
+    );
     expect(tools.tools.map((t) => t.name)).toContain("sessions_send");
     expect(tools.tools.every((t) => t.parameters.type === "object")).toBe(true);
 
-    const audit = await op.call<{ entries: Array<{ index: number; kind: string }> }>("audit.tail", { limit: 2 });
+    const audit = await op.call<{ entries: Array<{ index: number; kind: string }> }>("audit.tail", {
+      limit: 2,
+    });
     expect(audit.entries.length).toBe(2);
     expect(audit.entries[1]!.index).toBeGreaterThan(audit.entries[0]!.index);
     expect(await op.call("audit.verify", {})).toMatchObject({ ok: true });
@@ -100,31 +142,52 @@ describe("session methods", () => {
   it("switches a session's send policy with /send on|off|inherit and answers the usage line otherwise", async () => {
     const op = await setup();
     await op.call("chat.send", { sessionKey: "discord:group:dev", message: "/send off" });
-    expect(await op.call("sessions.status", { sessionKey: "discord:group:dev" })).toMatchObject({ sendPolicy: "deny" });
+    expect(await op.call("sessions.status", { sessionKey: "discord:group:dev" })).toMatchObject({
+      sendPolicy: "deny",
+    });
     const refused = await op.request("chat.send", { sessionKey: "discord:group:dev", message: "hello" });
     expect(refused.error).toMatchObject({ code: "FORBIDDEN", message: "send blocked by session policy" });
     await op.call("chat.send", { sessionKey: "discord:group:dev", message: "/send inherit" });
-    const status = await op.call<Record<string, unknown>>("sessions.status", { sessionKey: "discord:group:dev" });
+    const status = await op.call<Record<string, unknown>>("sessions.status", {
+      sessionKey: "discord:group:dev",
+    });
     expect(status.sendPolicy).toBeUndefined();
-    const { runId } = await op.call<{ runId: string }>("chat.send", { sessionKey: "discord:group:dev", message: "/send maybe" });
-    expect(await op.call("agent.wait", { runId })).toMatchObject({ status: "ok", reply: "usage: /send on|off|inherit" });
+    const { runId } = await op.call<{ runId: string }>("chat.send", {
+      sessionKey: "discord:group:dev",
+      message: "/send maybe",
+    });
+    expect(await op.call("agent.wait", { runId })).toMatchObject({
+      status: "ok",
+      reply: "usage: /send on|off|inherit",
+    });
   });
 });
 
 describe("delivery out to channels", () => {
   it("delivers a reply to the connected channel client, redacting secrets", async () => {
     const op = await setup();
-    const adapter = await TestPeer.connect(gw.url, { token: CHANNEL, role: "client", sessionKey: "agent:main:discord:group:dev" });
+    const adapter = await TestPeer.connect(gw.url, {
+      token: CHANNEL,
+      role: "client",
+      sessionKey: "agent:main:discord:group:dev",
+    });
     await adapter.call("events.subscribe", {});
     const { runId } = await adapter.call<{ runId: string }>("chat.send", {
       sessionKey: "agent:main:discord:group:dev",
       message: "my key is sk-abcdefghijklmnopqrstuvwxyz",
     });
     const delivery = await adapter.waitForEvent((event) => event.event === "delivery");
-    expect(delivery.payload).toMatchObject({ sessionKey: "agent:main:discord:group:dev", channel: "discord", to: "dev" });
+    expect(delivery.payload).toMatchObject({
+      sessionKey: "agent:main:discord:group:dev",
+      channel: "discord",
+      to: "dev",
+    });
     expect(delivery.payload.text).toBe("echo: my key is [REDACTED]");
     expect(await adapter.call("agent.wait", { runId })).toMatchObject({ status: "ok" });
-    const audit = await op.call<{ entries: Array<{ kind: string; data: Record<string, unknown> }> }>("audit.tail", { limit: 50 });
+    const audit = await op.call<{ entries: Array<{ kind: string; data: Record<string, unknown> }> }>(
+      "audit.tail",
+      { limit: 50 },
+    );
     expect(audit.entries.some((e) => e.kind === "policy.redacted" && e.data.redactions === 1)).toBe(true);
     adapter.close();
   });
@@ -132,17 +195,33 @@ describe("delivery out to channels", () => {
   it("blocks and audits a write-down on output, and never sends it", async () => {
     const op = await setup();
     await op.call("sessions.create", { key: "agent:main:webchat:dm:carol", channel: "webchat" });
-    const secret = await op.call<{ runId: string }>("chat.send", { sessionKey: "agent:main:webchat:dm:carol", message: "the secret" });
+    const secret = await op.call<{ runId: string }>("chat.send", {
+      sessionKey: "agent:main:webchat:dm:carol",
+      message: "the secret",
+    });
     await op.call("agent.wait", { runId: secret.runId });
     await op.call("sessions.create", { key: "agent:main:discord:group:dev", channel: "discord" });
     // An operator lifts the PUBLIC group's clearance so it may read the confidential chat…
     await op.call("sessions.patch", { key: "agent:main:discord:group:dev", clearance: "CONFIDENTIAL" });
-    await op.call("tools.invoke", { tool: "sessions_history", args: { sessionKey: "agent:main:webchat:dm:carol" }, as: "agent:main:discord:group:dev" });
-    expect(await op.call("sessions.status", { sessionKey: "agent:main:discord:group:dev" })).toMatchObject({ taint: "CONFIDENTIAL" });
+    await op.call("tools.invoke", {
+      tool: "sessions_history",
+      args: { sessionKey: "agent:main:webchat:dm:carol" },
+      as: "agent:main:discord:group:dev",
+    });
+    expect(await op.call("sessions.status", { sessionKey: "agent:main:discord:group:dev" })).toMatchObject({
+      taint: "CONFIDENTIAL",
+    });
     // …but its replies still cannot go out to the PUBLIC channel.
-    const adapter = await TestPeer.connect(gw.url, { token: CHANNEL, role: "client", sessionKey: "agent:main:discord:group:dev" });
+    const adapter = await TestPeer.connect(gw.url, {
+      token: CHANNEL,
+      role: "client",
+      sessionKey: "agent:main:discord:group:dev",
+    });
     await adapter.call("events.subscribe", {});
-    const { runId } = await op.call<{ runId: string }>("chat.send", { sessionKey: "agent:main:discord:group:dev", message: "tell me" });
+    const { runId } = await op.call<{ runId: string }>("chat.send", {
+      sessionKey: "agent:main:discord:group:dev",
+      message: "tell me",
+    });
     await op.call("agent.wait", { runId });
     await gw.gateway.flows.idle();
     const blocked = await adapter.waitForEvent((event) => event.event === "policy.blocked");
@@ -150,9 +229,15 @@ describe("delivery out to channels", () => {
       "write-down blocked: session taint CONFIDENTIAL cannot flow to discord:dev (classification PUBLIC)",
     );
     expect(adapter.events.some((event) => event.event === "delivery")).toBe(false);
-    const history = await op.call<{ messages: unknown[] }>("sessions.history", { sessionKey: "agent:main:discord:group:dev", includeTools: true });
+    const history = await op.call<{ messages: unknown[] }>("sessions.history", {
+      sessionKey: "agent:main:discord:group:dev",
+      includeTools: true,
+    });
     expect(history.messages.length).toBeGreaterThan(0);
-    const audit = await op.call<{ entries: Array<{ kind: string; data: Record<string, unknown> }> }>("audit.tail", { limit: 100 });
+    const audit = await op.call<{ entries: Array<{ kind: string; data: Record<string, unknown> }> }>(
+      "audit.tail",
+      { limit: 100 },
+    );
     expect(audit.entries.some((e) => e.kind === "policy.blocked" && e.data.hook === "PRE_OUTPUT")).toBe(true);
     expect(await op.call("audit.verify", {})).toMatchObject({ ok: true });
     adapter.close();

@@ -10,7 +10,12 @@ const baseConfig = {
   auth: {
     tokens: [
       { name: "worker", token: WORKER_TOKEN, role: "agent" as const, agents: ["main", "research"] },
-      { name: "webchat", token: CLIENT_TOKEN, role: "client" as const, sessions: ["agent:main:webchat:dm:*"] },
+      {
+        name: "webchat",
+        token: CLIENT_TOKEN,
+        role: "client" as const,
+        sessions: ["agent:main:webchat:dm:*"],
+      },
     ],
   },
   agents: { list: [{ id: "main", default: true }, { id: "research" }] },
@@ -72,7 +77,11 @@ describe("gateway: handshake, roles and runs", () => {
   });
 
   it("refuses methods outside a role", async () => {
-    const client = await TestPeer.connect(gw.url, { token: CLIENT_TOKEN, role: "client", sessionKey: "agent:main:webchat:dm:alice" });
+    const client = await TestPeer.connect(gw.url, {
+      token: CLIENT_TOKEN,
+      role: "client",
+      sessionKey: "agent:main:webchat:dm:alice",
+    });
     const listed = await client.request("sessions.list", {});
     expect(listed.error?.code).toBe("FORBIDDEN");
     const worker = await TestPeer.connect(gw.url, { token: WORKER_TOKEN, role: "agent", agents: ["main"] });
@@ -91,7 +100,12 @@ describe("gateway: handshake, roles and runs", () => {
   });
 
   it("runs chat input on a worker and answers agent.wait, also after the run ended and after a restart", async () => {
-    const worker = await TestWorker.start(gw.url, WORKER_TOKEN, ["main"], ({ run }) => `pong: ${run.input.message}`);
+    const worker = await TestWorker.start(
+      gw.url,
+      WORKER_TOKEN,
+      ["main"],
+      ({ run }) => `pong: ${run.input.message}`,
+    );
     const op = await gw.operator();
     const { runId } = await op.call<{ runId: string }>("chat.send", { sessionKey: "main", message: "ping" });
     const waited = await op.call("agent.wait", { runId, timeoutMs: 5000 });
@@ -99,9 +113,12 @@ describe("gateway: handshake, roles and runs", () => {
     const again = await op.call("agent.wait", { runId });
     expect(again).toMatchObject({ status: "ok", reply: "pong: ping" });
 
-    const history = await op.call<{ messages: Array<{ role: string; content: Array<{ text?: string }> }> }>("sessions.history", {
-      sessionKey: "main",
-    });
+    const history = await op.call<{ messages: Array<{ role: string; content: Array<{ text?: string }> }> }>(
+      "sessions.history",
+      {
+        sessionKey: "main",
+      },
+    );
     expect(history.messages.map((m) => [m.role, m.content[0]?.text])).toEqual([
       ["user", "ping"],
       ["assistant", "pong: ping"],
@@ -114,9 +131,17 @@ describe("gateway: handshake, roles and runs", () => {
 
   it("fails a run the worker fails, times out a run nobody serves, and reassigns on disconnect", async () => {
     const op = await gw.operator();
-    const failing = await TestWorker.start(gw.url, WORKER_TOKEN, ["main"], () => ({ fail: "model exploded" }));
-    const { runId: failed } = await op.call<{ runId: string }>("chat.send", { sessionKey: "main", message: "x" });
-    expect(await op.call("agent.wait", { runId: failed })).toMatchObject({ status: "error", error: "model exploded" });
+    const failing = await TestWorker.start(gw.url, WORKER_TOKEN, ["main"], () => ({
+      fail: "model exploded",
+    }));
+    const { runId: failed } = await op.call<{ runId: string }>("chat.send", {
+      sessionKey: "main",
+      message: "x",
+    });
+    expect(await op.call("agent.wait", { runId: failed })).toMatchObject({
+      status: "error",
+      error: "model exploded",
+    });
     failing.close();
 
     const { runId: lonely } = await op.call<{ runId: string }>("agent", {
@@ -124,13 +149,23 @@ describe("gateway: handshake, roles and runs", () => {
       message: "anyone?",
       timeoutSeconds: 0.3,
     });
-    expect(await op.call("agent.wait", { runId: lonely, timeoutMs: 3000 })).toMatchObject({ status: "timeout" });
+    expect(await op.call("agent.wait", { runId: lonely, timeoutMs: 3000 })).toMatchObject({
+      status: "timeout",
+    });
 
     // A worker that takes the run and dies: the run moves to the other worker.
     const dying = await TestWorker.start(gw.url, WORKER_TOKEN, ["research"], () => ({ ignore: true }));
-    const { runId: moved } = await op.call<{ runId: string }>("agent", { sessionKey: "agent:research:main", message: "hello" });
+    const { runId: moved } = await op.call<{ runId: string }>("agent", {
+      sessionKey: "agent:research:main",
+      message: "hello",
+    });
     await dying.peer.waitForEvent((event) => event.event === "run.assigned");
-    const healthy = await TestWorker.start(gw.url, WORKER_TOKEN, ["research"], () => "from the healthy worker");
+    const healthy = await TestWorker.start(
+      gw.url,
+      WORKER_TOKEN,
+      ["research"],
+      () => "from the healthy worker",
+    );
     dying.close();
     expect(await op.call("agent.wait", { runId: moved, timeoutMs: 5000 })).toMatchObject({
       status: "ok",
@@ -140,7 +175,10 @@ describe("gateway: handshake, roles and runs", () => {
 
     // With no other worker, a disconnect ends the run as error.
     const alone = await TestWorker.start(gw.url, WORKER_TOKEN, ["research"], () => ({ ignore: true }));
-    const { runId: orphan } = await op.call<{ runId: string }>("agent", { sessionKey: "agent:research:main", message: "again" });
+    const { runId: orphan } = await op.call<{ runId: string }>("agent", {
+      sessionKey: "agent:research:main",
+      message: "again",
+    });
     await alone.peer.waitForEvent((event) => event.event === "run.assigned");
     alone.close();
     expect(await op.call("agent.wait", { runId: orphan, timeoutMs: 5000 })).toMatchObject({
@@ -151,8 +189,16 @@ describe("gateway: handshake, roles and runs", () => {
 
   it("returns the same run for the same idempotency key", async () => {
     const op = await gw.operator();
-    const first = await op.call<{ runId: string }>("chat.send", { sessionKey: "main", message: "once", idempotencyKey: "k-1" });
-    const second = await op.call<{ runId: string }>("chat.send", { sessionKey: "main", message: "once", idempotencyKey: "k-1" });
+    const first = await op.call<{ runId: string }>("chat.send", {
+      sessionKey: "main",
+      message: "once",
+      idempotencyKey: "k-1",
+    });
+    const second = await op.call<{ runId: string }>("chat.send", {
+      sessionKey: "main",
+      message: "once",
+      idempotencyKey: "k-1",
+    });
     expect(second.runId).toBe(first.runId);
     const history = await op.call<{ messages: unknown[] }>("sessions.history", { sessionKey: "main" });
     expect(history.messages).toHaveLength(1);
@@ -173,8 +219,15 @@ describe("gateway: handshake, roles and runs", () => {
   it("lets a client see only its own sessions", async () => {
     const op = await gw.operator();
     await op.call("sessions.create", { key: "agent:main:webchat:dm:bob", channel: "webchat" });
-    const client = await TestPeer.connect(gw.url, { token: CLIENT_TOKEN, role: "client", sessionKey: "agent:main:webchat:dm:alice" });
-    const mine = await client.request("chat.send", { sessionKey: "agent:main:webchat:dm:alice", message: "hi" });
+    const client = await TestPeer.connect(gw.url, {
+      token: CLIENT_TOKEN,
+      role: "client",
+      sessionKey: "agent:main:webchat:dm:alice",
+    });
+    const mine = await client.request("chat.send", {
+      sessionKey: "agent:main:webchat:dm:alice",
+      message: "hi",
+    });
     expect(mine.ok).toBe(true);
     const theirs = await client.request("sessions.history", { sessionKey: "agent:main:webchat:dm:bob" });
     expect(theirs.error?.code).toBe("FORBIDDEN");

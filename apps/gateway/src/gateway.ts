@@ -15,12 +15,18 @@ import {
   type SessionEntry,
   type Store,
   SwitchboardError,
-  type ToolCaller,
   TOOL_NAMES,
+  type ToolCaller,
   toolLevel,
 } from "@switchboard/core";
 import { openFileStore } from "@switchboard/store-fs";
-import { capHistory, createToolExecutor, type ToolExecutor, toolDefinitions, toolsForSession } from "@switchboard/tools";
+import {
+  capHistory,
+  createToolExecutor,
+  type ToolExecutor,
+  toolDefinitions,
+  toolsForSession,
+} from "@switchboard/tools";
 import pino, { type Logger } from "pino";
 import { AgentFlows } from "./agent-flows";
 import { AuditService } from "./audit-service";
@@ -93,7 +99,9 @@ export class Gateway {
     bus: EventBus,
   ) {
     this.bus = bus;
-    this.executor = createToolExecutor(backend, { logger: { warn: (message, details) => log.warn(details ?? {}, message) } });
+    this.executor = createToolExecutor(backend, {
+      logger: { warn: (message, details) => log.warn(details ?? {}, message) },
+    });
     this.handlers = this.buildHandlers();
   }
 
@@ -107,7 +115,9 @@ export class Gateway {
   }
 
   get url(): string {
-    const host = this.config.gateway.host.includes(":") ? `[${this.config.gateway.host}]` : this.config.gateway.host;
+    const host = this.config.gateway.host.includes(":")
+      ? `[${this.config.gateway.host}]`
+      : this.config.gateway.host;
     return `ws://${host}:${this.port}`;
   }
 
@@ -115,7 +125,13 @@ export class Gateway {
     const config = options.config ?? parseConfig({});
     const log = options.logger ?? pino({ level: "silent" });
     const dataDir = resolve(options.dataDir ?? process.env.SWITCHBOARD_HOME ?? config.gateway.dataDir);
-    const store = options.store ?? (await openFileStore({ dataDir, logger: log.child({ component: "store" }), ...(options.fsync ? { fsyncMode: options.fsync } : {}) }));
+    const store =
+      options.store ??
+      (await openFileStore({
+        dataDir,
+        logger: log.child({ component: "store" }),
+        ...(options.fsync ? { fsyncMode: options.fsync } : {}),
+      }));
     try {
       const { token } = await operatorToken(dataDir);
       const seqBase = Math.max(Number((await store.meta.get("events.seq")) ?? 0) + 1, Date.now());
@@ -124,15 +140,49 @@ export class Gateway {
       const sessions = new SessionsService(store, config, bus, audit, log.child({ component: "sessions" }));
       const policy = new PolicyService(config, sessions, audit, bus);
       let gateway: Gateway | undefined;
-      const scheduler = new RunScheduler(store, sessions, bus, log.child({ component: "runs" }), (record, worker, deadline) =>
-        gateway!.assignRun(record, worker, deadline),
+      const scheduler = new RunScheduler(
+        store,
+        sessions,
+        bus,
+        log.child({ component: "runs" }),
+        (record, worker, deadline) => gateway!.assignRun(record, worker, deadline),
       );
       const output = new OutputDelivery(sessions, policy, audit, bus);
-      const flows = new AgentFlows(config, store, sessions, policy, scheduler, output, audit, log.child({ component: "flows" }));
-      const backend = new SessionToolsBackend(config, store, sessions, policy, scheduler, flows, output, (agentId) =>
-        scheduler.hasWorker(agentId),
+      const flows = new AgentFlows(
+        config,
+        store,
+        sessions,
+        policy,
+        scheduler,
+        output,
+        audit,
+        log.child({ component: "flows" }),
       );
-      gateway = new Gateway(config, dataDir, store, !options.store, log, token, sessions, audit, policy, scheduler, flows, backend, bus);
+      const backend = new SessionToolsBackend(
+        config,
+        store,
+        sessions,
+        policy,
+        scheduler,
+        flows,
+        output,
+        (agentId) => scheduler.hasWorker(agentId),
+      );
+      gateway = new Gateway(
+        config,
+        dataDir,
+        store,
+        !options.store,
+        log,
+        token,
+        sessions,
+        audit,
+        policy,
+        scheduler,
+        flows,
+        backend,
+        bus,
+      );
       backend.toolGate = (entry, tool, args) => gateway!.toolGate(entry, tool, args);
       await scheduler.recover();
       await flows.resumePendingAnnounces();
@@ -151,7 +201,10 @@ export class Gateway {
         },
         log: log.child({ component: "transport" }),
       });
-      gateway.seqTimer = setInterval(() => void store.meta.set("events.seq", String(bus.currentSeq)).catch(() => undefined), 5000);
+      gateway.seqTimer = setInterval(
+        () => void store.meta.set("events.seq", String(bus.currentSeq)).catch(() => undefined),
+        5000,
+      );
       gateway.seqTimer.unref();
       return gateway;
     } catch (error) {
@@ -185,31 +238,52 @@ export class Gateway {
     const token = this.findToken(params.auth.token);
     if (!token) throw new SwitchboardError("UNAUTHORIZED", "invalid token");
     if (token.role !== "operator" && token.role !== params.role) {
-      throw new SwitchboardError("UNAUTHORIZED", `token "${token.name}" is for role ${token.role}, not ${params.role}`);
+      throw new SwitchboardError(
+        "UNAUTHORIZED",
+        `token "${token.name}" is for role ${token.role}, not ${params.role}`,
+      );
     }
-    const identity: ConnectionIdentity = { role: params.role, tokenName: token.name, agents: new Set(), sessionPatterns: [] };
+    const identity: ConnectionIdentity = {
+      role: params.role,
+      tokenName: token.name,
+      agents: new Set(),
+      sessionPatterns: [],
+    };
     if (params.role === "agent") {
       const agents = (params.agents ?? []).map((id) => normalizeAgentId(id, "agents"));
-      if (agents.length === 0) throw new SwitchboardError("INVALID_REQUEST", "agents: a worker must serve at least one agent id");
+      if (agents.length === 0)
+        throw new SwitchboardError("INVALID_REQUEST", "agents: a worker must serve at least one agent id");
       const allowed = "agents" in token && token.agents ? token.agents : undefined;
       for (const agentId of agents) {
         if (allowed && !allowed.includes(agentId)) {
-          throw new SwitchboardError("UNAUTHORIZED", `token "${token.name}" may not serve agent "${agentId}"`);
+          throw new SwitchboardError(
+            "UNAUTHORIZED",
+            `token "${token.name}" may not serve agent "${agentId}"`,
+          );
         }
       }
       identity.agents = new Set(agents);
     } else if (params.role === "client") {
-      const patterns = "sessions" in token && token.sessions ? token.sessions : token.role === "operator" ? ["*"] : [];
+      const patterns =
+        "sessions" in token && token.sessions ? token.sessions : token.role === "operator" ? ["*"] : [];
       if (params.sessionKey) {
         const key = this.sessions.keyContext();
-        const canonical = params.sessionKey.startsWith("agent:") ? params.sessionKey : `agent:${key.defaultAgentId}:${params.sessionKey}`;
+        const canonical = params.sessionKey.startsWith("agent:")
+          ? params.sessionKey
+          : `agent:${key.defaultAgentId}:${params.sessionKey}`;
         if (!patterns.some((pattern) => keyPatternMatches(pattern, canonical))) {
-          throw new SwitchboardError("UNAUTHORIZED", `token "${token.name}" may not act for session ${canonical}`);
+          throw new SwitchboardError(
+            "UNAUTHORIZED",
+            `token "${token.name}" may not act for session ${canonical}`,
+          );
         }
         identity.sessionPatterns = [canonical];
       } else {
         if (patterns.length === 0) {
-          throw new SwitchboardError("UNAUTHORIZED", "sessionKey: required for a client token without session patterns");
+          throw new SwitchboardError(
+            "UNAUTHORIZED",
+            "sessionKey: required for a client token without session patterns",
+          );
         }
         identity.sessionPatterns = patterns;
       }
@@ -238,7 +312,9 @@ export class Gateway {
 
   onClose(connection: Connection): void {
     if (connection.identity?.role === "agent") {
-      void this.scheduler.removeWorker(connection).catch((error) => this.log.error({ err: error }, "worker cleanup failed"));
+      void this.scheduler
+        .removeWorker(connection)
+        .catch((error) => this.log.error({ err: error }, "worker cleanup failed"));
     }
   }
 
@@ -272,7 +348,8 @@ export class Gateway {
   toolsFor(entry: SessionEntry): string[] {
     const isSubagent = this.sessions.kind(entry) === ALWAYS_SUBAGENT_KIND;
     const agent = this.sessions.agentConfig(entry.agentId);
-    const maxSpawnDepth = agent?.subagents?.maxSpawnDepth ?? this.config.agents.defaults.subagents.maxSpawnDepth;
+    const maxSpawnDepth =
+      agent?.subagents?.maxSpawnDepth ?? this.config.agents.defaults.subagents.maxSpawnDepth;
     return toolsForSession({
       isSubagent,
       spawnDepth: entry.spawnDepth ?? (isSubagent ? 1 : 0),
@@ -282,7 +359,11 @@ export class Gateway {
     });
   }
 
-  toolGate(entry: SessionEntry, tool: string, args: Record<string, unknown>): { allowed: boolean; message?: string } {
+  toolGate(
+    entry: SessionEntry,
+    tool: string,
+    args: Record<string, unknown>,
+  ): { allowed: boolean; message?: string } {
     if (!(TOOL_NAMES as readonly string[]).includes(tool)) return { allowed: true };
     if (!this.toolsFor(entry).includes(tool)) {
       return { allowed: false, message: `tool ${tool} is not available to session ${entry.key}` };
@@ -307,7 +388,11 @@ export class Gateway {
         sessionKey: record.sessionKey,
         agentId: record.agentId,
         lane: record.lane,
-        input: { message: record.message, provenance: record.provenance ?? { kind: "user" }, context: record.context ?? "" },
+        input: {
+          message: record.message,
+          provenance: record.provenance ?? { kind: "user" },
+          context: record.context ?? "",
+        },
         history,
         tools,
         ...(entry.model ? { model: entry.model } : {}),
@@ -320,7 +405,10 @@ export class Gateway {
   }
 
   /** Caller of a tool call: the run's session (agent) or an audited `as` (operator). */
-  private async toolCaller(connection: Connection, params: { runId?: string | undefined; as?: string | undefined }): Promise<{ caller: ToolCaller; entry: SessionEntry }> {
+  private async toolCaller(
+    connection: Connection,
+    params: { runId?: string | undefined; as?: string | undefined },
+  ): Promise<{ caller: ToolCaller; entry: SessionEntry }> {
     const role = connection.identity!.role;
     if (role === "agent") {
       if (!params.runId) throw new SwitchboardError("INVALID_REQUEST", "runId: required for agent workers");
@@ -332,15 +420,33 @@ export class Gateway {
       const active = this.scheduler.get(params.runId);
       if (!active) throw new SwitchboardError("NOT_FOUND", `run not active: ${params.runId}`);
       const entry = await this.sessions.require(active.record.sessionKey);
-      return { caller: { sessionKey: entry.key, agentId: entry.agentId, runId: params.runId, operator: connection.identity!.tokenName }, entry };
+      return {
+        caller: {
+          sessionKey: entry.key,
+          agentId: entry.agentId,
+          runId: params.runId,
+          operator: connection.identity!.tokenName,
+        },
+        entry,
+      };
     }
-    if (!params.as) throw new SwitchboardError("INVALID_REQUEST", "as: required (the session to act as) when no runId is given");
+    if (!params.as)
+      throw new SwitchboardError(
+        "INVALID_REQUEST",
+        "as: required (the session to act as) when no runId is given",
+      );
     const key = await this.sessions.resolveInput(params.as, undefined, "as");
     const entry = await this.sessions.require(key);
-    return { caller: { sessionKey: entry.key, agentId: entry.agentId, operator: connection.identity!.tokenName }, entry };
+    return {
+      caller: { sessionKey: entry.key, agentId: entry.agentId, operator: connection.identity!.tokenName },
+      entry,
+    };
   }
 
-  async invokeTool(connection: Connection, params: MethodParams<"tools.invoke">): Promise<Record<string, unknown>> {
+  async invokeTool(
+    connection: Connection,
+    params: MethodParams<"tools.invoke">,
+  ): Promise<Record<string, unknown>> {
     const { caller, entry } = await this.toolCaller(connection, params);
     if (caller.operator) {
       await this.audit.append({
@@ -358,20 +464,29 @@ export class Gateway {
           type: "message",
           label: entry.taint,
           ...(caller.runId ? { runId: caller.runId } : {}),
-          message: { role: "toolCall", content: [{ type: "toolCall", id: toolCallId, name: params.tool, args }] },
+          message: {
+            role: "toolCall",
+            content: [{ type: "toolCall", id: toolCallId, name: params.tool, args }],
+          },
         },
         {
           type: "message",
           label: toolLevel(this.config.labels, params.tool),
           ...(caller.runId ? { runId: caller.runId } : {}),
-          message: { role: "toolResult", content: [{ type: "toolResult", toolCallId, name: params.tool, result }] },
+          message: {
+            role: "toolResult",
+            content: [{ type: "toolResult", toolCallId, name: params.tool, result }],
+          },
         },
       ]);
       return result;
     };
     const gate = this.toolGate(entry, params.tool, args);
     if (!gate.allowed) return record({ status: "forbidden", error: gate.message ?? "tool not available" });
-    const decision = await this.policy.enforce(this.backend.toolCallContext(entry, params.tool, args), caller.operator);
+    const decision = await this.policy.enforce(
+      this.backend.toolCallContext(entry, params.tool, args),
+      caller.operator,
+    );
     if (decision.action === "BLOCK") return record({ status: "forbidden", error: decision.message });
     const result = (await this.executor.invoke(params.tool, args, caller)) as Record<string, unknown>;
     return record(result);
@@ -387,7 +502,13 @@ export class Gateway {
   /** Input from outside (a channel client or an operator) into a session. */
   private async input(
     connection: Connection,
-    params: { sessionKey: string; message: string; idempotencyKey?: string | undefined; lane?: "main" | "nested" | "subagent" | undefined; timeoutSeconds?: number | undefined },
+    params: {
+      sessionKey: string;
+      message: string;
+      idempotencyKey?: string | undefined;
+      lane?: "main" | "nested" | "subagent" | undefined;
+      timeoutSeconds?: number | undefined;
+    },
     origin: "chat" | "agent",
   ): Promise<Record<string, unknown>> {
     const key = await this.sessions.resolveInput(params.sessionKey);
@@ -395,7 +516,8 @@ export class Gateway {
     if (params.idempotencyKey) {
       const existing = await this.store.runs.getByIdempotencyKey(params.idempotencyKey);
       if (existing) {
-        if (existing.sessionKey !== key) throw new SwitchboardError("CONFLICT", "idempotencyKey: already used for another session");
+        if (existing.sessionKey !== key)
+          throw new SwitchboardError("CONFLICT", "idempotencyKey: already used for another session");
         return { runId: existing.runId, status: "accepted" };
       }
     }
@@ -407,14 +529,23 @@ export class Gateway {
       { hook: "PRE_SEND", target: this.policy.facts(entry), dataLabel: label, text: params.message },
       connection.identity!.tokenName,
     );
-    if (decision.action === "BLOCK") throw new SwitchboardError("FORBIDDEN", decision.message, { details: { ruleId: decision.ruleId } });
-    await this.sessions.raiseTaint(key, label, `input on ${this.sessions.channel(entry)}`, `channel:${this.sessions.channel(entry)}`);
+    if (decision.action === "BLOCK")
+      throw new SwitchboardError("FORBIDDEN", decision.message, { details: { ruleId: decision.ruleId } });
+    await this.sessions.raiseTaint(
+      key,
+      label,
+      `input on ${this.sessions.channel(entry)}`,
+      `channel:${this.sessions.channel(entry)}`,
+    );
     const { record } = await this.scheduler.enqueue({
       sessionKey: key,
       lane: params.lane ?? "main",
       origin,
       message: decision.text ?? params.message,
-      provenance: origin === "chat" ? { kind: "user", channel: this.sessions.channel(entry) } : { kind: "operator", actor: connection.identity!.tokenName },
+      provenance:
+        origin === "chat"
+          ? { kind: "user", channel: this.sessions.channel(entry) }
+          : { kind: "operator", actor: connection.identity!.tokenName },
       label,
       timeoutSeconds: params.timeoutSeconds ?? this.agentTimeout(entry.agentId),
       ...(params.idempotencyKey ? { idempotencyKey: params.idempotencyKey } : {}),
@@ -449,8 +580,18 @@ export class Gateway {
     const runId = randomUUID();
     const now = Date.now();
     await this.sessions.append(entry.key, [
-      { type: "message", label: entry.taint, runId, message: { role: "user", content: [{ type: "text", text }] } },
-      { type: "message", label: entry.taint, runId, message: { role: "system", content: [{ type: "text", text: reply }] } },
+      {
+        type: "message",
+        label: entry.taint,
+        runId,
+        message: { role: "user", content: [{ type: "text", text }] },
+      },
+      {
+        type: "message",
+        label: entry.taint,
+        runId,
+        message: { role: "system", content: [{ type: "text", text: reply }] },
+      },
     ]);
     await this.store.runs.put({
       runId,
@@ -478,7 +619,8 @@ export class Gateway {
     const read = await this.store.transcripts.read(entry.sessionId, {
       limit,
       maxBytes: HISTORY_CAP,
-      filter: (item) => item.type === "message" && (params.includeTools === true || item.message?.role !== "toolResult"),
+      filter: (item) =>
+        item.type === "message" && (params.includeTools === true || item.message?.role !== "toolResult"),
       ...(params.before !== undefined ? { before: Math.floor(params.before) } : {}),
     });
     return capHistory(
@@ -495,19 +637,30 @@ export class Gateway {
   };
 
   private buildHandlers(): Record<MethodName, Handler> {
-    const h: { [M in MethodName]: (params: MethodParams<M> & Record<string, never>, connection: Connection) => Promise<Record<string, unknown>> } = {
+    const h: {
+      [M in MethodName]: (
+        params: MethodParams<M> & Record<string, never>,
+        connection: Connection,
+      ) => Promise<Record<string, unknown>>;
+    } = {
       "sessions.list": async (params) => {
         const limit = Math.min(200, Math.max(1, Math.floor(params.limit ?? 50)));
-        const kinds = params.kinds?.filter((kind) => ["main", "group", "cron", "hook", "node", "subagent", "other"].includes(kind));
+        const kinds = params.kinds?.filter((kind) =>
+          ["main", "group", "cron", "hook", "node", "subagent", "other"].includes(kind),
+        );
         const result = await this.store.sessions.list(
           {
             limit,
             ...(kinds?.length ? { kinds } : {}),
-            ...(params.activeMinutes && params.activeMinutes > 0 ? { activeSince: Date.now() - params.activeMinutes * 60_000 } : {}),
+            ...(params.activeMinutes && params.activeMinutes > 0
+              ? { activeSince: Date.now() - params.activeMinutes * 60_000 }
+              : {}),
             ...(params.agentId ? { agentId: params.agentId.toLowerCase() } : {}),
             ...(params.search ? { search: params.search } : {}),
             ...(params.label ? { label: params.label } : {}),
-            ...(params.spawnedBy ? { spawnedBy: await this.sessions.resolveInput(params.spawnedBy, undefined, "spawnedBy") } : {}),
+            ...(params.spawnedBy
+              ? { spawnedBy: await this.sessions.resolveInput(params.spawnedBy, undefined, "spawnedBy") }
+              : {}),
           },
           { classify: (entry) => this.sessions.kind(entry) },
         );
@@ -531,9 +684,13 @@ export class Gateway {
           limit: 2,
           ...(params.agentId ? { agentId: params.agentId.toLowerCase() } : {}),
         });
-        if (found.entries.length === 0) throw new SwitchboardError("NOT_FOUND", `no session has label ${params.label}`);
+        if (found.entries.length === 0)
+          throw new SwitchboardError("NOT_FOUND", `no session has label ${params.label}`);
         if (found.entries.length > 1) {
-          throw new SwitchboardError("CONFLICT", `label ${params.label} is ambiguous: ${found.entries.map((e) => e.key).join(", ")}`);
+          throw new SwitchboardError(
+            "CONFLICT",
+            `label ${params.label} is ambiguous: ${found.entries.map((e) => e.key).join(", ")}`,
+          );
         }
         return { key: found.entries[0]!.key, sessionId: found.entries[0]!.sessionId };
       },
@@ -553,7 +710,12 @@ export class Gateway {
           ...(params.clearance ? { clearance: params.clearance } : {}),
         });
         if (created) {
-          await this.audit.append({ kind: "session.created", actor: connection.identity!.tokenName, sessionKey: key, data: { clearance: entry.clearance } });
+          await this.audit.append({
+            kind: "session.created",
+            actor: connection.identity!.tokenName,
+            sessionKey: key,
+            data: { clearance: entry.clearance },
+          });
         }
         return { key: entry.key, sessionId: entry.sessionId, created };
       },
@@ -562,7 +724,10 @@ export class Gateway {
         const entry = await this.sessions.update(
           key,
           (current) => {
-            const set = <K extends "label" | "sendPolicy" | "model" | "displayName">(field: K, value: unknown) => {
+            const set = <K extends "label" | "sendPolicy" | "model" | "displayName">(
+              field: K,
+              value: unknown,
+            ) => {
               if (value === undefined) return;
               if (value === null) delete current[field];
               else (current as Record<string, unknown>)[field] = value;
@@ -590,15 +755,26 @@ export class Gateway {
       "sessions.reset": async (params, connection) => {
         const key = await this.sessions.resolveInput(params.key, undefined, "key");
         const entry = await this.sessions.reset(key);
-        await this.audit.append({ kind: "session.reset", actor: connection.identity!.tokenName, sessionKey: key, data: { sessionId: entry.sessionId } });
+        await this.audit.append({
+          kind: "session.reset",
+          actor: connection.identity!.tokenName,
+          sessionKey: key,
+          data: { sessionId: entry.sessionId },
+        });
         return { key, sessionId: entry.sessionId };
       },
       "sessions.delete": async (params, connection) => {
         const key = await this.sessions.resolveInput(params.key, undefined, "key");
         const entry = await this.sessions.require(key);
-        if (this.sessions.kind(entry) === "main") throw new SwitchboardError("FORBIDDEN", "the main session cannot be deleted");
+        if (this.sessions.kind(entry) === "main")
+          throw new SwitchboardError("FORBIDDEN", "the main session cannot be deleted");
         await this.sessions.delete(key);
-        await this.audit.append({ kind: "session.deleted", actor: connection.identity!.tokenName, sessionKey: key, data: {} });
+        await this.audit.append({
+          kind: "session.deleted",
+          actor: connection.identity!.tokenName,
+          sessionKey: key,
+          data: {},
+        });
         return { key, deleted: true };
       },
       "chat.send": (params, connection) => this.input(connection, params, "chat"),
@@ -623,7 +799,11 @@ export class Gateway {
       "tools.invoke": (params, connection) => this.invokeTool(connection, params),
       "policy.simulate": async (params, connection) => {
         const { caller } = await this.toolCaller(connection, { as: params.as });
-        return (await this.executor.invoke("simulate_tool_call", { tool_name: params.tool, args: params.args ?? {} }, caller)) as Record<string, unknown>;
+        return (await this.executor.invoke(
+          "simulate_tool_call",
+          { tool_name: params.tool, args: params.args ?? {} },
+          caller,
+        )) as Record<string, unknown>;
       },
       "audit.tail": async (params) => ({ entries: await this.audit.tail(params.limit ?? 50, params.after) }),
       "audit.verify": async () => ({ ...(await this.audit.verify()) }),
@@ -669,10 +849,32 @@ export class Gateway {
           const label = params.kind === "tool-result" ? toolLevel(this.config.labels, name) : entry.taint;
           await this.sessions.append(record.sessionKey, [
             params.kind === "tool-call"
-              ? { type: "message", label, runId: record.runId, message: { role: "toolCall", content: [{ type: "toolCall", id, name, args: params.args ?? {} }] } }
-              : { type: "message", label, runId: record.runId, message: { role: "toolResult", content: [{ type: "toolResult", toolCallId: id, name, result: params.result ?? null }] } },
+              ? {
+                  type: "message",
+                  label,
+                  runId: record.runId,
+                  message: {
+                    role: "toolCall",
+                    content: [{ type: "toolCall", id, name, args: params.args ?? {} }],
+                  },
+                }
+              : {
+                  type: "message",
+                  label,
+                  runId: record.runId,
+                  message: {
+                    role: "toolResult",
+                    content: [{ type: "toolResult", toolCallId: id, name, result: params.result ?? null }],
+                  },
+                },
           ]);
-          if (params.kind === "tool-result") await this.sessions.raiseTaint(record.sessionKey, label, `result of tool ${name}`, `tool:${name}`);
+          if (params.kind === "tool-result")
+            await this.sessions.raiseTaint(
+              record.sessionKey,
+              label,
+              `result of tool ${name}`,
+              `tool:${name}`,
+            );
         }
         this.bus.publish(
           "run.progress",

@@ -29,16 +29,27 @@ export class OutputDelivery {
     options: { channel?: string; to?: string; reason: string; actor?: string; runId?: string },
   ): Promise<OutputResult> {
     const route =
-      options.channel && options.to ? { channel: options.channel.toLowerCase(), to: options.to } : this.sessions.route(entry);
+      options.channel && options.to
+        ? { channel: options.channel.toLowerCase(), to: options.to }
+        : this.sessions.route(entry);
     if (!route) {
-      await this.recordEvent(entry, "delivery.skipped", { reason: options.reason, why: "no known route" }, options.runId);
+      await this.recordEvent(
+        entry,
+        "delivery.skipped",
+        { reason: options.reason, why: "no known route" },
+        options.runId,
+      );
       return { status: "no-route", error: `no delivery route for ${entry.key}` };
     }
     const decision = await this.policy.enforce(
       {
         hook: "PRE_OUTPUT",
         caller: this.policy.facts(entry),
-        recipient: { channel: route.channel, to: route.to, level: this.policy.channelLevel(route.channel, route.to) },
+        recipient: {
+          channel: route.channel,
+          to: route.to,
+          level: this.policy.channelLevel(route.channel, route.to),
+        },
         text,
       },
       options.actor,
@@ -47,7 +58,13 @@ export class OutputDelivery {
       await this.recordEvent(
         entry,
         "delivery.blocked",
-        { reason: options.reason, channel: route.channel, to: route.to, ruleId: decision.ruleId, message: decision.message },
+        {
+          reason: options.reason,
+          channel: route.channel,
+          to: route.to,
+          ruleId: decision.ruleId,
+          message: decision.message,
+        },
         options.runId,
       );
       return { status: "forbidden", error: decision.message };
@@ -63,18 +80,35 @@ export class OutputDelivery {
       kind: "delivery",
       sessionKey: entry.key,
       ...(options.actor ? { actor: options.actor } : {}),
-      data: { deliveryId, channel: route.channel, to: route.to, reason: options.reason, redactions: decision.redactions ?? 0 },
+      data: {
+        deliveryId,
+        channel: route.channel,
+        to: route.to,
+        reason: options.reason,
+        redactions: decision.redactions ?? 0,
+      },
     });
     await this.recordEvent(
       entry,
       "delivery.sent",
-      { reason: options.reason, channel: route.channel, to: route.to, deliveryId, redactions: decision.redactions ?? 0 },
+      {
+        reason: options.reason,
+        channel: route.channel,
+        to: route.to,
+        deliveryId,
+        redactions: decision.redactions ?? 0,
+      },
       options.runId,
     );
     return { status: "ok", deliveryId, text: finalText, redactions: decision.redactions ?? 0 };
   }
 
-  private async recordEvent(entry: SessionEntry, name: string, data: Record<string, unknown>, runId?: string): Promise<void> {
+  private async recordEvent(
+    entry: SessionEntry,
+    name: string,
+    data: Record<string, unknown>,
+    runId?: string,
+  ): Promise<void> {
     await this.sessions.append(entry.key, [
       { type: "event", label: entry.taint, ...(runId ? { runId } : {}), event: { name, data } },
     ]);

@@ -18,7 +18,7 @@ export class PolicyService {
   readonly engine: PolicyEngine;
 
   constructor(
-    private readonly config: Config,
+    config: Config,
     private readonly sessions: SessionsService,
     private readonly audit: AuditService,
     private readonly bus: EventBus,
@@ -33,8 +33,12 @@ export class PolicyService {
         const agent = agents.find((candidate) => candidate.id === agentId);
         return {
           ...(agent?.subagents?.allowAgents ? { allowAgents: agent.subagents.allowAgents } : {}),
-          ...(agent?.subagents?.maxSpawnDepth !== undefined ? { maxSpawnDepth: agent.subagents.maxSpawnDepth } : {}),
-          ...(agent?.subagents?.maxChildren !== undefined ? { maxChildren: agent.subagents.maxChildren } : {}),
+          ...(agent?.subagents?.maxSpawnDepth !== undefined
+            ? { maxSpawnDepth: agent.subagents.maxSpawnDepth }
+            : {}),
+          ...(agent?.subagents?.maxChildren !== undefined
+            ? { maxChildren: agent.subagents.maxChildren }
+            : {}),
         };
       },
       maxSpawnDepth: config.agents.defaults.subagents.maxSpawnDepth,
@@ -74,12 +78,20 @@ export class PolicyService {
     const decision = this.engine.evaluate(context, { explain: false });
     if (decision.action === "BLOCK") {
       const sessionKey = context.caller?.key;
-      const target = context.target?.key ?? (context.recipient ? `${context.recipient.channel}:${context.recipient.to ?? ""}` : undefined);
+      const target =
+        context.target?.key ??
+        (context.recipient ? `${context.recipient.channel}:${context.recipient.to ?? ""}` : undefined);
       await this.audit.append({
         kind: "policy.blocked",
         ...(actor ? { actor } : {}),
         ...(sessionKey ? { sessionKey } : {}),
-        data: { hook: context.hook, ruleId: decision.ruleId, message: decision.message, ...(target ? { target } : {}), ...(context.tool ? { tool: context.tool.name } : {}) },
+        data: {
+          hook: context.hook,
+          ruleId: decision.ruleId,
+          message: decision.message,
+          ...(target ? { target } : {}),
+          ...(context.tool ? { tool: context.tool.name } : {}),
+        },
       });
       this.bus.publish(
         "policy.blocked",

@@ -29,20 +29,40 @@ describe("protocol hardening", () => {
       ['"just a string"', "INVALID_REQUEST"],
       ['{"type":"req","id":"a1"}', "INVALID_REQUEST", "method"],
       ['{"type":"req","id":"a2","method":"no.such.method"}', "INVALID_REQUEST", "unknown method"],
-      ['{"type":"req","id":"a3","method":"sessions.history","params":{"sessionKey":42}}', "INVALID_REQUEST", "sessionKey"],
+      [
+        '{"type":"req","id":"a3","method":"sessions.history","params":{"sessionKey":42}}',
+        "INVALID_REQUEST",
+        "sessionKey",
+      ],
       ['{"type":"req","id":"a4","method":"sessions.history","params":[1,2]}', "INVALID_REQUEST", "params"],
-      ['{"type":"req","id":"a5","method":"chat.send","params":{"sessionKey":"main","message":""}}', "INVALID_REQUEST", "message"],
-      ['{"type":"req","id":"a6","method":"sessions.history","params":{"sessionKey":"../../etc/passwd"}}', "INVALID_REQUEST", "sessionKey"],
-      ['{"type":"req","id":"a7","method":"sessions.history","params":{"sessionKey":"agent:main:.."}}', "INVALID_REQUEST", "sessionKey"],
+      [
+        '{"type":"req","id":"a5","method":"chat.send","params":{"sessionKey":"main","message":""}}',
+        "INVALID_REQUEST",
+        "message",
+      ],
+      [
+        '{"type":"req","id":"a6","method":"sessions.history","params":{"sessionKey":"../../etc/passwd"}}',
+        "INVALID_REQUEST",
+        "sessionKey",
+      ],
+      [
+        '{"type":"req","id":"a7","method":"sessions.history","params":{"sessionKey":"agent:main:.."}}',
+        "INVALID_REQUEST",
+        "sessionKey",
+      ],
       ['{"type":"req","id":"a8","method":"connect","params":{}}', "CONFLICT"],
-      [`{"type":"req","id":"a9","method":"agents.list","params":${"[".repeat(5000)}${"]".repeat(5000)}}`, "INVALID_REQUEST"],
+      [
+        `{"type":"req","id":"a9","method":"agents.list","params":${"[".repeat(5000)}${"]".repeat(5000)}}`,
+        "INVALID_REQUEST",
+      ],
       [Buffer.from([0x7b, 0xff, 0xfe, 0x7d]), "INVALID_REQUEST"],
     ];
     for (const [frame, code, mention] of cases) {
       const before = peer.responses.length;
       peer.sendRaw(frame);
       const deadline = Date.now() + 2000;
-      while (peer.responses.length === before && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+      while (peer.responses.length === before && Date.now() < deadline)
+        await new Promise((r) => setTimeout(r, 5));
       const response = peer.responses[before];
       expect(response, `no answer to ${String(frame).slice(0, 60)}`).toBeDefined();
       expect(response!.ok).toBe(false);
@@ -58,10 +78,22 @@ describe("protocol hardening", () => {
     gw = await startTestGateway({ gateway: { limits: { maxPayload: 4096 } } }, { store: STORE });
     const peer = await gw.operator();
     const before = peer.responses.length;
-    peer.sendRaw(JSON.stringify({ type: "req", id: "big", method: "chat.send", params: { sessionKey: "main", message: "x".repeat(10_000) } }));
+    peer.sendRaw(
+      JSON.stringify({
+        type: "req",
+        id: "big",
+        method: "chat.send",
+        params: { sessionKey: "main", message: "x".repeat(10_000) },
+      }),
+    );
     const deadline = Date.now() + 2000;
-    while (peer.responses.length === before && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
-    expect(peer.responses[before]).toMatchObject({ ok: false, id: null, error: { code: "PAYLOAD_TOO_LARGE" } });
+    while (peer.responses.length === before && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 5));
+    expect(peer.responses[before]).toMatchObject({
+      ok: false,
+      id: null,
+      error: { code: "PAYLOAD_TOO_LARGE" },
+    });
     expect(peer.responses[before]!.error!.message).toContain("maxPayload");
     expect((await peer.call("agents.list", {})).agents).toBeDefined();
   });
@@ -70,7 +102,11 @@ describe("protocol hardening", () => {
     gw = await startTestGateway({ gateway: { limits: { maxBufferedBytes: 65_536 } } }, { store: STORE });
     const op = await gw.operator();
     for (let i = 0; i < 20; i++) {
-      const { runId } = await op.call<{ runId: string }>("agent", { sessionKey: "agent:main:cron:big", message: "y".repeat(50_000), timeoutSeconds: 0.01 });
+      const { runId } = await op.call<{ runId: string }>("agent", {
+        sessionKey: "agent:main:cron:big",
+        message: "y".repeat(50_000),
+        timeoutSeconds: 0.01,
+      });
       await op.call("agent.wait", { runId, timeoutMs: 1000 });
     }
     const slow = await gw.operator();
@@ -78,10 +114,18 @@ describe("protocol hardening", () => {
     raw.pause();
     // Each answer is ~64 KiB; the reader never reads, so the gateway's send buffer must hit its limit.
     for (let i = 0; i < 400; i++) {
-      slow.socket.send(JSON.stringify({ type: "req", id: `h${i}`, method: "sessions.history", params: { sessionKey: "agent:main:cron:big", limit: 500 } }));
+      slow.socket.send(
+        JSON.stringify({
+          type: "req",
+          id: `h${i}`,
+          method: "sessions.history",
+          params: { sessionKey: "agent:main:cron:big", limit: 500 },
+        }),
+      );
     }
     const deadline = Date.now() + 10_000;
-    while (gw.gateway.connectionCount() > 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    while (gw.gateway.connectionCount() > 1 && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 50));
     expect(gw.gateway.connectionCount()).toBe(1);
     raw.resume();
     expect((await op.call("agents.list", {})).agents).toBeDefined();
@@ -91,7 +135,19 @@ describe("protocol hardening", () => {
     gw = await startTestGateway({ gateway: { limits: { heartbeatMs: 100 } } }, { store: STORE });
     const socket = new WebSocket(gw.url, { autoPong: false });
     await new Promise((resolve) => socket.once("open", resolve));
-    socket.send(JSON.stringify({ type: "req", id: "c", method: "connect", params: { protocol: 1, client: { name: "t", version: "1" }, auth: { token: gw.token }, role: "operator" } }));
+    socket.send(
+      JSON.stringify({
+        type: "req",
+        id: "c",
+        method: "connect",
+        params: {
+          protocol: 1,
+          client: { name: "t", version: "1" },
+          auth: { token: gw.token },
+          role: "operator",
+        },
+      }),
+    );
     const closed = await new Promise<number>((resolve) => socket.once("close", (code) => resolve(code)));
     expect(closed).toBe(1006);
     await healthy(gw.url, gw.token);
@@ -100,16 +156,31 @@ describe("protocol hardening", () => {
   it("survives 10 000 generated hostile frames; every one is answered or its connection closed", async () => {
     gw = await startTestGateway({}, { store: STORE });
     const bystander = await gw.operator();
-    const methods = ["connect", "sessions.list", "sessions.history", "chat.send", "tools.invoke", "agent.wait", "run.complete", "nope", ""];
+    const methods = [
+      "connect",
+      "sessions.list",
+      "sessions.history",
+      "chat.send",
+      "tools.invoke",
+      "agent.wait",
+      "run.complete",
+      "nope",
+      "",
+    ];
     const frame = fc.oneof(
       fc.string({ maxLength: 200 }),
       fc.json({ maxDepth: 4 }),
-      fc.record({
-        type: fc.constantFrom("req", "res", "event", 7, null),
-        id: fc.oneof(fc.string({ maxLength: 20 }), fc.integer(), fc.constant(null)),
-        method: fc.oneof(fc.constantFrom(...methods), fc.string({ maxLength: 30 })),
-        params: fc.oneof(fc.jsonValue({ maxDepth: 3 }), fc.dictionary(fc.string({ maxLength: 10 }), fc.jsonValue({ maxDepth: 2 }))),
-      }).map((value) => JSON.stringify(value)),
+      fc
+        .record({
+          type: fc.constantFrom("req", "res", "event", 7, null),
+          id: fc.oneof(fc.string({ maxLength: 20 }), fc.integer(), fc.constant(null)),
+          method: fc.oneof(fc.constantFrom(...methods), fc.string({ maxLength: 30 })),
+          params: fc.oneof(
+            fc.jsonValue({ maxDepth: 3 }),
+            fc.dictionary(fc.string({ maxLength: 10 }), fc.jsonValue({ maxDepth: 2 })),
+          ),
+        })
+        .map((value) => JSON.stringify(value)),
       fc.uint8Array({ maxLength: 64 }).map((bytes) => Buffer.from(bytes)),
     );
     const frames = fc.sample(frame, { numRuns: 10_000, seed: 42 });

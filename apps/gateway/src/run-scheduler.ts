@@ -71,7 +71,11 @@ export class RunScheduler {
     private readonly sessions: SessionsService,
     private readonly bus: EventBus,
     private readonly log: Logger,
-    private readonly assign: (record: RunRecord, worker: Connection, deadline: number | undefined) => Promise<void>,
+    private readonly assign: (
+      record: RunRecord,
+      worker: Connection,
+      deadline: number | undefined,
+    ) => Promise<void>,
   ) {}
 
   onRunEnded(listener: RunEndedListener): void {
@@ -100,7 +104,8 @@ export class RunScheduler {
   }
 
   async enqueue(spec: RunSpec): Promise<{ record: RunRecord; existing: boolean }> {
-    if (this.stopping) throw new SwitchboardError("UNAVAILABLE", "gateway is shutting down", { retryable: true });
+    if (this.stopping)
+      throw new SwitchboardError("UNAVAILABLE", "gateway is shutting down", { retryable: true });
     if (spec.idempotencyKey) {
       const inflight = this.inflightIdempotency.get(spec.idempotencyKey);
       if (inflight) return { record: await inflight, existing: true };
@@ -164,8 +169,8 @@ export class RunScheduler {
     active.deadline = active.record.createdAt + seconds * 1000;
     const delay = Math.max(0, active.deadline - Date.now());
     active.timer = setTimeout(() => {
-      void this.finish(active.record, "timeout", { error: `run timed out after ${seconds}s` }).catch((error) =>
-        this.log.error({ err: error, runId: active.record.runId }, "timeout handling failed"),
+      void this.finish(active.record, "timeout", { error: `run timed out after ${seconds}s` }).catch(
+        (error) => this.log.error({ err: error, runId: active.record.runId }, "timeout handling failed"),
       );
     }, delay);
     active.timer.unref();
@@ -265,7 +270,13 @@ export class RunScheduler {
     if (TERMINAL_RUN_STATUSES.includes(record.status)) return;
     this.bus.publish(
       "run.started",
-      { runId: record.runId, sessionKey: record.sessionKey, agentId: record.agentId, lane: record.lane, startedAt: record.startedAt },
+      {
+        runId: record.runId,
+        sessionKey: record.sessionKey,
+        agentId: record.agentId,
+        lane: record.lane,
+        startedAt: record.startedAt,
+      },
       { sessionKey: record.sessionKey, agentId: record.agentId },
     );
     await this.assign(record, worker, active.deadline);
@@ -275,7 +286,9 @@ export class RunScheduler {
   requireHeldBy(runId: string, connection: Connection): RunRecord {
     const active = this.active.get(runId);
     if (!active || active.worker !== connection || active.record.status !== "running") {
-      throw new SwitchboardError("FORBIDDEN", `run ${runId} is not held by this worker`, { details: { runId } });
+      throw new SwitchboardError("FORBIDDEN", `run ${runId} is not held by this worker`, {
+        details: { runId },
+      });
     }
     return active.record;
   }
@@ -321,7 +334,14 @@ export class RunScheduler {
           const tokens = outcome.usage ? outcome.usage.inputTokens + outcome.usage.outputTokens : 0;
           await this.sessions.append(
             record.sessionKey,
-            [{ type: "message", label, runId: record.runId, message: { role: "assistant", content: [{ type: "text", text: outcome.reply }] } }],
+            [
+              {
+                type: "message",
+                label,
+                runId: record.runId,
+                message: { role: "assistant", content: [{ type: "text", text: outcome.reply }] },
+              },
+            ],
             tokens ? { totalTokens: (entry.totalTokens ?? 0) + tokens } : {},
           );
         }
@@ -405,7 +425,8 @@ export class RunScheduler {
   /** Spawned runs of a requester that have not ended yet (for `maxChildren`). */
   activeSpawnsOf(requesterKey: string): number {
     let count = 0;
-    for (const active of this.active.values()) if (active.record.spawn?.requesterKey === requesterKey) count += 1;
+    for (const active of this.active.values())
+      if (active.record.spawn?.requesterKey === requesterKey) count += 1;
     return count;
   }
 
@@ -432,11 +453,16 @@ export class RunScheduler {
 
 function laneKeyOf(record: Pick<RunRecord, "sessionKey" | "lane" | "origin">): string {
   // Summaries are isolated runs: they must never queue behind (or block) the session's own lanes.
-  return record.origin === "summarize" ? `${record.sessionKey}|summary` : `${record.sessionKey}|${record.lane}`;
+  return record.origin === "summarize"
+    ? `${record.sessionKey}|summary`
+    : `${record.sessionKey}|${record.lane}`;
 }
 
 function toWaitResult(record: RunRecord): WaitResult {
-  const status = record.status === "ok" || record.status === "error" || record.status === "timeout" ? record.status : "timeout";
+  const status =
+    record.status === "ok" || record.status === "error" || record.status === "timeout"
+      ? record.status
+      : "timeout";
   return {
     runId: record.runId,
     status,

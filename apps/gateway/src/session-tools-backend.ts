@@ -108,12 +108,19 @@ export class SessionToolsBackend implements ToolBackend {
     };
   }
 
-  async rowsWithMessages(entries: SessionEntry[], callerKey: string | undefined, messageLimit: number): Promise<SessionRow[]> {
+  async rowsWithMessages(
+    entries: SessionEntry[],
+    callerKey: string | undefined,
+    messageLimit: number,
+  ): Promise<SessionRow[]> {
     return Promise.all(
       entries.map(async (entry) => {
         const row = this.row(entry, callerKey);
         if (messageLimit > 0) {
-          const read = await this.store.transcripts.read(entry.sessionId, { limit: messageLimit, filter: isMessage(false) });
+          const read = await this.store.transcripts.read(entry.sessionId, {
+            limit: messageLimit,
+            filter: isMessage(false),
+          });
           row.messages = read.entries.map(toHistoryMessage);
         }
         return row;
@@ -135,10 +142,14 @@ export class SessionToolsBackend implements ToolBackend {
       {
         classify: (entry) => this.sessions.kind(entry),
         visible: (entry) =>
-          entry.key === callerEntry.key || this.policy.evaluate(this.historyContext(callerEntry, entry, true)).action !== "BLOCK",
+          entry.key === callerEntry.key ||
+          this.policy.evaluate(this.historyContext(callerEntry, entry, true)).action !== "BLOCK",
       },
     );
-    return { sessions: await this.rowsWithMessages(result.entries, callerEntry.key, query.messageLimit), hidden: result.hidden };
+    return {
+      sessions: await this.rowsWithMessages(result.entries, callerEntry.key, query.messageLimit),
+      hidden: result.hidden,
+    };
   }
 
   async history(
@@ -158,7 +169,12 @@ export class SessionToolsBackend implements ToolBackend {
       ...(query.before !== undefined ? { before: query.before } : {}),
     });
     if (target.key !== callerEntry.key) {
-      await this.sessions.raiseTaint(callerEntry.key, target.taint, `read history of ${target.key}`, target.key);
+      await this.sessions.raiseTaint(
+        callerEntry.key,
+        target.taint,
+        `read history of ${target.key}`,
+        target.key,
+      );
     }
     return {
       status: "ok",
@@ -170,7 +186,10 @@ export class SessionToolsBackend implements ToolBackend {
     };
   }
 
-  async send(caller: ToolCaller, request: { sessionKey: string; message: string; timeoutSeconds: number }): Promise<SessionsSendResult> {
+  async send(
+    caller: ToolCaller,
+    request: { sessionKey: string; message: string; timeoutSeconds: number },
+  ): Promise<SessionsSendResult> {
     const callerEntry = await this.callerEntry(caller);
     const target = await this.target(caller, request.sessionKey);
     return this.flows.send(caller, callerEntry, target, request.message, request.timeoutSeconds);
@@ -178,26 +197,43 @@ export class SessionToolsBackend implements ToolBackend {
 
   async spawn(
     caller: ToolCaller,
-    request: { task: string; label?: string; agentId?: string; model?: string; runTimeoutSeconds: number; cleanup: "delete" | "keep" },
+    request: {
+      task: string;
+      label?: string;
+      agentId?: string;
+      model?: string;
+      runTimeoutSeconds: number;
+      cleanup: "delete" | "keep";
+    },
   ): Promise<SessionsSpawnResult> {
     const callerEntry = await this.callerEntry(caller);
     return this.flows.spawn(caller, callerEntry, request);
   }
 
-  async status(caller: ToolCaller, query: { sessionKey?: string }): Promise<SessionStatusResult | ToolFailure> {
+  async status(
+    caller: ToolCaller,
+    query: { sessionKey?: string },
+  ): Promise<SessionStatusResult | ToolFailure> {
     const callerEntry = await this.callerEntry(caller);
     const target = query.sessionKey ? await this.target(caller, query.sessionKey) : callerEntry;
     if (target.key !== callerEntry.key) {
       const decision = await this.policy.enforce(this.historyContext(callerEntry, target), caller.operator);
       if (decision.action === "BLOCK") return { status: "forbidden", error: decision.message };
-      await this.sessions.raiseTaint(callerEntry.key, target.taint, `read status of ${target.key}`, target.key);
+      await this.sessions.raiseTaint(
+        callerEntry.key,
+        target.taint,
+        `read status of ${target.key}`,
+        target.key,
+      );
     }
     return this.statusOf(target, callerEntry.key);
   }
 
   async statusOf(target: SessionEntry, callerKey: string | undefined): Promise<SessionStatusResult> {
     const active = this.scheduler.activeRunFor(target.key);
-    const children = (await this.store.sessions.list({ spawnedBy: target.key, limit: 50, includeArchived: true })).entries;
+    const children = (
+      await this.store.sessions.list({ spawnedBy: target.key, limit: 50, includeArchived: true })
+    ).entries;
     const childRows = await Promise.all(
       children.map(async (child) => {
         const running = this.scheduler.activeRunFor(child.key);
@@ -221,7 +257,15 @@ export class SessionToolsBackend implements ToolBackend {
       createdAt: target.createdAt,
       updatedAt: target.updatedAt,
       ...pick(target, ["model", "totalTokens", "sendPolicy", "spawnedBy", "label", "displayName"]),
-      ...(active ? { activeRun: { runId: active.runId, lane: active.lane, startedAt: active.startedAt ?? active.createdAt } } : {}),
+      ...(active
+        ? {
+            activeRun: {
+              runId: active.runId,
+              lane: active.lane,
+              startedAt: active.startedAt ?? active.createdAt,
+            },
+          }
+        : {}),
       ...(childRows.length ? { children: childRows } : {}),
     };
   }
@@ -243,7 +287,10 @@ export class SessionToolsBackend implements ToolBackend {
     return { status: "ok", agents: rows };
   }
 
-  messageContext(callerEntry: SessionEntry, request: { channel: string; to: string; text: string }): PolicyContext {
+  messageContext(
+    callerEntry: SessionEntry,
+    request: { channel: string; to: string; text: string },
+  ): PolicyContext {
     const channel = request.channel.toLowerCase();
     return {
       hook: "PRE_OUTPUT",
@@ -253,7 +300,10 @@ export class SessionToolsBackend implements ToolBackend {
     };
   }
 
-  async message(caller: ToolCaller, request: { channel: string; to: string; text: string }): Promise<MessageResult> {
+  async message(
+    caller: ToolCaller,
+    request: { channel: string; to: string; text: string },
+  ): Promise<MessageResult> {
     const callerEntry = await this.callerEntry(caller);
     const result = await this.output.deliver(callerEntry, request.text, {
       channel: request.channel,
@@ -262,7 +312,12 @@ export class SessionToolsBackend implements ToolBackend {
       ...(caller.operator ? { actor: caller.operator } : {}),
       ...(caller.runId ? { runId: caller.runId } : {}),
     });
-    if (result.status === "ok") return { status: "ok", deliveryId: result.deliveryId, ...(result.redactions ? { redactions: result.redactions } : {}) };
+    if (result.status === "ok")
+      return {
+        status: "ok",
+        deliveryId: result.deliveryId,
+        ...(result.redactions ? { redactions: result.redactions } : {}),
+      };
     return { status: result.status === "forbidden" ? "forbidden" : "error", error: result.error };
   }
 
@@ -289,12 +344,19 @@ export class SessionToolsBackend implements ToolBackend {
           if (!key) return { status: "error", error: "sessionKey: required" };
           const target = await this.target(caller, key);
           const timeout = typeof args.timeoutSeconds === "number" ? args.timeoutSeconds : 30;
-          return this.flows.sendContext(callerEntry, target, str(args.message) ?? "", this.flows.chainPosition(caller), timeout > 0);
+          return this.flows.sendContext(
+            callerEntry,
+            target,
+            str(args.message) ?? "",
+            this.flows.chainPosition(caller),
+            timeout > 0,
+          );
         }
         case "sessions_history":
         case "session_status": {
           const key = str(args.sessionKey);
-          if (!key) return tool === "session_status" ? undefined : { status: "error", error: "sessionKey: required" };
+          if (!key)
+            return tool === "session_status" ? undefined : { status: "error", error: "sessionKey: required" };
           const target = await this.target(caller, key);
           if (target.key === callerEntry.key) return undefined;
           return this.historyContext(callerEntry, target);
@@ -307,7 +369,12 @@ export class SessionToolsBackend implements ToolBackend {
         }
         case "sessions_spawn": {
           const agentId = (str(args.agentId) ?? callerEntry.agentId).toLowerCase();
-          return this.flows.spawnContext(callerEntry, agentId, `agent:${agentId}:subagent:00000000-0000-4000-8000-000000000000`, str(args.task) ?? "");
+          return this.flows.spawnContext(
+            callerEntry,
+            agentId,
+            `agent:${agentId}:subagent:00000000-0000-4000-8000-000000000000`,
+            str(args.task) ?? "",
+          );
         }
         case "message":
           return this.messageContext(callerEntry, {
@@ -320,16 +387,29 @@ export class SessionToolsBackend implements ToolBackend {
       }
     } catch (error) {
       if (error instanceof SwitchboardError) {
-        return { status: error.code === "NOT_FOUND" ? "not_found" : error.code === "FORBIDDEN" ? "forbidden" : "error", error: error.message };
+        return {
+          status:
+            error.code === "NOT_FOUND" ? "not_found" : error.code === "FORBIDDEN" ? "forbidden" : "error",
+          error: error.message,
+        };
       }
       throw error;
     }
   }
 
   /** Set by the gateway: the PRE_TOOL_CALL gate (tool availability + rules) shared with real calls. */
-  toolGate: ((callerEntry: SessionEntry, tool: string, args: Record<string, unknown>) => { allowed: boolean; message?: string }) | undefined;
+  toolGate:
+    | ((
+        callerEntry: SessionEntry,
+        tool: string,
+        args: Record<string, unknown>,
+      ) => { allowed: boolean; message?: string })
+    | undefined;
 
-  async simulate(caller: ToolCaller, request: { toolName: string; args: Record<string, unknown> }): Promise<SimulateResult | ToolFailure> {
+  async simulate(
+    caller: ToolCaller,
+    request: { toolName: string; args: Record<string, unknown> },
+  ): Promise<SimulateResult | ToolFailure> {
     const callerEntry = await this.callerEntry(caller);
     const evaluated: SimulateResult["evaluated"] = [];
     const gate = this.toolGate?.(callerEntry, request.toolName, request.args);
@@ -344,16 +424,32 @@ export class SessionToolsBackend implements ToolBackend {
         taint: { current: callerEntry.taint, after: callerEntry.taint },
       };
     }
-    const first = this.policy.evaluate(this.toolCallContext(callerEntry, request.toolName, request.args), true);
-    evaluated.push(...(first.evaluated ?? []).map((rule) => ({ ruleId: rule.ruleId, matched: rule.matched, action: rule.action })));
+    const first = this.policy.evaluate(
+      this.toolCallContext(callerEntry, request.toolName, request.args),
+      true,
+    );
+    evaluated.push(
+      ...(first.evaluated ?? []).map((rule) => ({
+        ruleId: rule.ruleId,
+        matched: rule.matched,
+        action: rule.action,
+      })),
+    );
     let decision = first;
     if (first.action !== "BLOCK") {
       const downstream = await this.downstreamContext(caller, callerEntry, request.toolName, request.args);
       if (downstream && "status" in downstream) return downstream;
       if (downstream) {
         const second = this.policy.evaluate(downstream, true);
-        evaluated.push(...(second.evaluated ?? []).map((rule) => ({ ruleId: rule.ruleId, matched: rule.matched, action: rule.action })));
-        if (second.action === "BLOCK" || second.action === "REDACT" || first.action === "ALLOW") decision = second;
+        evaluated.push(
+          ...(second.evaluated ?? []).map((rule) => ({
+            ruleId: rule.ruleId,
+            matched: rule.matched,
+            action: rule.action,
+          })),
+        );
+        if (second.action === "BLOCK" || second.action === "REDACT" || first.action === "ALLOW")
+          decision = second;
       }
     }
     return {
@@ -362,20 +458,33 @@ export class SessionToolsBackend implements ToolBackend {
       ruleId: decision.ruleId,
       message: decision.message,
       evaluated,
-      taint: { current: callerEntry.taint, after: decision.action === "BLOCK" ? callerEntry.taint : decision.labels.after },
+      taint: {
+        current: callerEntry.taint,
+        after: decision.action === "BLOCK" ? callerEntry.taint : decision.labels.after,
+      },
     };
   }
 
-  async summarize(caller: ToolCaller, request: { scope: "session" | "topic"; sessionKey?: string }): Promise<SummarizeResult> {
+  async summarize(
+    caller: ToolCaller,
+    request: { scope: "session" | "topic"; sessionKey?: string },
+  ): Promise<SummarizeResult> {
     const callerEntry = await this.callerEntry(caller);
     const target = request.sessionKey ? await this.target(caller, request.sessionKey) : callerEntry;
     if (target.key !== callerEntry.key) {
       const decision = await this.policy.enforce(this.historyContext(callerEntry, target), caller.operator);
       if (decision.action === "BLOCK") return { status: "forbidden", error: decision.message };
     }
-    const read = await this.store.transcripts.read(target.sessionId, { limit: 200, maxBytes: 48 * 1024, filter: isMessage(false) });
+    const read = await this.store.transcripts.read(target.sessionId, {
+      limit: 200,
+      maxBytes: 48 * 1024,
+      filter: isMessage(false),
+    });
     const transcript = read.entries
-      .map((entry) => `${entry.message?.role}: ${entry.message?.content.map((part) => (part.type === "text" ? part.text : "")).join("")}`)
+      .map(
+        (entry) =>
+          `${entry.message?.role}: ${entry.message?.content.map((part) => (part.type === "text" ? part.text : "")).join("")}`,
+      )
       .join("\n");
     const { record } = await this.scheduler.enqueue({
       sessionKey: target.key,
@@ -393,7 +502,10 @@ export class SessionToolsBackend implements ToolBackend {
       await this.sessions.raiseTaint(callerEntry.key, target.taint, `summary of ${target.key}`, target.key);
     }
     if (result.status === "ok") return { status: "ok", summary: result.reply ?? "" };
-    return { status: result.status === "timeout" ? "timeout" : "error", error: result.error ?? "summary run failed" };
+    return {
+      status: result.status === "timeout" ? "timeout" : "error",
+      error: result.error ?? "summary run failed",
+    };
   }
 }
 

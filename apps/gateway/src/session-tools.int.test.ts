@@ -48,8 +48,14 @@ function tool(as: string, name: string, args: Record<string, unknown> = {}): Pro
 
 /** Runs a tool from inside a real run of `sessionKey` (so the caller comes from the run). */
 async function toolInRun(sessionKey: string, name: string, args: Record<string, unknown>): Promise<Result> {
-  const { runId } = await op.call<{ runId: string }>("agent", { sessionKey, message: `call ${name} ${JSON.stringify(args)}` });
-  const waited = await op.call<{ status: string; reply?: string; error?: string }>("agent.wait", { runId, timeoutMs: 10_000 });
+  const { runId } = await op.call<{ runId: string }>("agent", {
+    sessionKey,
+    message: `call ${name} ${JSON.stringify(args)}`,
+  });
+  const waited = await op.call<{ status: string; reply?: string; error?: string }>("agent.wait", {
+    runId,
+    timeoutMs: 10_000,
+  });
   if (waited.status !== "ok") throw new Error(`run ${waited.status}: ${waited.error}`);
   return JSON.parse(waited.reply!) as Result;
 }
@@ -68,12 +74,20 @@ describe("sessions_list", () => {
     await create("agent:main:node-kitchen");
     await create(`agent:main:subagent:${randomUUID()}`);
     await create("agent:main:telegram:dm:42");
-    const { runId } = await op.call<{ runId: string }>("chat.send", { sessionKey: "agent:main:cron:nightly", message: "hello" });
+    const { runId } = await op.call<{ runId: string }>("chat.send", {
+      sessionKey: "agent:main:cron:nightly",
+      message: "hello",
+    });
     await op.call("agent.wait", { runId });
 
     const all = await tool("main", "sessions_list", { messageLimit: 5 });
     expect(all.status).toBe("ok");
-    const rows = all.sessions as Array<{ key: string; kind: string; channel: string; messages?: Array<{ role: string }> }>;
+    const rows = all.sessions as Array<{
+      key: string;
+      kind: string;
+      channel: string;
+      messages?: Array<{ role: string }>;
+    }>;
     const kinds = Object.fromEntries(rows.map((row) => [row.key, row.kind]));
     expect(kinds).toMatchObject({
       main: "main",
@@ -105,7 +119,10 @@ describe("sessions_list", () => {
     await create("main");
     await create("agent:research:main");
     await create("agent:main:webchat:dm:carol", { channel: "webchat" });
-    const { runId } = await op.call<{ runId: string }>("chat.send", { sessionKey: "agent:main:webchat:dm:carol", message: "secret" });
+    const { runId } = await op.call<{ runId: string }>("chat.send", {
+      sessionKey: "agent:main:webchat:dm:carol",
+      message: "secret",
+    });
     await op.call("agent.wait", { runId });
     const listed = await tool("main", "sessions_list");
     const keys = (listed.sessions as Array<{ key: string }>).map((row) => row.key);
@@ -126,7 +143,10 @@ describe("sessions_history", () => {
     expect((withTools.messages as Array<{ role: string }>).map((m) => m.role)).toContain("toolResult");
 
     for (let i = 0; i < 6; i++) {
-      const { runId } = await op.call<{ runId: string }>("chat.send", { sessionKey: "agent:main:cron:big", message: `${i} ${"x".repeat(20_000)}` });
+      const { runId } = await op.call<{ runId: string }>("chat.send", {
+        sessionKey: "agent:main:cron:big",
+        message: `${i} ${"x".repeat(20_000)}`,
+      });
       await op.call("agent.wait", { runId });
     }
     const capped = await tool("main", "sessions_history", { sessionKey: "agent:main:cron:big", limit: 500 });
@@ -135,12 +155,18 @@ describe("sessions_history", () => {
     const page = capped.messages as Array<{ seq: number }>;
     expect(page.length).toBeGreaterThan(0);
     expect(capped.nextBefore).toBe(page[0]!.seq);
-    const older = await tool("main", "sessions_history", { sessionKey: "agent:main:cron:big", before: capped.nextBefore, limit: 2 });
+    const older = await tool("main", "sessions_history", {
+      sessionKey: "agent:main:cron:big",
+      before: capped.nextBefore,
+      limit: 2,
+    });
     const olderSeqs = (older.messages as Array<{ seq: number }>).map((m) => m.seq);
     expect(olderSeqs.every((seq) => seq < (capped.nextBefore as number))).toBe(true);
     expect(olderSeqs).toHaveLength(2);
 
-    expect((await tool("main", "sessions_history", { sessionKey: "agent:main:cron:none" })).status).toBe("not_found");
+    expect((await tool("main", "sessions_history", { sessionKey: "agent:main:cron:none" })).status).toBe(
+      "not_found",
+    );
     expect((await tool("main", "sessions_history", { sessionKey: "../../etc/passwd" })).status).toBe("error");
   });
 
@@ -148,20 +174,30 @@ describe("sessions_history", () => {
     await setup(
       config({
         labels: { channels: { webchat: "CONFIDENTIAL", discord: "PUBLIC" } },
-        agents: { list: [{ id: "main", default: true, clearance: "CONFIDENTIAL" }, { id: "research" }, { id: "ops" }] },
+        agents: {
+          list: [{ id: "main", default: true, clearance: "CONFIDENTIAL" }, { id: "research" }, { id: "ops" }],
+        },
       }),
     );
     await create("main");
     await create("agent:main:discord:group:dev", { channel: "discord" });
     await create("agent:main:webchat:dm:carol", { channel: "webchat" });
-    const { runId } = await op.call<{ runId: string }>("chat.send", { sessionKey: "agent:main:webchat:dm:carol", message: "secret" });
+    const { runId } = await op.call<{ runId: string }>("chat.send", {
+      sessionKey: "agent:main:webchat:dm:carol",
+      message: "secret",
+    });
     await op.call("agent.wait", { runId });
-    expect(await tool("main", "session_status")).toMatchObject({ taint: "PUBLIC", clearance: "CONFIDENTIAL" });
+    expect(await tool("main", "session_status")).toMatchObject({
+      taint: "PUBLIC",
+      clearance: "CONFIDENTIAL",
+    });
     const read = await tool("main", "sessions_history", { sessionKey: "agent:main:webchat:dm:carol" });
     expect(read.status).toBe("ok");
     expect(await tool("main", "session_status")).toMatchObject({ taint: "CONFIDENTIAL" });
 
-    const low = await tool("agent:main:discord:group:dev", "sessions_history", { sessionKey: "agent:main:webchat:dm:carol" });
+    const low = await tool("agent:main:discord:group:dev", "sessions_history", {
+      sessionKey: "agent:main:webchat:dm:carol",
+    });
     expect(low.status).toBe("forbidden");
     expect(low.error).toContain("CONFIDENTIAL");
   });
@@ -172,31 +208,62 @@ describe("sessions_send", () => {
     await setup();
     await create("main");
     await create("agent:research:main");
-    const accepted = await tool("main", "sessions_send", { sessionKey: "agent:research:main", message: "hi", timeoutSeconds: 0 });
-    expect(accepted).toMatchObject({ status: "accepted", sessionKey: "agent:research:main", delivery: { status: "delivered" } });
-    const ok = await tool("main", "sessions_send", { sessionKey: "agent:research:main", message: "ping", timeoutSeconds: 10 });
+    const accepted = await tool("main", "sessions_send", {
+      sessionKey: "agent:research:main",
+      message: "hi",
+      timeoutSeconds: 0,
+    });
+    expect(accepted).toMatchObject({
+      status: "accepted",
+      sessionKey: "agent:research:main",
+      delivery: { status: "delivered" },
+    });
+    const ok = await tool("main", "sessions_send", {
+      sessionKey: "agent:research:main",
+      message: "ping",
+      timeoutSeconds: 10,
+    });
     expect(ok).toMatchObject({ status: "ok", reply: "echo: ping", delivery: { status: "delivered" } });
-    const slow = await tool("main", "sessions_send", { sessionKey: "agent:research:main", message: "sleep 1600", timeoutSeconds: 1 });
+    const slow = await tool("main", "sessions_send", {
+      sessionKey: "agent:research:main",
+      message: "sleep 1600",
+      timeoutSeconds: 1,
+    });
     expect(slow).toMatchObject({ status: "timeout", delivery: { status: "delivered" } });
-    const failed = await tool("main", "sessions_send", { sessionKey: "agent:research:main", message: "fail boom", timeoutSeconds: 10 });
+    const failed = await tool("main", "sessions_send", {
+      sessionKey: "agent:research:main",
+      message: "fail boom",
+      timeoutSeconds: 10,
+    });
     expect(failed).toMatchObject({ status: "error", error: "boom" });
-    expect((await tool("main", "sessions_send", { sessionKey: "agent:research:nobody", message: "x" })).status).toBe("not_found");
-    expect((await tool("main", "sessions_send", { sessionKey: "agent:research:main", message: "  " })).status).toBe("error");
+    expect(
+      (await tool("main", "sessions_send", { sessionKey: "agent:research:nobody", message: "x" })).status,
+    ).toBe("not_found");
+    expect(
+      (await tool("main", "sessions_send", { sessionKey: "agent:research:main", message: "  " })).status,
+    ).toBe("error");
   });
 
   it("records the message as agent-originated with provenance and the context block", async () => {
     await setup();
     await create("main");
     await create("agent:research:main");
-    await toolInRun("main", "sessions_send", { sessionKey: "agent:research:main", message: "hello there", timeoutSeconds: 10 });
+    await toolInRun("main", "sessions_send", {
+      sessionKey: "agent:research:main",
+      message: "hello there",
+      timeoutSeconds: 10,
+    });
     const run = workers[0]!.runs.find((r) => r.input.message === "hello there")!;
     expect(run.input.context).toContain("Agent-to-agent message context:");
     expect(run.input.context).toContain("Agent 1 (requester) session: agent:main:main.");
     expect(run.input.context).toContain("Agent 2 (target) session: agent:research:main.");
     expect(run.input.provenance).toMatchObject({ kind: "agent", fromSessionKey: "agent:main:main", hop: 1 });
-    const history = await op.call<{ messages: Array<{ role: string; provenance?: { kind: string } }> }>("sessions.history", {
-      sessionKey: "agent:research:main",
-    });
+    const history = await op.call<{ messages: Array<{ role: string; provenance?: { kind: string } }> }>(
+      "sessions.history",
+      {
+        sessionKey: "agent:research:main",
+      },
+    );
     expect(history.messages[0]).toMatchObject({ role: "user", provenance: { kind: "agent" } });
   });
 
@@ -215,7 +282,10 @@ describe("sessions_send", () => {
     await create("agent:main:discord:group:dev", { channel: "discord" });
     await create("agent:ops:main");
     await create("agent:research:main");
-    const policy = await tool("main", "sessions_send", { sessionKey: "agent:main:discord:group:dev", message: "x" });
+    const policy = await tool("main", "sessions_send", {
+      sessionKey: "agent:main:discord:group:dev",
+      message: "x",
+    });
     expect(policy).toMatchObject({ status: "forbidden", error: "send blocked by session policy" });
     const a2a = await tool("main", "sessions_send", { sessionKey: "agent:ops:main", message: "x" });
     expect(a2a.status).toBe("forbidden");
@@ -223,34 +293,67 @@ describe("sessions_send", () => {
 
     // Labels: a CONFIDENTIAL session cannot write into a PUBLIC-clearance session.
     await create("agent:main:webchat:dm:carol", { channel: "webchat" });
-    const { runId } = await op.call<{ runId: string }>("chat.send", { sessionKey: "agent:main:webchat:dm:carol", message: "secret" });
+    const { runId } = await op.call<{ runId: string }>("chat.send", {
+      sessionKey: "agent:main:webchat:dm:carol",
+      message: "secret",
+    });
     await op.call("agent.wait", { runId });
     await op.call("sessions.patch", { key: "agent:main:discord:group:dev", sendPolicy: "allow" });
-    const down = await tool("agent:main:webchat:dm:carol", "sessions_send", { sessionKey: "agent:main:discord:group:dev", message: "leak" });
+    const down = await tool("agent:main:webchat:dm:carol", "sessions_send", {
+      sessionKey: "agent:main:discord:group:dev",
+      message: "leak",
+    });
     expect(down.status).toBe("forbidden");
     expect(down.error).toBe(
       "write-down blocked: session taint CONFIDENTIAL cannot flow to agent:main:discord:group:dev (clearance PUBLIC)",
     );
-    const blocked = await op.call<{ messages: Array<{ content: Array<{ text?: string }> }> }>("sessions.history", {
-      sessionKey: "agent:main:discord:group:dev",
-    });
+    const blocked = await op.call<{ messages: Array<{ content: Array<{ text?: string }> }> }>(
+      "sessions.history",
+      {
+        sessionKey: "agent:main:discord:group:dev",
+      },
+    );
     expect(JSON.stringify(blocked.messages)).not.toContain("leak");
 
     // Hop limit: main → research → main → research is hop 3 > maxHops 2.
-    const nested = JSON.stringify({ sessionKey: "agent:main:main", message: `call sessions_send ${JSON.stringify({ sessionKey: "agent:research:main", message: "deep", timeoutSeconds: 0 })}`, timeoutSeconds: 0 });
-    const chain = await toolInRun("main", "sessions_send", { sessionKey: "agent:research:main", message: `call sessions_send ${nested}`, timeoutSeconds: 10 });
+    const nested = JSON.stringify({
+      sessionKey: "agent:main:main",
+      message: `call sessions_send ${JSON.stringify({ sessionKey: "agent:research:main", message: "deep", timeoutSeconds: 0 })}`,
+      timeoutSeconds: 0,
+    });
+    const chain = await toolInRun("main", "sessions_send", {
+      sessionKey: "agent:research:main",
+      message: `call sessions_send ${nested}`,
+      timeoutSeconds: 10,
+    });
     expect(chain.status).toBe("ok");
     const hop2 = JSON.parse(chain.reply as string) as Result;
     expect(hop2.status).toBe("accepted");
     await gw.gateway.flows.idle();
-    const deep = workers[0]!.runs.find((r) => r.input.message.startsWith("call sessions_send") && r.sessionKey === "agent:main:main" && r.input.provenance.hop === 2);
+    const deep = workers[0]!.runs.find(
+      (r) =>
+        r.input.message.startsWith("call sessions_send") &&
+        r.sessionKey === "agent:main:main" &&
+        r.input.provenance.hop === 2,
+    );
     expect(deep).toBeDefined();
-    const audit = await op.call<{ entries: Array<{ kind: string; data: { message?: string } }> }>("audit.tail", { limit: 100 });
-    expect(audit.entries.some((e) => e.kind === "policy.blocked" && e.data.message === "agent-to-agent hop limit reached (2)")).toBe(true);
+    const audit = await op.call<{ entries: Array<{ kind: string; data: { message?: string } }> }>(
+      "audit.tail",
+      { limit: 100 },
+    );
+    expect(
+      audit.entries.some(
+        (e) => e.kind === "policy.blocked" && e.data.message === "agent-to-agent hop limit reached (2)",
+      ),
+    ).toBe(true);
 
     // Cycle: main waits on research, research sends back to main with a wait.
     const back = JSON.stringify({ sessionKey: "agent:main:main", message: "loop", timeoutSeconds: 5 });
-    const cycle = await toolInRun("main", "sessions_send", { sessionKey: "agent:research:main", message: `call sessions_send ${back}`, timeoutSeconds: 10 });
+    const cycle = await toolInRun("main", "sessions_send", {
+      sessionKey: "agent:research:main",
+      message: `call sessions_send ${back}`,
+      timeoutSeconds: 10,
+    });
     const inner = JSON.parse(cycle.reply as string) as Result;
     expect(inner.status).toBe("forbidden");
     expect(inner.error).toContain("cycle");
@@ -266,14 +369,29 @@ describe("sessions_send", () => {
     await create("agent:research:discord:group:lab", { channel: "discord" });
     const events = await gw.operator();
     await events.call("events.subscribe", {});
-    const sent = await tool("main", "sessions_send", { sessionKey: "agent:research:discord:group:lab", message: "start", timeoutSeconds: 10 });
+    const sent = await tool("main", "sessions_send", {
+      sessionKey: "agent:research:discord:group:lab",
+      message: "start",
+      timeoutSeconds: 10,
+    });
     expect(sent.status).toBe("ok");
     await gw.gateway.flows.idle();
-    const runs = workers[0]!.runs.filter((r) => r.sessionKey !== "agent:main:main" || r.input.context.includes("reply step"));
-    const steps = runs.map((r) =>
-      r.input.context.includes("reply step") ? `reply:${r.sessionKey}` : r.input.context.includes("announce step") ? "announce" : "primary",
+    const runs = workers[0]!.runs.filter(
+      (r) => r.sessionKey !== "agent:main:main" || r.input.context.includes("reply step"),
     );
-    expect(steps).toEqual(["primary", "reply:agent:main:main", "reply:agent:research:discord:group:lab", "announce"]);
+    const steps = runs.map((r) =>
+      r.input.context.includes("reply step")
+        ? `reply:${r.sessionKey}`
+        : r.input.context.includes("announce step")
+          ? "announce"
+          : "primary",
+    );
+    expect(steps).toEqual([
+      "primary",
+      "reply:agent:main:main",
+      "reply:agent:research:discord:group:lab",
+      "announce",
+    ]);
     expect(runs[1]!.input.context).toContain("Turn 1 of 2.");
     const delivery = await events.waitForEvent((e) => e.event === "delivery");
     expect(delivery.payload).toMatchObject({ channel: "discord", to: "lab", text: "done talking" });
@@ -285,10 +403,18 @@ describe("sessions_send", () => {
     await create("agent:research:discord:group:lab", { channel: "discord" });
     const events = await gw.operator();
     await events.call("events.subscribe", {});
-    await tool("main", "sessions_send", { sessionKey: "agent:research:discord:group:lab", message: "start", timeoutSeconds: 10 });
+    await tool("main", "sessions_send", {
+      sessionKey: "agent:research:discord:group:lab",
+      message: "start",
+      timeoutSeconds: 10,
+    });
     await gw.gateway.flows.idle();
     const contexts = workers[0]!.runs.map((r) => r.input.context.split("\n")[0]);
-    expect(contexts).toEqual(["Agent-to-agent message context:", "Agent-to-agent reply step:", "Agent-to-agent announce step:"]);
+    expect(contexts).toEqual([
+      "Agent-to-agent message context:",
+      "Agent-to-agent reply step:",
+      "Agent-to-agent announce step:",
+    ]);
     expect(events.events.some((e) => e.event === "delivery")).toBe(false);
   });
 });
@@ -309,13 +435,19 @@ describe("sessions_spawn", () => {
     await create("main");
     await create("agent:research:main");
     await create("agent:ops:main");
-    expect(await tool("main", "sessions_spawn", { task: "t", agentId: "research" })).toMatchObject({ status: "accepted" });
+    expect(await tool("main", "sessions_spawn", { task: "t", agentId: "research" })).toMatchObject({
+      status: "accepted",
+    });
     expect((await tool("main", "sessions_spawn", { task: "t", agentId: "ops" })).status).toBe("forbidden");
-    expect((await tool("agent:research:main", "sessions_spawn", { task: "t", agentId: "main" })).status).toBe("forbidden");
+    expect((await tool("agent:research:main", "sessions_spawn", { task: "t", agentId: "main" })).status).toBe(
+      "forbidden",
+    );
     const same = await tool("agent:research:main", "sessions_spawn", { task: "t" });
     expect(same.status).toBe("accepted");
     expect(same.childSessionKey).toMatch(/^agent:research:subagent:[0-9a-f-]{36}$/);
-    expect(await tool("agent:ops:main", "sessions_spawn", { task: "t", agentId: "main" })).toMatchObject({ status: "accepted" });
+    expect(await tool("agent:ops:main", "sessions_spawn", { task: "t", agentId: "main" })).toMatchObject({
+      status: "accepted",
+    });
     const model = await tool("main", "sessions_spawn", { task: "t", model: "no-such-model" });
     expect(model).toMatchObject({ status: "accepted", modelApplied: false });
     expect(model.warning).toContain("no-such-model");
@@ -324,7 +456,10 @@ describe("sessions_spawn", () => {
   it("restricts the child's tools, refuses nested spawns, and announces the outcome to the requester", async () => {
     await setup(config(), behaviour({ announceStep: () => "ANNOUNCE_SKIP" }));
     await create("main");
-    const spawned = await toolInRun("main", "sessions_spawn", { task: "call sessions_spawn {\"task\":\"deeper\"}", label: "nested" });
+    const spawned = await toolInRun("main", "sessions_spawn", {
+      task: 'call sessions_spawn {"task":"deeper"}',
+      label: "nested",
+    });
     expect(spawned.status).toBe("accepted");
     await gw.gateway.flows.idle();
     const childRun = workers[0]!.runs.find((r) => r.sessionKey === spawned.childSessionKey)!;
@@ -340,7 +475,9 @@ describe("sessions_spawn", () => {
     expect(announce.input.message).toContain("forbidden");
     expect(announce.input.message).toContain(`session ${spawned.childSessionKey}`);
 
-    const tools = await op.call<{ tools: Array<{ name: string }> }>("tools.list", { as: spawned.childSessionKey as string });
+    const tools = await op.call<{ tools: Array<{ name: string }> }>("tools.list", {
+      as: spawned.childSessionKey as string,
+    });
     expect(tools.tools.map((t) => t.name)).not.toContain("sessions_list");
   });
 
@@ -351,8 +488,14 @@ describe("sessions_spawn", () => {
     const failed = await tool("main", "sessions_spawn", { task: "fail no data", cleanup: "delete" });
     await new Promise((resolve) => setTimeout(resolve, 1300));
     await gw.gateway.flows.idle();
-    const announces = workers[0]!.runs.filter((r) => r.input.provenance.kind === "subagent").map((r) => r.input.message);
-    expect(announces.some((m) => m.includes(`${timedOut.childSessionKey} timed out.`) && m.includes("(no output)"))).toBe(true);
+    const announces = workers[0]!.runs
+      .filter((r) => r.input.provenance.kind === "subagent")
+      .map((r) => r.input.message);
+    expect(
+      announces.some(
+        (m) => m.includes(`${timedOut.childSessionKey} timed out.`) && m.includes("(no output)"),
+      ),
+    ).toBe(true);
     expect(announces.some((m) => m.includes(`${failed.childSessionKey} failed: no data.`))).toBe(true);
     const deleted = await op.request("sessions.status", { sessionKey: failed.childSessionKey as string });
     expect(deleted.error?.code).toBe("NOT_FOUND");
@@ -364,13 +507,19 @@ describe("sessions_spawn", () => {
     await setup();
     await create("main");
     const spawned = await tool("main", "sessions_spawn", { task: "silent" });
-    await workers[0]!.peer.waitForEvent((e) => e.event === "run.assigned" && e.payload.sessionKey === spawned.childSessionKey);
+    await workers[0]!.peer.waitForEvent(
+      (e) => e.event === "run.assigned" && e.payload.sessionKey === spawned.childSessionKey,
+    );
     for (const worker of workers.splice(0)) worker.close();
     await gw.restart();
     op = await gw.operator();
     workers.push(await TestWorker.start(gw.url, WORKER, ["main", "research"], behaviour()));
     await gw.gateway.flows.idle();
-    await workers[0]!.peer.waitForEvent((e) => e.event === "run.assigned" && (e.payload.input as { provenance: { kind: string } }).provenance.kind === "subagent");
+    await workers[0]!.peer.waitForEvent(
+      (e) =>
+        e.event === "run.assigned" &&
+        (e.payload.input as { provenance: { kind: string } }).provenance.kind === "subagent",
+    );
     const announces = workers[0]!.runs.filter((r) => r.input.provenance.kind === "subagent");
     expect(announces).toHaveLength(1);
     expect(announces[0]!.input.message).toMatch(/failed: gateway (restarted|shutting down)/);
@@ -384,8 +533,16 @@ describe("status, agents, message and summarize", () => {
     const child = await tool("main", "sessions_spawn", { task: "echo this", label: "helper" });
     await gw.gateway.flows.idle();
     const status = await tool("main", "session_status");
-    expect(status).toMatchObject({ status: "ok", sessionKey: "main", kind: "main", agentId: "main", taint: "PUBLIC" });
-    expect(status.children).toEqual([expect.objectContaining({ key: child.childSessionKey, label: "helper" })]);
+    expect(status).toMatchObject({
+      status: "ok",
+      sessionKey: "main",
+      kind: "main",
+      agentId: "main",
+      taint: "PUBLIC",
+    });
+    expect(status.children).toEqual([
+      expect.objectContaining({ key: child.childSessionKey, label: "helper" }),
+    ]);
 
     await create("agent:research:main");
     const agents = await tool("agent:research:main", "agents_list");
@@ -401,13 +558,24 @@ describe("status, agents, message and summarize", () => {
     const posted = await tool("main", "message", { channel: "telegram", to: "42", text: "hello out there" });
     expect(posted.status).toBe("ok");
     const delivery = await events.waitForEvent((e) => e.event === "delivery");
-    expect(delivery.payload).toMatchObject({ channel: "telegram", to: "42", text: "hello out there", deliveryId: posted.deliveryId });
+    expect(delivery.payload).toMatchObject({
+      channel: "telegram",
+      to: "42",
+      text: "hello out there",
+      deliveryId: posted.deliveryId,
+    });
 
-    const historyBefore = await op.call<{ messages: unknown[] }>("sessions.history", { sessionKey: "main", includeTools: true });
+    const historyBefore = await op.call<{ messages: unknown[] }>("sessions.history", {
+      sessionKey: "main",
+      includeTools: true,
+    });
     const summary = await tool("main", "summarize");
     expect(summary.status).toBe("ok");
     expect(summary.summary).toMatch(/^summary: \d+ lines$/);
-    const historyAfter = await op.call<{ messages: unknown[] }>("sessions.history", { sessionKey: "main", includeTools: true });
+    const historyAfter = await op.call<{ messages: unknown[] }>("sessions.history", {
+      sessionKey: "main",
+      includeTools: true,
+    });
     // The summary run itself leaves nothing in the transcript; only this tool call's own call/result entries do.
     expect(historyAfter.messages.length).toBe(historyBefore.messages.length + 2);
   });
@@ -429,7 +597,10 @@ describe("labels and simulation", () => {
   it("keeps a CONFIDENTIAL session from spawning, messaging or announcing down", async () => {
     await setup(labelled());
     await create("agent:main:webchat:dm:carol", { channel: "webchat" });
-    const { runId } = await op.call<{ runId: string }>("chat.send", { sessionKey: "agent:main:webchat:dm:carol", message: "secret" });
+    const { runId } = await op.call<{ runId: string }>("chat.send", {
+      sessionKey: "agent:main:webchat:dm:carol",
+      message: "secret",
+    });
     await op.call("agent.wait", { runId });
     const as = "agent:main:webchat:dm:carol";
     const spawn = await tool(as, "sessions_spawn", { task: "t", agentId: "research" });
@@ -448,7 +619,10 @@ describe("labels and simulation", () => {
     await create("main");
     await create("agent:main:discord:group:dev", { channel: "discord" });
     await create("agent:main:webchat:dm:carol", { channel: "webchat" });
-    const { runId } = await op.call<{ runId: string }>("chat.send", { sessionKey: "agent:main:webchat:dm:carol", message: "secret" });
+    const { runId } = await op.call<{ runId: string }>("chat.send", {
+      sessionKey: "agent:main:webchat:dm:carol",
+      message: "secret",
+    });
     await op.call("agent.wait", { runId });
     await gw.gateway.flows.idle();
     const before = await op.call("sessions.status", { sessionKey: "main" });
@@ -459,7 +633,11 @@ describe("labels and simulation", () => {
       tool: "sessions_history",
       args: { sessionKey: "agent:main:webchat:dm:carol" },
     });
-    expect(simulatedRead).toMatchObject({ status: "ok", decision: "ALLOW", taint: { current: "PUBLIC", after: "CONFIDENTIAL" } });
+    expect(simulatedRead).toMatchObject({
+      status: "ok",
+      decision: "ALLOW",
+      taint: { current: "PUBLIC", after: "CONFIDENTIAL" },
+    });
     expect((simulatedRead.evaluated as unknown[]).length).toBeGreaterThan(0);
     const simulatedDown = await tool("agent:main:webchat:dm:carol", "simulate_tool_call", {
       tool_name: "sessions_send",
@@ -471,7 +649,10 @@ describe("labels and simulation", () => {
     // The only new audit entry is the operator's impersonation for the `as` tool call.
     expect(auditAfterSimulate.entries.length).toBe(auditBefore.entries.length + 1);
 
-    const real = await tool("agent:main:webchat:dm:carol", "sessions_send", { sessionKey: "agent:main:discord:group:dev", message: "x" });
+    const real = await tool("agent:main:webchat:dm:carol", "sessions_send", {
+      sessionKey: "agent:main:discord:group:dev",
+      message: "x",
+    });
     expect(real.status).toBe("forbidden");
     expect(real.error).toBe(simulatedDown.message);
     const realRead = await tool("main", "sessions_history", { sessionKey: "agent:main:webchat:dm:carol" });

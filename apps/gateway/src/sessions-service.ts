@@ -1,9 +1,9 @@
 import { randomUUID } from "node:crypto";
 import {
   type ChatType,
+  type Config,
   channelLevel,
   classifyKey,
-  type Config,
   deriveChannel,
   escalateTaint,
   isUuid,
@@ -76,7 +76,9 @@ export class SessionsService {
 
   /** Canonical key for any accepted input (aliases, bare keys, sessionIds). */
   resolveInput(input: string, callerAgentId?: string, field = "sessionKey"): Promise<string> {
-    return resolveKeyInput(input, this.keyContext(callerAgentId, field), (id) => this.store.sessions.keysForSessionId(id));
+    return resolveKeyInput(input, this.keyContext(callerAgentId, field), (id) =>
+      this.store.sessions.keysForSessionId(id),
+    );
   }
 
   mainSessionKey(agentId: string): string {
@@ -84,7 +86,10 @@ export class SessionsService {
   }
 
   kind(entry: Pick<SessionEntry, "key" | "chatType">): SessionKind {
-    return classifyKey(entry.key, { mainKey: this.mainKey, ...(entry.chatType ? { chatType: entry.chatType } : {}) });
+    return classifyKey(entry.key, {
+      mainKey: this.mainKey,
+      ...(entry.chatType ? { chatType: entry.chatType } : {}),
+    });
   }
 
   channel(entry: Pick<SessionEntry, "key" | "chatType" | "channel" | "lastChannel">): string {
@@ -101,12 +106,15 @@ export class SessionsService {
 
   /** Where a reply to this session goes out: its delivery context, last route, or the peer in its key. */
   route(entry: SessionEntry): { channel: string; to: string } | undefined {
-    if (entry.deliveryContext) return { channel: entry.deliveryContext.channel, to: entry.deliveryContext.to };
+    if (entry.deliveryContext)
+      return { channel: entry.deliveryContext.channel, to: entry.deliveryContext.to };
     const channel = this.channel(entry);
     if (channel === "internal" || channel === "unknown") return undefined;
     if (entry.lastTo) return { channel, to: entry.lastTo };
     const rest = entry.key.split(":").slice(2);
-    const marker = rest.findIndex((part, i) => i > 0 && (part === "dm" || part === "group" || part === "channel"));
+    const marker = rest.findIndex(
+      (part, i) => i > 0 && (part === "dm" || part === "group" || part === "channel"),
+    );
     if (marker > 0 && rest[marker + 1]) return { channel, to: rest.slice(marker + 1).join(":") };
     return undefined;
   }
@@ -136,7 +144,10 @@ export class SessionsService {
   }
 
   /** Creates the session if it does not exist; returns the (existing or new) entry. */
-  async ensure(key: string, options: CreateSessionOptions = {}): Promise<{ entry: SessionEntry; created: boolean }> {
+  async ensure(
+    key: string,
+    options: CreateSessionOptions = {},
+  ): Promise<{ entry: SessionEntry; created: boolean }> {
     const existing = await this.store.sessions.get(key);
     if (existing) return { entry: existing, created: false };
     return this.withLock(key, async () => {
@@ -170,19 +181,31 @@ export class SessionsService {
       if (options.clearance) draft.clearancePinned = true;
       await this.store.transcripts.create({ sessionId: draft.sessionId, key, createdAt: now });
       await this.store.sessions.put(draft);
-      this.bus.publish("session.updated", { key, sessionId: draft.sessionId, reason: "created" }, { sessionKey: key, agentId });
+      this.bus.publish(
+        "session.updated",
+        { key, sessionId: draft.sessionId, reason: "created" },
+        { sessionKey: key, agentId },
+      );
       return { entry: draft, created: true };
     });
   }
 
-  async update(key: string, change: (entry: SessionEntry) => SessionEntry | undefined, reason: string): Promise<SessionEntry> {
+  async update(
+    key: string,
+    change: (entry: SessionEntry) => SessionEntry | undefined,
+    reason: string,
+  ): Promise<SessionEntry> {
     return this.withLock(key, async () => {
       const entry = await this.require(key);
       const next = change({ ...entry });
       if (!next) return entry;
       next.updatedAt = Math.max(Date.now(), entry.updatedAt);
       await this.store.sessions.put(next);
-      this.bus.publish("session.updated", { key, sessionId: next.sessionId, reason }, { sessionKey: key, agentId: next.agentId });
+      this.bus.publish(
+        "session.updated",
+        { key, sessionId: next.sessionId, reason },
+        { sessionKey: key, agentId: next.agentId },
+      );
       return next;
     });
   }
@@ -191,7 +214,12 @@ export class SessionsService {
    * Raises the session's taint to at least `level` (never lowers it), recording the rise in the
    * transcript, the audit log and as a `session.taint` event.
    */
-  async raiseTaint(key: string, level: Level, reason: string, source: string): Promise<{ from: Level; to: Level } | undefined> {
+  async raiseTaint(
+    key: string,
+    level: Level,
+    reason: string,
+    source: string,
+  ): Promise<{ from: Level; to: Level } | undefined> {
     return this.withLock(key, async () => {
       const entry = await this.require(key);
       const escalation = escalateTaint(entry.taint, level, { at: Date.now(), reason, source });
@@ -200,15 +228,27 @@ export class SessionsService {
       await this.store.transcripts.append(entry.sessionId, [
         { type: "taint", label: to, taint: { from, to, reason, source } },
       ]);
-      await this.store.sessions.put({ ...entry, taint: to, updatedAt: Math.max(Date.now(), entry.updatedAt) });
-      this.bus.publish("session.taint", { key, from, to, reason }, { sessionKey: key, agentId: entry.agentId });
+      await this.store.sessions.put({
+        ...entry,
+        taint: to,
+        updatedAt: Math.max(Date.now(), entry.updatedAt),
+      });
+      this.bus.publish(
+        "session.taint",
+        { key, from, to, reason },
+        { sessionKey: key, agentId: entry.agentId },
+      );
       await this.audit.append({ kind: "taint", sessionKey: key, data: { from, to, reason, source } });
       return { from, to };
     });
   }
 
   /** Appends to the session's transcript and bumps `updatedAt`. */
-  async append(key: string, inputs: TranscriptEntryInput[], touch: Partial<SessionEntry> = {}): Promise<TranscriptEntry[]> {
+  async append(
+    key: string,
+    inputs: TranscriptEntryInput[],
+    touch: Partial<SessionEntry> = {},
+  ): Promise<TranscriptEntry[]> {
     return this.withLock(key, async () => {
       const entry = await this.require(key);
       const written = await this.store.transcripts.append(entry.sessionId, inputs);
@@ -228,7 +268,11 @@ export class SessionsService {
       delete next.contextTokens;
       await this.store.transcripts.create({ sessionId: next.sessionId, key, createdAt: now });
       await this.store.sessions.put(next);
-      this.bus.publish("session.updated", { key, sessionId: next.sessionId, reason: "reset" }, { sessionKey: key, agentId: next.agentId });
+      this.bus.publish(
+        "session.updated",
+        { key, sessionId: next.sessionId, reason: "reset" },
+        { sessionKey: key, agentId: next.agentId },
+      );
       return next;
     });
   }
@@ -239,7 +283,11 @@ export class SessionsService {
       if (mode === "remove") await this.store.transcripts.remove(entry.sessionId);
       else await this.store.transcripts.archive(entry.sessionId, "delete");
       await this.store.sessions.delete(key);
-      this.bus.publish("session.updated", { key, sessionId: entry.sessionId, reason: "deleted" }, { sessionKey: key, agentId: entry.agentId });
+      this.bus.publish(
+        "session.updated",
+        { key, sessionId: entry.sessionId, reason: "deleted" },
+        { sessionKey: key, agentId: entry.agentId },
+      );
     });
   }
 

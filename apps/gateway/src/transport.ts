@@ -122,13 +122,21 @@ export async function startTransport(options: {
         connection.send(
           errorFrame(
             null,
-            new SwitchboardError("PAYLOAD_TOO_LARGE", `frame of ${bytes} bytes exceeds limits.maxPayload (${limits.maxPayload})`),
+            new SwitchboardError(
+              "PAYLOAD_TOO_LARGE",
+              `frame of ${bytes} bytes exceeds limits.maxPayload (${limits.maxPayload})`,
+            ),
           ),
         );
         return;
       }
       if (isBinary) {
-        connection.send(errorFrame(null, new SwitchboardError("INVALID_REQUEST", "binary frames are not supported: send JSON text")));
+        connection.send(
+          errorFrame(
+            null,
+            new SwitchboardError("INVALID_REQUEST", "binary frames are not supported: send JSON text"),
+          ),
+        );
         return;
       }
       const text = Buffer.isBuffer(data) ? data.toString("utf8") : String(data);
@@ -169,7 +177,10 @@ export async function startTransport(options: {
     if (connection.state === "handshake") {
       if (frame.method !== "connect") {
         connection.send(
-          errorFrame(frame.id, new SwitchboardError("UNAUTHORIZED", "the first frame must be a connect request")),
+          errorFrame(
+            frame.id,
+            new SwitchboardError("UNAUTHORIZED", "the first frame must be a connect request"),
+          ),
         );
         connection.close(CloseCodes.handshakeTimeout, "connect required");
         return;
@@ -182,7 +193,10 @@ export async function startTransport(options: {
       try {
         connection.identity = handlers.authenticate(params.data, connection);
       } catch (error) {
-        const wire = error instanceof SwitchboardError ? error : new SwitchboardError("INTERNAL", "authentication failed");
+        const wire =
+          error instanceof SwitchboardError
+            ? error
+            : new SwitchboardError("INTERNAL", "authentication failed");
         connection.send(errorFrame(frame.id, wire));
         if (wire.code === "UNAUTHORIZED") connection.close(CloseCodes.unauthorized, "unauthorized");
         return;
@@ -198,14 +212,22 @@ export async function startTransport(options: {
       return;
     }
     if (!isMethodName(frame.method)) {
-      connection.send(errorFrame(frame.id, new SwitchboardError("INVALID_REQUEST", `unknown method: ${frame.method.slice(0, 64)}`)));
+      connection.send(
+        errorFrame(
+          frame.id,
+          new SwitchboardError("INVALID_REQUEST", `unknown method: ${frame.method.slice(0, 64)}`),
+        ),
+      );
       return;
     }
     const method = frame.method;
     const role = connection.identity!.role;
     if (!METHOD_ROLES[method].includes(role)) {
       connection.send(
-        errorFrame(frame.id, new SwitchboardError("FORBIDDEN", `method ${method} is not allowed for role ${role}`)),
+        errorFrame(
+          frame.id,
+          new SwitchboardError("FORBIDDEN", `method ${method} is not allowed for role ${role}`),
+        ),
       );
       return;
     }

@@ -6,18 +6,29 @@ import { Gateway } from "../gateway";
 import { type EventFrame, TestPeer } from "./test-peer";
 
 export interface RunContext {
-  run: Record<string, unknown> & { runId: string; sessionKey: string; input: { message: string; context: string; provenance: Record<string, unknown> } };
+  run: Record<string, unknown> & {
+    runId: string;
+    sessionKey: string;
+    input: { message: string; context: string; provenance: Record<string, unknown> };
+  };
   invokeTool(tool: string, args: Record<string, unknown>): Promise<Record<string, unknown>>;
 }
 
-export type WorkerHandler = (context: RunContext) => Promise<string | { fail: string } | { ignore: true }> | string | { fail: string } | { ignore: true };
+export type WorkerHandler = (
+  context: RunContext,
+) => Promise<string | { fail: string } | { ignore: true }> | string | { fail: string } | { ignore: true };
 
 /** A test agent worker: answers every `run.assigned` with the handler's reply. */
 export class TestWorker {
   readonly runs: RunContext["run"][] = [];
   private constructor(readonly peer: TestPeer) {}
 
-  static async start(url: string, token: string, agents: string[], handler: WorkerHandler): Promise<TestWorker> {
+  static async start(
+    url: string,
+    token: string,
+    agents: string[],
+    handler: WorkerHandler,
+  ): Promise<TestWorker> {
     // Listen before the handshake: a queued run is assigned right after the connect response.
     const peer = await TestPeer.open(url);
     const worker = new TestWorker(peer);
@@ -33,8 +44,10 @@ export class TestWorker {
         };
         try {
           const outcome = await handler(context);
-          if (typeof outcome === "string") await peer.request("run.complete", { runId: run.runId, reply: outcome });
-          else if ("fail" in outcome) await peer.request("run.fail", { runId: run.runId, error: outcome.fail });
+          if (typeof outcome === "string")
+            await peer.request("run.complete", { runId: run.runId, reply: outcome });
+          else if ("fail" in outcome)
+            await peer.request("run.fail", { runId: run.runId, error: outcome.fail });
         } catch (error) {
           await peer.request("run.fail", { runId: run.runId, error: (error as Error).message });
         }

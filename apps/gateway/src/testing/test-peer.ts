@@ -68,9 +68,13 @@ export class TestPeer {
     return peer;
   }
 
-  async handshake(options: { token: string; role: "operator" | "agent" | "client"; agents?: string[]; sessionKey?: string }): Promise<void> {
-    const peer = this;
-    const response = await peer.request("connect", {
+  async handshake(options: {
+    token: string;
+    role: "operator" | "agent" | "client";
+    agents?: string[];
+    sessionKey?: string;
+  }): Promise<void> {
+    const response = await this.request("connect", {
       protocol: 1,
       client: { name: "test", version: "0" },
       auth: { token: options.token },
@@ -97,7 +101,9 @@ export class TestPeer {
   async call<T = Record<string, unknown>>(method: string, params?: Record<string, unknown>): Promise<T> {
     const response = await this.request(method, params);
     if (!response.ok) {
-      const error = new Error(`${method} failed: ${response.error?.code}: ${response.error?.message}`) as Error & { code?: string };
+      const error = new Error(
+        `${method} failed: ${response.error?.code}: ${response.error?.message}`,
+      ) as Error & { code?: string };
       error.code = response.error?.code;
       throw error;
     }
@@ -105,7 +111,11 @@ export class TestPeer {
   }
 
   /** Waits for the next event matching `predicate` (including ones already received after `fromIndex`). */
-  async waitForEvent(predicate: (event: EventFrame) => boolean, timeoutMs = 5000, fromIndex = 0): Promise<EventFrame> {
+  async waitForEvent(
+    predicate: (event: EventFrame) => boolean,
+    timeoutMs = 5000,
+    fromIndex = 0,
+  ): Promise<EventFrame> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const found = this.events.slice(fromIndex).find(predicate);
