@@ -32,30 +32,26 @@ export class AuditService {
     return new AuditService(store, chain, key, bus);
   }
 
-  private queue: Promise<unknown> = Promise.resolve();
+  private persisted: Promise<unknown> = Promise.resolve();
 
-  /** Chains and persists in call order, so the stored order is the chain order. */
+  /**
+   * Chains in call order (the chain serialises `next`) and hands records to the store in that same
+   * order without waiting for each fsync, so concurrent decisions share one group commit.
+   */
   append(input: AuditInput): Promise<AuditRecord> {
-    const task = this.queue.then(async () => {
-      const entry = { kind: input.kind, at: Date.now(), data: input.data } as Parameters<
-        AuditChain["next"]
-      >[0];
-      if (input.actor !== undefined) entry.actor = input.actor;
-      if (input.sessionKey !== undefined) entry.sessionKey = input.sessionKey;
-      const record = await this.chain.next(entry);
+    const entry = { kind: input.kind, at: Date.now(), data: input.data } as Parameters<AuditChain["next"]>[0];
+    if (input.actor !== undefined) entry.actor = input.actor;
+    if (input.sessionKey !== undefined) entry.sessionKey = input.sessionKey;
+    const task = this.chain.next(entry).then(async (record) => {
       await this.store.append([record]);
       this.bus.publish(
         "audit.appended",
-        {
-          index: record.index,
-          kind: record.kind,
-          ...(record.sessionKey ? { sessionKey: record.sessionKey } : {}),
-        },
+        { index: record.index, kind: record.kind, ...(record.sessionKey ? { sessionKey: record.sessionKey } : {}) },
         record.sessionKey ? { sessionKey: record.sessionKey } : {},
       );
       return record;
     });
-    this.queue = task.catch(() => undefined);
+    this.persisted = task.catch(() => undefined);
     return task;
   }
 
@@ -65,7 +61,7 @@ export class AuditService {
   }
 
   async verify(): Promise<{ ok: boolean; entries: number; firstBadIndex?: number; reason?: string }> {
-    await this.queue;
+    await this.persisted;
     const records = await this.store.read({});
     const result = await verifyAuditRecords(this.key, records);
     return result;
