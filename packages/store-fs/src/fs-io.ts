@@ -20,7 +20,9 @@ export function closeFile(fd: number): Promise<void> {
 }
 
 export function fileSize(fd: number): Promise<number> {
-  return new Promise((resolve, reject) => fs.fstat(fd, (error, stats) => (error ? reject(error) : resolve(stats.size))));
+  return new Promise((resolve, reject) =>
+    fs.fstat(fd, (error, stats) => (error ? reject(error) : resolve(stats.size))),
+  );
 }
 
 /** Reads exactly `length` bytes at `position` unless the file ends first; returns the bytes read. */
@@ -28,7 +30,9 @@ export async function readAt(fd: number, buffer: Buffer, length: number, positio
   let done = 0;
   while (done < length) {
     const count = await new Promise<number>((resolve, reject) => {
-      fs.read(fd, buffer, done, length - done, position + done, (error, bytes) => (error ? reject(error) : resolve(bytes)));
+      fs.read(fd, buffer, done, length - done, position + done, (error, bytes) =>
+        error ? reject(error) : resolve(bytes),
+      );
     });
     if (count === 0) break;
     done += count;
@@ -64,14 +68,18 @@ export function syncData(fd: number): Promise<void> {
 }
 
 export function truncateFile(fd: number, length: number): Promise<void> {
-  return new Promise((resolve, reject) => fs.ftruncate(fd, length, (error) => (error ? reject(error) : resolve())));
+  return new Promise((resolve, reject) =>
+    fs.ftruncate(fd, length, (error) => (error ? reject(error) : resolve())),
+  );
 }
 
 /** Makes a directory's entries (creates, renames, unlinks) durable. */
 export async function syncDirectory(dirPath: string): Promise<void> {
   const fd = await openFile(dirPath, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY);
   try {
-    await new Promise<void>((resolve, reject) => fs.fsync(fd, (error) => (error ? reject(error) : resolve())));
+    await new Promise<void>((resolve, reject) =>
+      fs.fsync(fd, (error) => (error ? reject(error) : resolve())),
+    );
   } finally {
     await closeFile(fd);
   }
@@ -90,7 +98,11 @@ export function errorCode(error: unknown): string | undefined {
 }
 
 /** Writes a whole small file atomically: temp file, fsync, rename, fsync of the directory. */
-export async function writeFileAtomically(filePath: string, content: string, durable: boolean): Promise<void> {
+export async function writeFileAtomically(
+  filePath: string,
+  content: string,
+  durable: boolean,
+): Promise<void> {
   const temp = `${filePath}.${process.pid}.tmp`;
   const fd = await openFile(temp, "w");
   try {

@@ -1,1 +1,11 @@
-export {};
+export { checkDataDir, type DoctorIssue, type DoctorIssueCode, type DoctorReport } from "./doctor";
+export {
+  type FileStore,
+  type FileStoreOptions,
+  FileStoreOptionsSchema,
+  type FileStoreStats,
+  openFileStore,
+} from "./file-store";
+export { STORE_FORMAT_VERSION } from "./format-version";
+export type { LockInfo } from "./lock-file";
+export type { StoreLogger } from "./logger";

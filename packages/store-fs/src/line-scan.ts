@@ -54,10 +54,9 @@ export async function scanBackward(
     if (limit > 0) carry.unshift(chunk.subarray(0, limit));
     position = chunkStart;
   }
-  if (lineEnd > start || carry.length > 0) {
-    const line = carry.length === 1 ? carry[0]! : Buffer.concat(carry);
-    if (!visit(line, start)) return { reachedStart: false };
-  }
+  // What is left, [start, lineEnd), is the oldest line.
+  const line = carry.length === 1 ? carry[0]! : Buffer.concat(carry);
+  if (!visit(line, start)) return { reachedStart: false };
   return { reachedStart: true };
 }
 
@@ -129,4 +128,105 @@ const SEQ_PREFIX = /^\{"type":"[a-z]+","seq":(\d+),/;
 export function seqOfLine(line: Buffer): number | undefined {
   const match = SEQ_PREFIX.exec(line.toString("latin1", 0, Math.min(line.length, 48)));
   return match ? Number(match[1]) : undefined;
+}
+
+/** The offset of the last `\n` in `[start, end)`, or -1. */
+export async function lastNewlineBefore(
+  fd: number,
+  start: number,
+  end: number,
+  chunkBytes = DEFAULT_CHUNK_BYTES,
+): Promise<number> {
+  let position = end;
+  while (position > start) {
+    const chunkStart = Math.max(start, position - chunkBytes);
+    const chunk = Buffer.allocUnsafe(position - chunkStart);
+    const read = await readAt(fd, chunk, chunk.length, chunkStart);
+    const found = chunk.subarray(0, read).lastIndexOf(NEWLINE);
+    if (found >= 0) return chunkStart + found;
+    position = chunkStart;
+  }
+  return -1;
+}
+
+export interface IntactEnd {
+  /** Offset just after the last intact line (`start` when there is none). */
+  end: number;
+  /** That line (a copy) and where it starts. */
+  lastLine?: Buffer;
+  lastLineStart?: number;
+}
+
+/**
+ * Finds where the intact part of a JSONL file ends: a partial last line (no `\n`) and complete
+ * last lines that `isIntact` rejects are torn and lie after the returned `end`. Reads only the
+ * tail of the file.
+ */
+export async function findIntactEnd(
+  fd: number,
+  start: number,
+  size: number,
+  isIntact: (line: Buffer) => boolean,
+): Promise<IntactEnd> {
+  let end = size;
+  while (end > start) {
+    const newline = await lastNewlineBefore(fd, start, end);
+    if (newline < 0) return { end: start };
+    const candidateEnd = newline + 1;
+    let line: Buffer | undefined;
+    let lineStart = start;
+    await scanBackward(fd, start, candidateEnd, (found, foundStart) => {
+      line = Buffer.from(found);
+      lineStart = foundStart;
+      return false;
+    });
+    if (line !== undefined && isIntact(line))
+      return { end: candidateEnd, lastLine: line, lastLineStart: lineStart };
+    end = lineStart;
+  }
+  return { end: start };
+}
+
+/** Parses a line as a JSON object; undefined when it is not one. */
+export function parseJsonLine(line: Buffer): Record<string, unknown> | undefined {
+  try {
+    const value: unknown = JSON.parse(line.toString("utf8"));
+    return value !== null && typeof value === "object" && !Array.isArray(value)
+      ? (value as Record<string, unknown>)
+      : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Visits the complete lines of `[start, end)` as strings, decoding each chunk's lines in one go
+ * (much faster than one decode per line when loading big files). Returns the bytes after the last
+ * newline, which are not a complete line.
+ */
+export async function forEachLineText(
+  fd: number,
+  start: number,
+  end: number,
+  visit: (line: string) => boolean,
+  chunkBytes = 1024 * 1024,
+): Promise<{ trailingBytes: number; stopped: boolean }> {
+  let position = start;
+  let carry: Buffer | undefined;
+  while (position < end) {
+    const chunk = Buffer.allocUnsafe(Math.min(chunkBytes, end - position));
+    const read = await readAt(fd, chunk, chunk.length, position);
+    position += read;
+    const data = carry ? Buffer.concat([carry, chunk.subarray(0, read)]) : chunk.subarray(0, read);
+    const lastNewline = data.lastIndexOf(NEWLINE);
+    if (lastNewline < 0) {
+      carry = data;
+    } else {
+      const lines = data.toString("utf8", 0, lastNewline).split("\n");
+      for (const line of lines) if (!visit(line)) return { trailingBytes: 0, stopped: true };
+      carry = lastNewline + 1 < data.length ? Buffer.from(data.subarray(lastNewline + 1)) : undefined;
+    }
+    if (read < chunk.length) break;
+  }
+  return { trailingBytes: carry?.length ?? 0, stopped: false };
 }

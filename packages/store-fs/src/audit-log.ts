@@ -1,0 +1,218 @@
+import fs from "node:fs";
+import path from "node:path";
+import {
+  type AuditRecord,
+  type AuditStore,
+  normaliseAuditRead,
+  SwitchboardError,
+  validateAuditBatch,
+  validateTailLimit,
+} from "@switchboard/core";
+import { AppendLog } from "./append-log";
+import { closeFile, fileSize, isNotFound, openFile, syncData, truncateFile } from "./fs-io";
+import { findIntactEnd, parseJsonLine, readFirstLine, scanBackward, scanForward } from "./line-scan";
+import type { StoreLogger } from "./logger";
+
+export const AUDIT_FORMAT_VERSION = 1;
+export const AUDIT_FILE = "audit.jsonl";
+/** One remembered offset per this many records makes `read({after})` skip straight to its start. */
+const OFFSET_STRIDE = 256;
+
+export function auditHeaderProblem(line: Buffer | undefined, filePath: string): SwitchboardError | undefined {
+  const header = line ? parseJsonLine(line) : undefined;
+  if (header?.type !== "audit" || typeof header.version !== "number") {
+    return new SwitchboardError("INTERNAL", `${filePath}: missing or unreadable audit header`);
+  }
+  if (header.version > AUDIT_FORMAT_VERSION) {
+    return new SwitchboardError(
+      "UNAVAILABLE",
+      `${filePath}: audit format version ${header.version} is newer than this Switchboard supports (${AUDIT_FORMAT_VERSION}); upgrade Switchboard to open this data dir`,
+    );
+  }
+  return undefined;
+}
+
+export const isIntactAuditLine = (line: Buffer) => typeof parseJsonLine(line)?.index === "number";
+
+/**
+ * The audit log: one JSONL file of chained records, appended with group commit. Memory holds
+ * only the first index, the last record and (after the first `read({after})`) one offset per
+ * 256 records.
+ */
+export class FileAuditLog implements AuditStore {
+  private marks: AuditMark[] | undefined;
+  private liveMarks: AuditMark[] | undefined;
+  private building: Promise<AuditMark[]> | undefined;
+  private firstIndex: number | undefined;
+  private lastRecord: AuditRecord | undefined;
+  private total: number;
+
+  private constructor(
+    private readonly log: AppendLog,
+    private readonly dataStart: number,
+    first: number | undefined,
+    last: AuditRecord | undefined,
+  ) {
+    this.firstIndex = first;
+    this.lastRecord = last;
+    this.total = first === undefined || last === undefined ? 0 : last.index - first + 1;
+  }
+
+  static async open(options: { dir: string; durable: boolean; logger: StoreLogger }): Promise<FileAuditLog> {
+    await fs.promises.mkdir(options.dir, { recursive: true, mode: 0o700 });
+    const filePath = path.join(options.dir, AUDIT_FILE);
+    const logOptions = { durable: options.durable, label: "audit log" };
+    const header = JSON.stringify({ type: "audit", version: AUDIT_FORMAT_VERSION });
+    let fd: number;
+    try {
+      fd = await openFile(filePath, "r+");
+    } catch (error) {
+      if (!isNotFound(error)) throw error;
+      const log = await AppendLog.create(filePath, header, logOptions);
+      return new FileAuditLog(log, log.size, undefined, undefined);
+    }
+    let intactEnd: number;
+    let dataStart: number;
+    let last: AuditRecord | undefined;
+    let first: number | undefined;
+    try {
+      const size = await fileSize(fd);
+      const headerLine = await readFirstLine(fd);
+      if (headerLine === undefined && size < 4096) {
+        // A crash while the file was being created: nothing was ever acknowledged in it.
+        await truncateFile(fd, 0);
+        await closeFile(fd);
+        await fs.promises.rm(filePath);
+        const log = await AppendLog.create(filePath, header, logOptions);
+        return new FileAuditLog(log, log.size, undefined, undefined);
+      }
+      const problem = auditHeaderProblem(headerLine, filePath);
+      if (problem) throw problem;
+      dataStart = headerLine!.length + 1;
+      const intact = await findIntactEnd(fd, dataStart, size, isIntactAuditLine);
+      intactEnd = intact.end;
+      if (intactEnd < size) {
+        options.logger.warn(`cut a torn tail of ${size - intactEnd} bytes from the audit log`, {
+          path: filePath,
+          bytes: size - intactEnd,
+        });
+        await truncateFile(fd, intactEnd);
+        if (options.durable) await syncData(fd);
+      }
+      if (intact.lastLine) {
+        last = JSON.parse(intact.lastLine.toString("utf8")) as AuditRecord;
+        await scanForward(fd, dataStart, intactEnd, (line) => {
+          first = (parseJsonLine(line)?.index as number | undefined) ?? undefined;
+          return false;
+        });
+      }
+    } finally {
+      await closeFile(fd).catch(() => undefined);
+    }
+    const log = await AppendLog.openAt(filePath, intactEnd, logOptions);
+    return new FileAuditLog(log, dataStart, first, last);
+  }
+
+  async append(records: readonly AuditRecord[]): Promise<void> {
+    const valid = validateAuditBatch(records, this.lastRecord?.index);
+    if (valid.length === 0) return;
+    let offset = this.log.reservedSize;
+    let text = "";
+    for (const record of valid) {
+      const line = `${JSON.stringify(record)}\n`;
+      this.firstIndex ??= record.index;
+      const marks = this.marks ?? this.liveMarks;
+      if (marks && (record.index - this.firstIndex) % OFFSET_STRIDE === 0)
+        marks.push({ index: record.index, offset });
+      offset += Buffer.byteLength(line);
+      text += line;
+    }
+    this.lastRecord = valid.at(-1);
+    this.total += valid.length;
+    await this.log.append(text);
+  }
+
+  async last(): Promise<AuditRecord | undefined> {
+    return this.lastRecord ? structuredClone(this.lastRecord) : undefined;
+  }
+
+  async read(options?: { after?: number; limit?: number }): Promise<AuditRecord[]> {
+    const { after, limit } = normaliseAuditRead(options);
+    const out: AuditRecord[] = [];
+    if (limit === 0 || this.firstIndex === undefined) return out;
+    let start = this.dataStart;
+    if (after !== undefined && after >= this.firstIndex + OFFSET_STRIDE) {
+      start = markBefore(await this.offsetIndex(), after + 1) ?? this.dataStart;
+    }
+    await scanForward(this.log.descriptor, start, this.log.size, (line) => {
+      const record = JSON.parse(line.toString("utf8")) as AuditRecord;
+      if (after !== undefined && record.index <= after) return true;
+      out.push(record);
+      return limit === undefined || out.length < limit;
+    });
+    return out;
+  }
+
+  async tail(limit: number): Promise<AuditRecord[]> {
+    const count = validateTailLimit(limit);
+    const out: AuditRecord[] = [];
+    if (count === 0) return out;
+    await scanBackward(this.log.descriptor, this.dataStart, this.log.size, (line) => {
+      out.push(JSON.parse(line.toString("utf8")) as AuditRecord);
+      return out.length < count;
+    });
+    return out.reverse();
+  }
+
+  async count(): Promise<number> {
+    return this.total;
+  }
+
+  close(): Promise<void> {
+    return this.log.close();
+  }
+
+  /**
+   * Built on first need by one forward pass, then extended by `append`. Marks are (index, offset)
+   * pairs, so a mark missed while the pass ran only makes a later scan a little longer.
+   */
+  private async offsetIndex(): Promise<AuditMark[]> {
+    if (this.marks) return this.marks;
+    this.building ??= (async () => {
+      const live: AuditMark[] = [];
+      this.liveMarks = live;
+      const scanned: AuditMark[] = [];
+      const first = this.firstIndex!;
+      await scanForward(this.log.descriptor, this.dataStart, this.log.size, (line, lineStart) => {
+        const index = parseJsonLine(line)?.index as number;
+        if ((index - first) % OFFSET_STRIDE === 0) scanned.push({ index, offset: lineStart });
+        return true;
+      });
+      const lastScanned = scanned.at(-1)?.index ?? -1;
+      this.marks = [...scanned, ...live.filter((mark) => mark.index > lastScanned)];
+      this.liveMarks = undefined;
+      return this.marks;
+    })();
+    return this.building;
+  }
+}
+
+interface AuditMark {
+  index: number;
+  offset: number;
+}
+
+/** Offset of the last mark at or before `index`. */
+function markBefore(marks: readonly AuditMark[], index: number): number | undefined {
+  let low = 0;
+  let high = marks.length - 1;
+  let found: number | undefined;
+  while (low <= high) {
+    const middle = (low + high) >>> 1;
+    if (marks[middle]!.index <= index) {
+      found = marks[middle]!.offset;
+      low = middle + 1;
+    } else high = middle - 1;
+  }
+  return found;
+}

@@ -1,0 +1,218 @@
+import fs from "node:fs";
+import path from "node:path";
+import { SwitchboardError } from "@switchboard/core";
+import { AppendLog } from "./append-log";
+import { closeFile, fileSize, isNotFound, openFile, syncDirectory } from "./fs-io";
+import { parseJsonLine, readFirstLine, scanForward } from "./line-scan";
+import type { StoreLogger } from "./logger";
+
+/**
+ * The commit log (write-ahead log) behind transcript appends. Every append is written to its
+ * transcript file and, as `<sessionId> <entry JSON>`, to the current commit-log segment; only the
+ * segment is fsynced before the append is acknowledged. One fdatasync thus covers a batch of
+ * appends to many transcripts (group commit across files).
+ *
+ * A full segment is rotated: the transcripts it touched are fsynced, then it is deleted. On
+ * start-up, remaining segments are replayed: entries missing from their transcript (seq greater
+ * than the transcript's last) are appended again.
+ */
+
+export const COMMIT_LOG_FORMAT_VERSION = 1;
+const SEGMENT_PATTERN = /^(\d{12})\.log$/;
+const SESSION_ID_LENGTH = 36;
+export const DROP_RECORD = '{"type":"drop"}';
+
+const segmentName = (number: number) => `${String(number).padStart(12, "0")}.log`;
+
+export interface PendingCommits {
+  segments: string[];
+  lastSegmentNumber: number;
+  /** Entry lines per sessionId, oldest first, after that session's last drop record. */
+  entries: Map<string, string[]>;
+  /** Every sessionId a segment mentions (their transcripts need an fsync before the segments go). */
+  sessions: Set<string>;
+  tornBytes: number;
+}
+
+/** Reads the commit-log segments left by the previous run, changing nothing. */
+export async function readPendingCommits(dir: string): Promise<PendingCommits> {
+  const pending: PendingCommits = {
+    segments: [],
+    lastSegmentNumber: 0,
+    entries: new Map(),
+    sessions: new Set(),
+    tornBytes: 0,
+  };
+  let names: string[];
+  try {
+    names = await fs.promises.readdir(dir);
+  } catch (error) {
+    if (isNotFound(error)) return pending;
+    throw error;
+  }
+  const numbers = names
+    .map((name) => SEGMENT_PATTERN.exec(name))
+    .filter((match): match is RegExpExecArray => match !== null)
+    .map((match) => Number(match[1]))
+    .sort((a, b) => a - b);
+  for (const number of numbers) {
+    const segmentPath = path.join(dir, segmentName(number));
+    pending.segments.push(segmentPath);
+    pending.lastSegmentNumber = number;
+    const fd = await openFile(segmentPath, "r");
+    try {
+      const size = await fileSize(fd);
+      const headerLine = await readFirstLine(fd);
+      if (headerLine === undefined) {
+        // Created but never written: a crash right after rotation started.
+        pending.tornBytes += size;
+        continue;
+      }
+      const header = parseJsonLine(headerLine);
+      if (header?.type !== "commit-log" || typeof header.version !== "number") {
+        throw new SwitchboardError("INTERNAL", `${segmentPath}: missing or unreadable commit-log header`);
+      }
+      if (header.version > COMMIT_LOG_FORMAT_VERSION) {
+        throw new SwitchboardError(
+          "UNAVAILABLE",
+          `${segmentPath}: commit-log format version ${header.version} is newer than this Switchboard supports (${COMMIT_LOG_FORMAT_VERSION}); upgrade Switchboard to open this data dir`,
+        );
+      }
+      let validEnd = headerLine.length + 1;
+      await scanForward(fd, validEnd, size, (line, lineStart) => {
+        const text = line.toString("utf8");
+        const sessionId = text.slice(0, SESSION_ID_LENGTH);
+        const body = text.slice(SESSION_ID_LENGTH + 1);
+        const record = text.charAt(SESSION_ID_LENGTH) === " " ? parseJsonLine(Buffer.from(body)) : undefined;
+        // A record that does not parse can only be the torn end of the last write before a crash.
+        if (!record || (body !== DROP_RECORD && typeof record.seq !== "number")) return false;
+        pending.sessions.add(sessionId);
+        if (body === DROP_RECORD) pending.entries.delete(sessionId);
+        else {
+          const list = pending.entries.get(sessionId);
+          if (list) list.push(body);
+          else pending.entries.set(sessionId, [body]);
+        }
+        validEnd = lineStart + line.length + 1;
+        return true;
+      });
+      pending.tornBytes += size - validEnd;
+    } finally {
+      await closeFile(fd);
+    }
+  }
+  return pending;
+}
+
+interface Segment {
+  number: number;
+  log: AppendLog;
+  /** Transcripts written while this segment was current. */
+  dirty: Set<string>;
+}
+
+export interface CommitLogOptions {
+  dir: string;
+  durable: boolean;
+  segmentBytes: number;
+  logger: StoreLogger;
+  /** Makes one transcript's written bytes durable (checkpoint of a rotated segment). */
+  syncTranscript: (sessionId: string) => Promise<void>;
+}
+
+export class CommitLog {
+  private rotating: Promise<void> | undefined;
+  private closed = false;
+  private retiredBatches = 0;
+
+  private constructor(
+    private readonly options: CommitLogOptions,
+    private current: Segment,
+  ) {}
+
+  /** Starts a fresh segment numbered after every existing one (replay must have run). */
+  static async start(options: CommitLogOptions, lastSegmentNumber: number): Promise<CommitLog> {
+    await fs.promises.mkdir(options.dir, { recursive: true, mode: 0o700 });
+    return new CommitLog(options, await CommitLog.createSegment(options, lastSegmentNumber + 1));
+  }
+
+  private static async createSegment(options: CommitLogOptions, number: number): Promise<Segment> {
+    const header = JSON.stringify({
+      type: "commit-log",
+      version: COMMIT_LOG_FORMAT_VERSION,
+      segment: number,
+    });
+    const log = await AppendLog.create(path.join(options.dir, segmentName(number)), header, {
+      durable: options.durable,
+      label: "commit log",
+    });
+    return { number, log, dirty: new Set() };
+  }
+
+  /**
+   * Records an append whose bytes are already written to its transcript: `records` (the
+   * commit-log lines) go into the current segment; resolves once they are durable.
+   */
+  commit(sessionId: string, records: string): Promise<void> {
+    const segment = this.current;
+    segment.dirty.add(sessionId);
+    const durable = segment.log.append(records);
+    if (segment.log.reservedSize >= this.options.segmentBytes) this.rotate();
+    return durable;
+  }
+
+  /** Records that a transcript left its path (archived or removed): replay ignores its earlier entries. */
+  drop(sessionId: string): Promise<void> {
+    return this.commit(sessionId, `${sessionId} ${DROP_RECORD}\n`);
+  }
+
+  stats(): { batches: number; segment: number; segmentBytes: number } {
+    return {
+      batches: this.retiredBatches + this.current.log.batches,
+      segment: this.current.number,
+      segmentBytes: this.current.log.size,
+    };
+  }
+
+  /** Waits for running work, then checkpoints and deletes the current segment. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    while (this.rotating) await this.rotating;
+    await this.checkpoint(this.current);
+  }
+
+  private rotate(): void {
+    if (this.rotating || this.closed) return;
+    this.rotating = (async () => {
+      const next = await CommitLog.createSegment(this.options, this.current.number + 1);
+      const previous = this.current;
+      this.current = next;
+      await this.checkpoint(previous);
+    })()
+      .catch((error: unknown) => {
+        this.options.logger.error("commit-log checkpoint failed; its segment is kept for the next start-up", {
+          error: String(error),
+        });
+      })
+      .finally(() => {
+        this.rotating = undefined;
+      });
+  }
+
+  private async checkpoint(segment: Segment): Promise<void> {
+    // Transcript bytes are written before their records are queued, so once the segment is
+    // drained every transcript it names holds all of its entries.
+    await segment.log.close();
+    if (this.options.durable) {
+      const ids = [...segment.dirty];
+      const workers = Array.from({ length: Math.min(8, ids.length) }, async () => {
+        for (let id = ids.pop(); id !== undefined; id = ids.pop()) await this.options.syncTranscript(id);
+      });
+      await Promise.all(workers);
+    }
+    this.retiredBatches += segment.log.batches;
+    await fs.promises.rm(segment.log.filePath, { force: true });
+    if (this.options.durable) await syncDirectory(this.options.dir);
+  }
+}

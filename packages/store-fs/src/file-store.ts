@@ -1,0 +1,175 @@
+import fs from "node:fs";
+import { formatZodIssues, type Store, SwitchboardError } from "@switchboard/core";
+import { z } from "zod";
+import { FileAuditLog } from "./audit-log";
+import { ensureFormatVersion } from "./format-version";
+import { DIR_MODE } from "./fs-io";
+import { storeLayout } from "./layout";
+import { acquireLock, type LockInfo, releaseLock } from "./lock-file";
+import { type StoreLogger, silentLogger } from "./logger";
+import { FileMetaStore } from "./meta-store";
+import { FileRunRegistry } from "./run-registry";
+import { FileSessionIndex } from "./session-index";
+import { FileTranscriptStore } from "./transcript-store";
+
+export const FileStoreOptionsSchema = z.object({
+  /** The data dir (created 0700 when missing). */
+  dataDir: z.string().min(1),
+  /** `always` (default): an acknowledged write is fsynced. `none`: no fsync at all (tests, scratch data). */
+  fsyncMode: z.enum(["always", "none"]).default("always"),
+  /** Journal records (sessions, runs, meta each) after which a background snapshot is written. */
+  snapshotEvery: z.number().int().positive().default(20_000),
+  /** Largest serialised transcript entry; bigger ones are refused with PAYLOAD_TOO_LARGE. */
+  maxEntryBytes: z
+    .number()
+    .int()
+    .positive()
+    .default(1024 * 1024),
+  /** Transcript files kept open (with their last seq) at once. */
+  maxOpenTranscripts: z.number().int().positive().default(256),
+  /** Size at which a commit-log segment is rotated and checkpointed. */
+  commitLogSegmentBytes: z
+    .number()
+    .int()
+    .min(4096)
+    .default(32 * 1024 * 1024),
+  /** Chunk size of backward transcript scans. */
+  readChunkBytes: z
+    .number()
+    .int()
+    .min(1024)
+    .default(64 * 1024),
+});
+
+export type FileStoreOptions = z.input<typeof FileStoreOptionsSchema> & {
+  /** Gets torn-tail repairs, lock take-overs and compactions; silent when absent. */
+  logger?: StoreLogger;
+};
+
+export interface FileStoreStats {
+  sessions: number;
+  runs: number;
+  auditRecords: number;
+  openTranscripts: number;
+  /** Transcript entries appended since open. */
+  appendedEntries: number;
+  /** Commit-log batches since open: with group commit, far fewer than appended entries. */
+  commitBatches: number;
+  /** Torn tails cut since open (transcripts, journals, audit log). */
+  tornTailsRepaired: number;
+  /** Acknowledged entries re-applied from the commit log at open. */
+  entriesRestored: number;
+  /** Snapshot generation and journal length of each journaled map. */
+  journals: Record<"sessions" | "runs", { generation: number; journalRecords: number; snapshots: number }>;
+}
+
+/** The embedded store: `Store` plus what only a local, file-backed store can say. */
+export interface FileStore extends Store {
+  readonly dataDir: string;
+  readonly lockInfo: LockInfo;
+  /** Counters for monitoring and benchmarks. */
+  stats(): Promise<FileStoreStats>;
+  /** Writes snapshots of the sessions index, run registry and meta now (normally done in the background). */
+  compact(): Promise<void>;
+}
+
+/**
+ * Opens (creating when needed) a file store in `dataDir`: takes the single-writer lock, checks the
+ * format version, loads the sessions index and run registry, replays the commit log.
+ */
+export async function openFileStore(options: FileStoreOptions): Promise<FileStore> {
+  const parsed = FileStoreOptionsSchema.safeParse(options);
+  if (!parsed.success) {
+    throw new SwitchboardError("INVALID_REQUEST", formatZodIssues(parsed.error, "fileStore").join("; "));
+  }
+  const config = parsed.data;
+  const logger = options.logger ?? silentLogger;
+  const durable = config.fsyncMode === "always";
+  const layout = storeLayout(config.dataDir);
+
+  await fs.promises.mkdir(layout.dataDir, { recursive: true, mode: DIR_MODE });
+  await fs.promises.chmod(layout.dataDir, DIR_MODE);
+  const lock = await acquireLock(layout.dataDir, durable, logger);
+  const opened: Array<{ close(): Promise<void> }> = [];
+  try {
+    await ensureFormatVersion(layout.dataDir, durable);
+    const shared = { durable, snapshotEvery: config.snapshotEvery, logger };
+    const sessions = await FileSessionIndex.open({ dir: layout.sessions, ...shared });
+    opened.push(sessions);
+    const runs = await FileRunRegistry.open({ dir: layout.runs, ...shared });
+    opened.push(runs);
+    const meta = await FileMetaStore.open({ dir: layout.meta, ...shared });
+    opened.push(meta);
+    const audit = await FileAuditLog.open({ dir: layout.audit, durable, logger });
+    opened.push(audit);
+    const transcripts = await FileTranscriptStore.open({
+      transcriptsDir: layout.transcripts,
+      archiveDir: layout.archive,
+      commitLogDir: layout.commitLog,
+      tempDir: layout.temp,
+      durable,
+      maxEntryBytes: config.maxEntryBytes,
+      maxOpenTranscripts: config.maxOpenTranscripts,
+      commitLogSegmentBytes: config.commitLogSegmentBytes,
+      readChunkBytes: config.readChunkBytes,
+      logger,
+    });
+    opened.push(transcripts);
+
+    let closing: Promise<void> | undefined;
+    return {
+      dataDir: layout.dataDir,
+      lockInfo: lock,
+      sessions,
+      transcripts,
+      runs,
+      audit,
+      meta,
+      async stats() {
+        const transcriptStats = transcripts.stats();
+        const sessionStats = sessions.stats();
+        const runStats = runs.stats();
+        return {
+          sessions: await sessions.count(),
+          runs: runs.count(),
+          auditRecords: await audit.count(),
+          openTranscripts: transcriptStats.openTranscripts,
+          appendedEntries: transcriptStats.appendedEntries,
+          commitBatches: transcriptStats.commitBatches,
+          tornTailsRepaired:
+            transcriptStats.tornTailsRepaired + sessionStats.tornTailsRepaired + runStats.tornTailsRepaired,
+          entriesRestored: transcriptStats.entriesRestored,
+          journals: {
+            sessions: {
+              generation: sessionStats.generation,
+              journalRecords: sessionStats.journalRecords,
+              snapshots: sessionStats.snapshots,
+            },
+            runs: {
+              generation: runStats.generation,
+              journalRecords: runStats.journalRecords,
+              snapshots: runStats.snapshots,
+            },
+          },
+        };
+      },
+      async compact() {
+        await Promise.all([sessions.compact(), runs.compact(), meta.compact()]);
+      },
+      close() {
+        closing ??= (async () => {
+          try {
+            for (const part of opened.reverse()) await part.close();
+          } finally {
+            await releaseLock(lock);
+          }
+        })();
+        return closing;
+      },
+    };
+  } catch (error) {
+    for (const part of opened.reverse()) await part.close().catch(() => undefined);
+    await releaseLock(lock).catch(() => undefined);
+    throw error;
+  }
+}

@@ -1,0 +1,41 @@
+import { type MetaStore, validateMetaName, validateMetaValue } from "@switchboard/core";
+import { JournaledMap } from "./journaled-map";
+import type { StoreLogger } from "./logger";
+
+interface MetaValue {
+  name: string;
+  value: string;
+}
+
+/** Small named values, persisted through a journal + snapshot pair like the other maps. */
+export class FileMetaStore implements MetaStore {
+  private constructor(private readonly journal: JournaledMap<MetaValue>) {}
+
+  static async open(options: { dir: string; durable: boolean; snapshotEvery: number; logger: StoreLogger }) {
+    const journal = await JournaledMap.open<MetaValue>({
+      dir: options.dir,
+      format: "meta",
+      keyOf: (item) => item.name,
+      durable: options.durable,
+      snapshotEvery: options.snapshotEvery,
+      logger: options.logger,
+    });
+    return new FileMetaStore(journal);
+  }
+
+  async get(name: string): Promise<string | undefined> {
+    return this.journal.get(validateMetaName(name))?.value;
+  }
+
+  async set(name: string, value: string): Promise<void> {
+    await this.journal.put({ name: validateMetaName(name), value: validateMetaValue(value) });
+  }
+
+  compact(): Promise<void> {
+    return this.journal.compact();
+  }
+
+  close(): Promise<void> {
+    return this.journal.close();
+  }
+}

@@ -1,0 +1,86 @@
+import {
+  compareRunsNewestFirst,
+  compileRunFilter,
+  type RunListQuery,
+  type RunRecord,
+  type RunRegistryStore,
+  validateRunRecord,
+} from "@switchboard/core";
+import { JournaledMap } from "./journaled-map";
+import type { StoreLogger } from "./logger";
+
+export interface FileRunRegistryOptions {
+  dir: string;
+  durable: boolean;
+  snapshotEvery: number;
+  logger: StoreLogger;
+}
+
+/** The run registry: records in memory, persisted through a journal + snapshot pair. */
+export class FileRunRegistry implements RunRegistryStore {
+  private readonly runIdByIdempotencyKey = new Map<string, string>();
+
+  private constructor(private readonly journal: JournaledMap<RunRecord>) {
+    for (const run of journal.values.values()) {
+      if (run.idempotencyKey !== undefined) this.runIdByIdempotencyKey.set(run.idempotencyKey, run.runId);
+    }
+  }
+
+  static async open(options: FileRunRegistryOptions): Promise<FileRunRegistry> {
+    const journal = await JournaledMap.open<RunRecord>({
+      dir: options.dir,
+      format: "runs",
+      keyOf: (run) => run.runId,
+      durable: options.durable,
+      snapshotEvery: options.snapshotEvery,
+      logger: options.logger,
+    });
+    return new FileRunRegistry(journal);
+  }
+
+  async put(run: RunRecord): Promise<void> {
+    const record = validateRunRecord(run);
+    const previous = this.journal.get(record.runId);
+    if (previous?.idempotencyKey !== undefined && previous.idempotencyKey !== record.idempotencyKey) {
+      this.runIdByIdempotencyKey.delete(previous.idempotencyKey);
+    }
+    if (record.idempotencyKey !== undefined)
+      this.runIdByIdempotencyKey.set(record.idempotencyKey, record.runId);
+    await this.journal.put(record);
+  }
+
+  async get(runId: string): Promise<RunRecord | undefined> {
+    const run = this.journal.get(runId);
+    return run ? structuredClone(run) : undefined;
+  }
+
+  async getByIdempotencyKey(idempotencyKey: string): Promise<RunRecord | undefined> {
+    const runId = this.runIdByIdempotencyKey.get(idempotencyKey);
+    return runId === undefined ? undefined : this.get(runId);
+  }
+
+  async list(query: RunListQuery): Promise<RunRecord[]> {
+    const matches = compileRunFilter(query);
+    const selected: RunRecord[] = [];
+    for (const run of this.journal.values.values()) if (matches(run)) selected.push(run);
+    selected.sort(compareRunsNewestFirst);
+    const limited = query.limit === undefined ? selected : selected.slice(0, query.limit);
+    return limited.map((run) => structuredClone(run));
+  }
+
+  count(): number {
+    return this.journal.size;
+  }
+
+  compact(): Promise<void> {
+    return this.journal.compact();
+  }
+
+  stats() {
+    return this.journal.stats();
+  }
+
+  close(): Promise<void> {
+    return this.journal.close();
+  }
+}

@@ -1,0 +1,230 @@
+import {
+  compareSessionsByRecency,
+  compileSessionFilter,
+  defaultSessionClassifier,
+  parseSessionId,
+  type SessionClassifier,
+  type SessionEntry,
+  type SessionIndexStore,
+  type SessionListQuery,
+  type SessionListResult,
+  validateSessionEntry,
+} from "@switchboard/core";
+import { JournaledMap } from "./journaled-map";
+import type { StoreLogger } from "./logger";
+import { SortedList } from "./sorted-list";
+
+/** Fields with few distinct values: sharing one string per value keeps 100k rows small in memory. */
+const SHARED_FIELDS = [
+  "agentId",
+  "taint",
+  "clearance",
+  "channel",
+  "chatType",
+  "model",
+  "sendPolicy",
+  "spawnedBy",
+  "lastChannel",
+  "thinkingLevel",
+  "verboseLevel",
+] as const;
+const MAX_SHARED_STRINGS = 50_000;
+const MAX_CLASSIFIER_CACHES = 4;
+
+class StringPool {
+  private readonly strings = new Map<string, string>();
+
+  share(value: string): string {
+    const known = this.strings.get(value);
+    if (known !== undefined) return known;
+    if (this.strings.size < MAX_SHARED_STRINGS) this.strings.set(value, value);
+    return value;
+  }
+}
+
+/** A caller's own copy of a stored (frozen) row. */
+function copySession(row: SessionEntry): SessionEntry {
+  const copy = { ...row };
+  if (row.deliveryContext) copy.deliveryContext = { ...row.deliveryContext };
+  return copy;
+}
+
+export interface FileSessionIndexOptions {
+  dir: string;
+  durable: boolean;
+  snapshotEvery: number;
+  logger: StoreLogger;
+}
+
+/**
+ * The sessions index: all rows in memory (frozen, compact), kept sorted by recency for `list`,
+ * persisted through a journal + snapshot pair.
+ */
+export class FileSessionIndex implements SessionIndexStore {
+  private readonly byRecency = new SortedList<SessionEntry>(compareSessionsByRecency);
+  /** sessionId → key, or keys when several rows share it. */
+  private readonly keysBySessionId = new Map<string, string | string[]>();
+  private readonly kindCaches = new Map<SessionClassifier, WeakMap<SessionEntry, string>>();
+
+  private constructor(
+    private readonly journal: JournaledMap<SessionEntry>,
+    private readonly revive: (row: SessionEntry) => SessionEntry,
+  ) {
+    const rows = [...journal.values.values()];
+    this.byRecency.reset(rows);
+    for (const row of rows) this.link(row);
+  }
+
+  static async open(options: FileSessionIndexOptions): Promise<FileSessionIndex> {
+    const pool = new StringPool();
+    const revive = (row: SessionEntry): SessionEntry => {
+      const record = row as unknown as Record<string, unknown>;
+      for (const field of SHARED_FIELDS) {
+        const value = record[field];
+        if (typeof value === "string") record[field] = pool.share(value);
+      }
+      if (row.deliveryContext) {
+        row.deliveryContext.channel = pool.share(row.deliveryContext.channel);
+        Object.freeze(row.deliveryContext);
+      }
+      return Object.freeze(row);
+    };
+    const journal = await JournaledMap.open<SessionEntry>({
+      dir: options.dir,
+      format: "sessions",
+      keyOf: (row) => row.key,
+      durable: options.durable,
+      snapshotEvery: options.snapshotEvery,
+      logger: options.logger,
+      revive,
+    });
+    return new FileSessionIndex(journal, revive);
+  }
+
+  async get(key: string): Promise<SessionEntry | undefined> {
+    const row = this.journal.get(key);
+    return row ? copySession(row) : undefined;
+  }
+
+  async keysForSessionId(sessionId: string): Promise<string[]> {
+    const keys = this.keysBySessionId.get(parseSessionId(sessionId));
+    if (keys === undefined) return [];
+    return typeof keys === "string" ? [keys] : keys.slice().sort();
+  }
+
+  async put(entry: SessionEntry): Promise<void> {
+    // The JSON round trip gives every row the same plain shape as rows loaded from disk, which
+    // keeps the list scan's property reads fast (validator output objects are slower to read).
+    const row = this.revive(JSON.parse(JSON.stringify(validateSessionEntry(entry))) as SessionEntry);
+    const previous = this.journal.get(row.key);
+    const done = this.journal.put(row);
+    if (previous) {
+      this.byRecency.remove(previous);
+      this.unlink(previous);
+    }
+    this.byRecency.insert(row);
+    this.link(row);
+    await done;
+  }
+
+  async delete(key: string): Promise<boolean> {
+    const previous = this.journal.get(key);
+    if (!previous) return false;
+    const done = this.journal.delete(key);
+    this.byRecency.remove(previous);
+    this.unlink(previous);
+    return done;
+  }
+
+  async list(
+    query: SessionListQuery,
+    options: { classify?: (entry: SessionEntry) => string; visible?: (entry: SessionEntry) => boolean } = {},
+  ): Promise<SessionListResult> {
+    const matches = compileSessionFilter(
+      query,
+      this.cachedClassifier(options.classify ?? defaultSessionClassifier),
+    );
+    const { visible } = options;
+    const { activeSince, limit } = query;
+    const entries: SessionEntry[] = [];
+    let hidden = 0;
+    this.byRecency.forEachUntil((row) => {
+      // Rows are newest first, so nothing past this point can be active enough.
+      if (activeSince !== undefined && row.updatedAt < activeSince) return false;
+      if (!matches(row)) return true;
+      if (visible && !visible(row)) {
+        hidden++;
+        return true;
+      }
+      if (entries.length < limit) entries.push(copySession(row));
+      // With a visibility predicate the scan goes on to count every hidden row.
+      return visible !== undefined || entries.length < limit;
+    });
+    return { entries, hidden };
+  }
+
+  async count(): Promise<number> {
+    return this.journal.size;
+  }
+
+  compact(): Promise<void> {
+    return this.journal.compact();
+  }
+
+  stats() {
+    return this.journal.stats();
+  }
+
+  close(): Promise<void> {
+    return this.journal.close();
+  }
+
+  /** Current sessionIds and their keys, for the doctor and tests. */
+  sessionIds(): ReadonlyMap<string, string | string[]> {
+    return this.keysBySessionId;
+  }
+
+  /**
+   * Kinds are derived from keys, and rows are immutable, so a classifier's answer per row can be
+   * kept. Caches are held for the few classifier functions seen last (normally one).
+   */
+  private cachedClassifier(classify: SessionClassifier): SessionClassifier {
+    let cache = this.kindCaches.get(classify);
+    if (!cache) {
+      if (this.kindCaches.size >= MAX_CLASSIFIER_CACHES) {
+        const oldest = this.kindCaches.keys().next().value;
+        if (oldest) this.kindCaches.delete(oldest);
+      }
+      cache = new WeakMap();
+      this.kindCaches.set(classify, cache);
+    }
+    const kinds = cache;
+    return (row) => {
+      let kind = kinds.get(row);
+      if (kind === undefined) {
+        kind = classify(row);
+        kinds.set(row, kind);
+      }
+      return kind;
+    };
+  }
+
+  private link(row: SessionEntry): void {
+    const existing = this.keysBySessionId.get(row.sessionId);
+    if (existing === undefined) this.keysBySessionId.set(row.sessionId, row.key);
+    else if (typeof existing === "string") this.keysBySessionId.set(row.sessionId, [existing, row.key]);
+    else existing.push(row.key);
+  }
+
+  private unlink(row: SessionEntry): void {
+    const existing = this.keysBySessionId.get(row.sessionId);
+    if (existing === undefined) return;
+    if (typeof existing === "string") {
+      if (existing === row.key) this.keysBySessionId.delete(row.sessionId);
+      return;
+    }
+    const rest = existing.filter((key) => key !== row.key);
+    if (rest.length === 0) this.keysBySessionId.delete(row.sessionId);
+    else this.keysBySessionId.set(row.sessionId, rest.length === 1 ? rest[0]! : rest);
+  }
+}

@@ -1,0 +1,621 @@
+import fs from "node:fs";
+import path from "node:path";
+import {
+  buildTranscriptHeader,
+  DEFAULT_MAX_ENTRY_BYTES,
+  normaliseReadOptions,
+  parseSessionId,
+  prepareTranscriptAppend,
+  SwitchboardError,
+  TailCollector,
+  TRANSCRIPT_FORMAT_VERSION,
+  type TranscriptEntry,
+  type TranscriptEntryInput,
+  type TranscriptHeader,
+  type TranscriptReadOptions,
+  type TranscriptReadResult,
+  type TranscriptStore,
+} from "@switchboard/core";
+import { CommitLog, readPendingCommits } from "./commit-log";
+import {
+  closeFile,
+  fileSize,
+  isNotFound,
+  openFile,
+  readAt,
+  syncData,
+  syncDirectory,
+  truncateFile,
+  writeAllAt,
+} from "./fs-io";
+import { findIntactEnd, NEWLINE, parseJsonLine, readFirstLine, scanBackward, seqOfLine } from "./line-scan";
+import type { StoreLogger } from "./logger";
+import { SyncAppendFile } from "./sync-append-file";
+
+const HEADER_MAX_BYTES = 64 * 1024;
+/** Below this many bytes before the cursor, a `before` read just scans back from the end. */
+const SEEK_THRESHOLD_BYTES = 1024 * 1024;
+const CURSORS_PER_TRANSCRIPT = 32;
+
+/** An entry line is intact when it is a JSON object with a numeric seq. */
+export function isIntactEntryLine(line: Buffer): boolean {
+  const value = parseJsonLine(line);
+  return value !== undefined && typeof value.seq === "number" && typeof value.type === "string";
+}
+
+/** Checks a transcript's first line; returns the header or a reason it is unusable. */
+export function checkTranscriptHeader(
+  line: Buffer | undefined,
+  sessionId: string,
+): { header: TranscriptHeader } | { problem: string; newerVersion?: number } {
+  const header = line ? parseJsonLine(line) : undefined;
+  if (header?.type !== "session" || typeof header.version !== "number") {
+    return { problem: "missing or unreadable header line" };
+  }
+  if (header.version > TRANSCRIPT_FORMAT_VERSION) {
+    return {
+      problem: `transcript format version ${header.version} is newer than this Switchboard supports (${TRANSCRIPT_FORMAT_VERSION}); upgrade Switchboard to read it`,
+      newerVersion: header.version,
+    };
+  }
+  if (typeof header.sessionId !== "string" || header.sessionId.toLowerCase() !== sessionId) {
+    return {
+      problem: `header names sessionId ${String(header.sessionId)}, but the file is named for ${sessionId}`,
+    };
+  }
+  return { header: header as unknown as TranscriptHeader };
+}
+
+/** One open transcript: its append log (without fsync: the commit log makes appends durable). */
+class TranscriptHandle {
+  users = 0;
+  retired = false;
+  /** seq of an entry → offset of its line: where a `before` page continues. */
+  readonly cursors = new Map<number, number>();
+  private idleWaiters: Array<() => void> = [];
+
+  constructor(
+    readonly sessionId: string,
+    readonly header: TranscriptHeader,
+    readonly file: SyncAppendFile,
+    readonly dataStart: number,
+    public lastSeq: number,
+  ) {}
+
+  get fd(): number {
+    return this.file.descriptor;
+  }
+
+  release(): void {
+    this.users--;
+    if (this.users === 0) for (const wake of this.idleWaiters.splice(0)) wake();
+  }
+
+  async untilUnused(): Promise<void> {
+    while (this.users > 0) await new Promise<void>((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  rememberCursor(seq: number, offset: number): void {
+    if (this.cursors.size >= CURSORS_PER_TRANSCRIPT) {
+      const oldest = this.cursors.keys().next().value;
+      if (oldest !== undefined) this.cursors.delete(oldest);
+    }
+    this.cursors.set(seq, offset);
+  }
+}
+
+export interface FileTranscriptStoreOptions {
+  transcriptsDir: string;
+  archiveDir: string;
+  commitLogDir: string;
+  tempDir: string;
+  durable: boolean;
+  maxEntryBytes?: number;
+  maxOpenTranscripts: number;
+  commitLogSegmentBytes: number;
+  readChunkBytes: number;
+  logger: StoreLogger;
+}
+
+export interface TranscriptStats {
+  openTranscripts: number;
+  appendedEntries: number;
+  commitBatches: number;
+  tornTailsRepaired: number;
+  entriesRestored: number;
+}
+
+const notFound = (sessionId: string) =>
+  new SwitchboardError("NOT_FOUND", `no transcript for sessionId ${sessionId}`, { details: { sessionId } });
+
+/**
+ * Transcripts as one JSONL file per sessionId. Appends are group-committed through the commit
+ * log; reads scan backwards from the end in chunks. Open files are kept in a small LRU with each
+ * transcript's last seq, so appends never scan.
+ */
+export class FileTranscriptStore implements TranscriptStore {
+  private readonly handles = new Map<string, TranscriptHandle>();
+  private readonly loading = new Map<string, Promise<TranscriptHandle>>();
+  private readonly locks = new Map<string, Promise<unknown>>();
+  private commitLog!: CommitLog;
+  private closed = false;
+  private tempCounter = 0;
+  private readonly counters = { appendedEntries: 0, tornTailsRepaired: 0, entriesRestored: 0 };
+
+  private constructor(private readonly options: FileTranscriptStoreOptions) {}
+
+  static async open(options: FileTranscriptStoreOptions): Promise<FileTranscriptStore> {
+    for (const dir of [options.transcriptsDir, options.archiveDir, options.commitLogDir, options.tempDir]) {
+      await fs.promises.mkdir(dir, { recursive: true, mode: 0o700 });
+    }
+    // Temp files are half-made creates from a crash; nothing refers to them.
+    for (const name of await fs.promises.readdir(options.tempDir)) {
+      await fs.promises.rm(path.join(options.tempDir, name), { force: true });
+    }
+    const store = new FileTranscriptStore(options);
+    const lastSegment = await store.replayCommitLog();
+    store.commitLog = await CommitLog.start(
+      {
+        dir: options.commitLogDir,
+        durable: options.durable,
+        segmentBytes: options.commitLogSegmentBytes,
+        logger: options.logger,
+        syncTranscript: (sessionId) => store.syncTranscript(sessionId),
+      },
+      lastSegment,
+    );
+    return store;
+  }
+
+  locate(sessionId: string): string {
+    return path.join(this.options.transcriptsDir, `${parseSessionId(sessionId)}.jsonl`);
+  }
+
+  async create(input: Omit<TranscriptHeader, "type" | "version">): Promise<void> {
+    this.assertOpen();
+    const header = buildTranscriptHeader(input);
+    const id = header.sessionId;
+    await this.withLock(id, async () => {
+      const existing = await this.existingHeader(id);
+      if (existing) {
+        if (existing.key !== header.key) {
+          throw new SwitchboardError("CONFLICT", `transcript ${id} already exists for key ${existing.key}`, {
+            details: { sessionId: id, key: existing.key },
+          });
+        }
+        return;
+      }
+      // Written aside and linked into place, so a transcript file never exists without its header.
+      const temp = path.join(this.options.tempDir, `${id}.${process.pid}.${++this.tempCounter}.tmp`);
+      const fd = await openFile(temp, "wx");
+      try {
+        await writeAllAt(fd, [Buffer.from(`${JSON.stringify(header)}\n`)], 0);
+        if (this.options.durable) await syncData(fd);
+      } finally {
+        await closeFile(fd);
+      }
+      try {
+        await fs.promises.link(temp, this.locate(id));
+      } finally {
+        await fs.promises.rm(temp, { force: true });
+      }
+      if (this.options.durable) await syncDirectory(this.options.transcriptsDir);
+    });
+  }
+
+  async exists(sessionId: string): Promise<boolean> {
+    const id = parseSessionId(sessionId);
+    this.assertOpen();
+    const handle = this.handles.get(id);
+    if (handle && !handle.retired) return true;
+    try {
+      await fs.promises.access(this.locate(id));
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  async lastSeq(sessionId: string): Promise<number> {
+    const handle = await this.acquire(parseSessionId(sessionId));
+    try {
+      return handle.lastSeq;
+    } finally {
+      this.release(handle);
+    }
+  }
+
+  async append(sessionId: string, entries: readonly TranscriptEntryInput[]): Promise<TranscriptEntry[]> {
+    const id = parseSessionId(sessionId);
+    const handle = await this.acquire(id);
+    try {
+      const prepared = prepareTranscriptAppend(entries, {
+        lastSeq: handle.lastSeq,
+        maxEntryBytes: this.options.maxEntryBytes ?? DEFAULT_MAX_ENTRY_BYTES,
+      });
+      if (prepared.entries.length === 0) return [];
+      // From here on everything is synchronous up to the queueing, so seqs follow call order.
+      let records = "";
+      for (const line of prepared.lines) records += `${id} ${line}\n`;
+      handle.file.append(Buffer.from(`${prepared.lines.join("\n")}\n`));
+      handle.lastSeq = prepared.lastSeq;
+      await this.commitLog.commit(id, records);
+      this.counters.appendedEntries += prepared.entries.length;
+      return prepared.entries;
+    } finally {
+      this.release(handle);
+    }
+  }
+
+  async read(sessionId: string, options: TranscriptReadOptions): Promise<TranscriptReadResult> {
+    const id = parseSessionId(sessionId);
+    const normalised = normaliseReadOptions(options);
+    const handle = await this.acquire(id);
+    try {
+      const collector = new TailCollector(normalised);
+      let end = handle.file.size;
+      if (normalised.before !== undefined) end = await this.endBefore(handle, normalised.before, end);
+      let accepted = { seq: 0, start: 0 };
+      let offered = { seq: 0, start: 0 };
+      const scan = await scanBackward(
+        handle.fd,
+        handle.dataStart,
+        end,
+        (line, lineStart) => {
+          const quickSeq = seqOfLine(line);
+          if (quickSeq !== undefined && collector.skips(quickSeq)) return true;
+          const entry = JSON.parse(line.toString("utf8")) as TranscriptEntry;
+          const countBefore = collector.count;
+          const more = collector.offer(entry, line.length);
+          offered = { seq: entry.seq, start: lineStart };
+          if (collector.count > countBefore) accepted = offered;
+          return more;
+        },
+        this.options.readChunkBytes,
+      );
+      const result = collector.result(scan.reachedStart);
+      if (result.nextBefore !== undefined) {
+        if (result.nextBefore === accepted.seq) handle.rememberCursor(accepted.seq, accepted.start);
+        else if (result.nextBefore === offered.seq) handle.rememberCursor(offered.seq, offered.start);
+      }
+      return result;
+    } finally {
+      this.release(handle);
+    }
+  }
+
+  async archive(sessionId: string, reason: "reset" | "delete" | "archive"): Promise<void> {
+    const id = parseSessionId(sessionId);
+    if (!["reset", "delete", "archive"].includes(reason)) {
+      throw new SwitchboardError("INVALID_REQUEST", "reason: must be one of reset, delete, archive");
+    }
+    this.assertOpen();
+    await this.withLock(id, async () => {
+      if (!(await this.retireAndSync(id, true))) return;
+      await this.commitLog.drop(id);
+      const stamp = new Date().toISOString().replace(/[:.]/g, "-");
+      let target = path.join(this.options.archiveDir, `${id}.${stamp}.${reason}.jsonl`);
+      for (let attempt = 1; fs.existsSync(target); attempt++) {
+        target = path.join(this.options.archiveDir, `${id}.${stamp}-${attempt}.${reason}.jsonl`);
+      }
+      await fs.promises.rename(this.locate(id), target);
+      if (this.options.durable) {
+        await syncDirectory(this.options.archiveDir);
+        await syncDirectory(this.options.transcriptsDir);
+      }
+      this.options.logger.info("archived transcript", { sessionId: id, reason, path: target });
+    });
+  }
+
+  async remove(sessionId: string): Promise<void> {
+    const id = parseSessionId(sessionId);
+    this.assertOpen();
+    await this.withLock(id, async () => {
+      if (!(await this.retireAndSync(id, false))) return;
+      await this.commitLog.drop(id);
+      await fs.promises.rm(this.locate(id), { force: true });
+      if (this.options.durable) await syncDirectory(this.options.transcriptsDir);
+    });
+  }
+
+  stats(): TranscriptStats {
+    return {
+      openTranscripts: this.handles.size,
+      commitBatches: this.commitLog.stats().batches,
+      ...this.counters,
+    };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await Promise.allSettled([...this.loading.values()]);
+    for (const handle of this.handles.values()) await handle.untilUnused();
+    await this.commitLog.close();
+    for (const handle of this.handles.values()) await handle.file.close().catch(() => undefined);
+    this.handles.clear();
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new SwitchboardError("UNAVAILABLE", "transcript store is closed");
+  }
+
+  /** Serialises create/archive/remove/load of one sessionId. */
+  private async withLock<T>(id: string, body: () => Promise<T>): Promise<T> {
+    const previous = this.locks.get(id) ?? Promise.resolve();
+    const run = previous.then(body, body);
+    const settled = run.catch(() => undefined);
+    this.locks.set(id, settled);
+    try {
+      return await run;
+    } finally {
+      if (this.locks.get(id) === settled) this.locks.delete(id);
+    }
+  }
+
+  private async acquire(id: string): Promise<TranscriptHandle> {
+    for (;;) {
+      this.assertOpen();
+      const handle = this.handles.get(id);
+      if (handle && !handle.retired && !handle.file.failed) {
+        // Re-inserting keeps the map in least-recently-used order.
+        this.handles.delete(id);
+        this.handles.set(id, handle);
+        handle.users++;
+        return handle;
+      }
+      if (handle) this.dropHandle(handle);
+      let loading = this.loading.get(id);
+      if (!loading) {
+        loading = this.withLock(id, () => this.load(id)).finally(() => this.loading.delete(id));
+        this.loading.set(id, loading);
+      }
+      await loading;
+    }
+  }
+
+  /** Opens a transcript, checks its header, cuts a torn tail and learns its last seq. */
+  private async load(id: string): Promise<TranscriptHandle> {
+    const cached = this.handles.get(id);
+    if (cached && !cached.retired && !cached.file.failed) return cached;
+    const filePath = this.locate(id);
+    let fd: number;
+    try {
+      fd = await openFile(filePath, "r+");
+    } catch (error) {
+      if (isNotFound(error)) throw notFound(id);
+      throw error;
+    }
+    try {
+      const size = await fileSize(fd);
+      const headerLine = await readFirstLine(fd, HEADER_MAX_BYTES);
+      const checked = checkTranscriptHeader(headerLine, id);
+      if ("problem" in checked) {
+        throw new SwitchboardError(
+          checked.newerVersion ? "UNAVAILABLE" : "INTERNAL",
+          `${filePath}: ${checked.problem}`,
+        );
+      }
+      const dataStart = headerLine!.length + 1;
+      const intact = await findIntactEnd(fd, dataStart, size, isIntactEntryLine);
+      if (intact.end < size) {
+        this.counters.tornTailsRepaired++;
+        this.options.logger.warn(`cut a torn tail of ${size - intact.end} bytes from a transcript`, {
+          sessionId: id,
+          path: filePath,
+          bytes: size - intact.end,
+        });
+        await truncateFile(fd, intact.end);
+        if (this.options.durable) await syncData(fd);
+      }
+      const lastSeq = intact.lastLine ? (parseJsonLine(intact.lastLine)!.seq as number) : 0;
+      const file = new SyncAppendFile(filePath, fd, intact.end);
+      const handle = new TranscriptHandle(id, checked.header, file, dataStart, lastSeq);
+      this.handles.set(id, handle);
+      this.evictIdle(handle);
+      return handle;
+    } catch (error) {
+      await closeFile(fd).catch(() => undefined);
+      throw error;
+    }
+  }
+
+  private release(handle: TranscriptHandle): void {
+    handle.release();
+    if (handle.users === 0) this.evictIdle(undefined);
+  }
+
+  /** Closes least recently used transcripts beyond the limit (never one in use, nor `keep`). */
+  private evictIdle(keep: TranscriptHandle | undefined): void {
+    if (this.handles.size <= this.options.maxOpenTranscripts) return;
+    for (const handle of this.handles.values()) {
+      if (this.handles.size <= this.options.maxOpenTranscripts) break;
+      if (handle !== keep && handle.users === 0) this.dropHandle(handle);
+    }
+  }
+
+  private dropHandle(handle: TranscriptHandle): void {
+    if (this.handles.get(handle.sessionId) === handle) this.handles.delete(handle.sessionId);
+    handle.retired = true;
+    void handle
+      .untilUnused()
+      .then(() => handle.file.close())
+      .catch(() => undefined);
+  }
+
+  /**
+   * Stops all use of a transcript before it leaves its path. Returns false when there is no
+   * transcript. With `sync`, its bytes are made durable first (an archive keeps them).
+   */
+  private async retireAndSync(id: string, sync: boolean): Promise<boolean> {
+    const handle = this.handles.get(id);
+    if (handle) {
+      this.handles.delete(id);
+      handle.retired = true;
+      await handle.untilUnused();
+      if (sync && this.options.durable) await syncData(handle.fd);
+      await handle.file.close();
+      return true;
+    }
+    let fd: number;
+    try {
+      fd = await openFile(this.locate(id), "r");
+    } catch (error) {
+      if (isNotFound(error)) return false;
+      throw error;
+    }
+    try {
+      if (sync && this.options.durable) await syncData(fd);
+    } finally {
+      await closeFile(fd);
+    }
+    return true;
+  }
+
+  private async existingHeader(id: string): Promise<TranscriptHeader | undefined> {
+    const handle = this.handles.get(id);
+    if (handle && !handle.retired) return handle.header;
+    let fd: number;
+    try {
+      fd = await openFile(this.locate(id), "r");
+    } catch (error) {
+      if (isNotFound(error)) return undefined;
+      throw error;
+    }
+    try {
+      const checked = checkTranscriptHeader(await readFirstLine(fd, HEADER_MAX_BYTES), id);
+      if ("problem" in checked)
+        throw new SwitchboardError("INTERNAL", `${this.locate(id)}: ${checked.problem}`);
+      return checked.header;
+    } finally {
+      await closeFile(fd);
+    }
+  }
+
+  /** Makes a transcript's bytes durable (commit-log checkpoint); a transcript gone since is skipped. */
+  private async syncTranscript(id: string): Promise<void> {
+    const handle = this.handles.get(id);
+    if (handle && !handle.retired) {
+      handle.users++;
+      try {
+        await syncData(handle.fd);
+      } finally {
+        handle.release();
+      }
+      return;
+    }
+    let fd: number;
+    try {
+      fd = await openFile(this.locate(id), "r");
+    } catch (error) {
+      if (isNotFound(error)) return;
+      throw error;
+    }
+    try {
+      await syncData(fd);
+    } finally {
+      await closeFile(fd);
+    }
+  }
+
+  /**
+   * Where a backward scan for entries with `seq < before` can start: a remembered cursor, the end
+   * when the cursor is near it, else a binary search over line starts (seqs grow with offsets).
+   */
+  private async endBefore(handle: TranscriptHandle, before: number, end: number): Promise<number> {
+    if (before > handle.lastSeq) return end;
+    const remembered = handle.cursors.get(before);
+    if (remembered !== undefined && remembered <= end) return remembered;
+    if (end - handle.dataStart <= SEEK_THRESHOLD_BYTES) return end;
+    let low = handle.dataStart;
+    let high = end;
+    while (high - low > this.options.readChunkBytes) {
+      const middle = low + Math.floor((high - low) / 2);
+      const probe = await this.lineStartFrom(handle.fd, middle, high);
+      if (probe === undefined) break;
+      const prefix = Buffer.alloc(48);
+      const read = await readAt(handle.fd, prefix, prefix.length, probe);
+      const seq = seqOfLine(prefix.subarray(0, read));
+      if (seq === undefined) break;
+      if (seq >= before) high = probe;
+      else low = probe;
+    }
+    return high;
+  }
+
+  /** The first line start in `[from, limit)`, if any. */
+  private async lineStartFrom(fd: number, from: number, limit: number): Promise<number | undefined> {
+    const chunk = Buffer.allocUnsafe(16 * 1024);
+    // Reading from one byte earlier tells whether `from` itself starts a line.
+    let position = from - 1;
+    while (position < limit) {
+      const read = await readAt(fd, chunk, Math.min(chunk.length, limit - position), position);
+      if (read === 0) return undefined;
+      const newline = chunk.subarray(0, read).indexOf(NEWLINE);
+      if (newline >= 0) {
+        const start = position + newline + 1;
+        return start < limit ? start : undefined;
+      }
+      position += read;
+    }
+    return undefined;
+  }
+
+  /**
+   * Applies commit-log segments left by the previous run: entries missing from their transcript
+   * are appended again, every transcript the segments mention is fsynced, then the segments go.
+   */
+  private async replayCommitLog(): Promise<number> {
+    const pending = await readPendingCommits(this.options.commitLogDir);
+    if (pending.tornBytes > 0) {
+      this.options.logger.warn(`ignored a torn commit-log tail of ${pending.tornBytes} bytes`, {
+        bytes: pending.tornBytes,
+      });
+    }
+    for (const id of pending.sessions) {
+      let handle: TranscriptHandle;
+      try {
+        handle = await this.acquire(id);
+      } catch (error) {
+        if (error instanceof SwitchboardError && error.code === "NOT_FOUND") {
+          const lost = pending.entries.get(id)?.length ?? 0;
+          if (lost > 0) {
+            this.options.logger.warn(
+              `commit log holds ${lost} entries for a transcript that no longer exists`,
+              {
+                sessionId: id,
+              },
+            );
+          }
+          continue;
+        }
+        throw error;
+      }
+      try {
+        let lastSeq = handle.lastSeq;
+        const missing: string[] = [];
+        for (const line of pending.entries.get(id) ?? []) {
+          const seq = seqOfLine(Buffer.from(line.slice(0, 48), "latin1")) ?? (JSON.parse(line).seq as number);
+          if (seq > lastSeq) {
+            missing.push(line);
+            lastSeq = seq;
+          }
+        }
+        if (missing.length > 0) {
+          handle.file.append(Buffer.from(`${missing.join("\n")}\n`));
+          handle.lastSeq = lastSeq;
+          this.counters.entriesRestored += missing.length;
+          this.options.logger.warn(`restored ${missing.length} acknowledged entries from the commit log`, {
+            sessionId: id,
+          });
+        }
+        if (this.options.durable) await syncData(handle.fd);
+      } finally {
+        handle.release();
+      }
+    }
+    for (const segment of pending.segments) await fs.promises.rm(segment, { force: true });
+    if (this.options.durable && pending.segments.length > 0) await syncDirectory(this.options.commitLogDir);
+    return pending.lastSegmentNumber;
+  }
+}
