@@ -8,5 +8,7 @@ export const workspaceAlias: Record<string, string> = {
   "@switchboard/core": `${root}packages/core/src/index.ts`,
   "@switchboard/store-fs": `${root}packages/store-fs/src/index.ts`,
   "@switchboard/tools": `${root}packages/tools/src/index.ts`,
+  "@switchboard/client/testing": `${root}packages/client-sdk/src/testing.ts`,
   "@switchboard/client": `${root}packages/client-sdk/src/index.ts`,
+  "@switchboard/agent": `${root}apps/agent/src/index.ts`,
 };

@@ -1,1 +1,15 @@
-export {};
+#!/usr/bin/env node
+import { runAgentCli } from "./agent-cli";
+
+runAgentCli(process.argv.slice(2)).then(
+  (code) => {
+    // Exit explicitly: a lingering socket or timer must not keep a stopped worker alive.
+    process.exit(code);
+  },
+  (error: unknown) => {
+    process.stderr.write(
+      `switchboard-agent: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+    );
+    process.exit(1);
+  },
+);

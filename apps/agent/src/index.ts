@@ -1,7 +1,8 @@
+export * from "./agent-cli";
+export * from "./config-file";
 export * from "./logger";
 export * from "./model/abortable-sleep";
 export * from "./model/create-model-provider";
-export * from "./model/model-config";
 export * from "./model/model-types";
 export * from "./openai/openai-provider";
 export * from "./run/execute-run";
@@ -9,5 +10,5 @@ export * from "./run/model-input";
 export * from "./run/run-abort";
 export * from "./scripted/load-scripted-rules";
 export * from "./scripted/scripted-provider";
-export * from "./scripted/scripted-rule-schema";
 export * from "./scripted/template";
+export * from "./worker";

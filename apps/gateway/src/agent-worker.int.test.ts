@@ -2,7 +2,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
 import type { AddressInfo } from "node:net";
 import { type RunningAgentWorker, startAgentWorker } from "@switchboard/agent";
 import { connect, type SwitchboardClient } from "@switchboard/client";
-import { type ConfigInput, parseConfig } from "@switchboard/core";
+import { type ConfigInput, parseConfig, type ScriptedRuleInput } from "@switchboard/core";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { startTestGateway, type TestGateway } from "./testing/test-gateway";
 
@@ -61,7 +61,7 @@ function completion(message: { content?: string | null; tool_calls?: unknown[] }
   };
 }
 
-const MAIN_RULES = [
+const MAIN_RULES: ScriptedRuleInput[] = [
   { when: "^ping$", reply: "pong" },
   { when: "^slow$", delayMs: 60_000, reply: "too late" },
   { when: "^brief$", delayMs: 300, reply: "done briefly" },
@@ -159,9 +159,17 @@ describe("startAgentWorker against the real gateway", () => {
         .sort(),
     ).toEqual(["main", "research"]);
 
+    const deltas: Array<{ runId: string; text?: string }> = [];
+    op.on("run.progress", (event) => void deltas.push(event.payload));
+    await op.subscribe({ sessionKey: "agent:main:main" });
+
     const { runId } = await op.chat.send({ sessionKey: "main", message: "ping" });
     const result = await op.agent.wait({ runId, timeoutMs: 5_000 });
     expect(result).toMatchObject({ runId, status: "ok", reply: "pong" });
+    await until(
+      () => deltas.find((delta) => delta.runId === runId && delta.text === "pong"),
+      "the streamed reply",
+    );
     const messages = await history("agent:main:main");
     expect(messages.map((message) => [message.role, message.content[0]?.text])).toEqual([
       ["user", "ping"],
@@ -223,12 +231,33 @@ describe("startAgentWorker against the real gateway", () => {
     });
 
     const messages = await history("agent:research:main");
-    const toolCalls = messages.filter((message) => message.role === "toolCall");
-    expect(toolCalls.map((message) => message.content[0]?.name)).toEqual(["session_status"]);
     expect(messages.at(-1)).toMatchObject({
       role: "assistant",
       content: [{ text: "I am research in main" }],
     });
+  });
+
+  it("records each tool call of a run once in the transcript, under the model's call id", async () => {
+    // tools.invoke records the call; run.progress tool entries are only for tools a worker runs itself.
+    await startWorker({ agents: ["research"] });
+    model.enqueue(
+      () =>
+        completion({
+          tool_calls: [
+            { id: "call_7", type: "function", function: { name: "session_status", arguments: "{}" } },
+          ],
+        }),
+      () => completion({ content: "checked" }),
+    );
+    const { runId } = await op.chat.send({ sessionKey: "agent:research:main", message: "check yourself" });
+    expect(await op.agent.wait({ runId, timeoutMs: 5_000 })).toMatchObject({
+      status: "ok",
+      reply: "checked",
+    });
+
+    const messages = await history("agent:research:main");
+    expect(messages.map((message) => message.role)).toEqual(["user", "toolCall", "toolResult", "assistant"]);
+    expect(messages[1]!.content[0]).toMatchObject({ type: "toolCall", id: "call_7", name: "session_status" });
   });
 
   it("ends a run past its deadline with a timeout, and keeps serving", async () => {
@@ -279,7 +308,9 @@ describe("startAgentWorker against the real gateway", () => {
     const broken = parseConfig({
       agents: { list: [{ id: "main", model: { provider: "scripted", rules: [{ reply: "{{nope}}" }] } }] },
     });
-    await expect(startWorker({ config: broken })).rejects.toThrow(/agents\.list\[0\]\.model\.rules.*rules\[0\]\.reply/s);
+    await expect(startWorker({ config: broken })).rejects.toThrow(
+      /agents\.list\[0\]\.model\.rules.*rules\[0\]\.reply/s,
+    );
     const listed = await op.agents.list();
     expect(listed.agents.every((agent) => !agent.connected)).toBe(true);
   });

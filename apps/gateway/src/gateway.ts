@@ -458,7 +458,17 @@ export class Gateway {
     }
     const args = params.args ?? {};
     const toolCallId = params.toolCallId ?? randomUUID();
+    const progress = (kind: "tool-call" | "tool-result") => {
+      if (!caller.runId) return;
+      this.bus.publish(
+        "run.progress",
+        { runId: caller.runId, sessionKey: entry.key, kind, name: params.tool, toolCallId },
+        { sessionKey: entry.key, agentId: entry.agentId },
+      );
+    };
+    progress("tool-call");
     const record = async (result: Record<string, unknown>) => {
+      progress("tool-result");
       await this.sessions.append(entry.key, [
         {
           type: "message",

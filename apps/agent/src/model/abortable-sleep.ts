@@ -1,3 +1,6 @@
+/** setTimeout fires at once for longer delays, so waits are capped here (about 24.8 days). */
+const MAX_TIMER_MS = 2_147_483_647;
+
 /** Resolves after `ms`, or rejects with the signal's reason as soon as it aborts. */
 export function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
@@ -9,10 +12,13 @@ export function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> 
       clearTimeout(timer);
       reject(signal?.reason);
     };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
+    const timer = setTimeout(
+      () => {
+        signal?.removeEventListener("abort", onAbort);
+        resolve();
+      },
+      Math.min(Math.max(ms, 0), MAX_TIMER_MS),
+    );
     signal?.addEventListener("abort", onAbort, { once: true });
   });
 }

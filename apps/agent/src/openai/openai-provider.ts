@@ -1,7 +1,13 @@
-import { type ErrorCode, SwitchboardError, type Usage } from "@switchboard/core";
+import {
+  type ErrorCode,
+  type OpenAIModelConfig,
+  OpenAIModelConfigSchema,
+  SwitchboardError,
+  type Usage,
+} from "@switchboard/core";
+import type { z } from "zod";
 import { type AgentLogger, silentLogger } from "../logger";
 import { abortableSleep } from "../model/abortable-sleep";
-import { type OpenAIModelConfig, type OpenAIModelConfigInput, OpenAIModelConfigSchema } from "../model/model-config";
 import type { ModelProvider, ModelRequest, ModelToolCall, ModelTurn } from "../model/model-types";
 import {
   CompletionSchema,
@@ -14,7 +20,13 @@ import {
 } from "./openai-wire";
 import { sseData } from "./sse-lines";
 
+export type OpenAIModelConfigInput = z.input<typeof OpenAIModelConfigSchema>;
+
 export interface OpenAIProviderOptions {
+  /** Retries after a 429/5xx or a network error, within the run deadline (default 2). */
+  maxRetries?: number;
+  /** The longest wait one retry may take (default 30 000 ms); a longer `retry-after` ends the call. */
+  maxRetryDelayMs?: number;
   /** Environment to read `apiKeyEnv` from (default `process.env`). */
   env?: Record<string, string | undefined>;
   fetch?: typeof globalThis.fetch;
@@ -24,6 +36,8 @@ export interface OpenAIProviderOptions {
   logger?: AgentLogger;
 }
 
+const DEFAULT_MAX_RETRIES = 2;
+const DEFAULT_MAX_RETRY_DELAY_MS = 30_000;
 const BACKOFF_BASE_MS = 500;
 const BACKOFF_MAX_MS = 8_000;
 const DETAIL_MAX_CHARS = 300;
@@ -45,6 +59,8 @@ class RetryableFailure extends Error {
 export class OpenAIModelProvider implements ModelProvider {
   readonly name: string;
   readonly #config: OpenAIModelConfig;
+  readonly #maxRetries: number;
+  readonly #maxRetryDelayMs: number;
   readonly #url: string;
   readonly #env: Record<string, string | undefined>;
   readonly #fetch: typeof globalThis.fetch;
@@ -54,6 +70,8 @@ export class OpenAIModelProvider implements ModelProvider {
 
   constructor(config: OpenAIModelConfigInput, options: OpenAIProviderOptions = {}) {
     this.#config = OpenAIModelConfigSchema.parse(config);
+    this.#maxRetries = options.maxRetries ?? DEFAULT_MAX_RETRIES;
+    this.#maxRetryDelayMs = options.maxRetryDelayMs ?? DEFAULT_MAX_RETRY_DELAY_MS;
     this.#url = `${this.#config.baseUrl.replace(/\/+$/, "")}/chat/completions`;
     this.name = `openai:${this.#config.model}`;
     this.#env = options.env ?? process.env;
@@ -65,11 +83,14 @@ export class OpenAIModelProvider implements ModelProvider {
 
   async complete(request: ModelRequest): Promise<ModelTurn> {
     const body = JSON.stringify(this.#body(request));
-    const headers: Record<string, string> = { "content-type": "application/json", accept: "application/json" };
+    const headers: Record<string, string> = {
+      "content-type": "application/json",
+      accept: "application/json",
+    };
     const apiKey = this.#config.apiKeyEnv ? this.#env[this.#config.apiKeyEnv] : undefined;
     if (apiKey) headers.authorization = `Bearer ${apiKey}`;
 
-    const attempts = this.#config.maxRetries + 1;
+    const attempts = this.#maxRetries + 1;
     for (let attempt = 1; ; attempt++) {
       try {
         return await this.#attempt(request, headers, body);
@@ -78,14 +99,25 @@ export class OpenAIModelProvider implements ModelProvider {
         const failure = error.failure;
         if (attempt >= attempts) throw this.#withAttempts(failure, attempt);
         const delay = error.retryAfterMs ?? Math.min(BACKOFF_BASE_MS * 2 ** (attempt - 1), BACKOFF_MAX_MS);
-        if (delay > this.#config.maxRetryDelayMs) {
-          throw this.#withAttempts(failure, attempt, `server asked to retry after ${formatMs(delay)}, more than the ${formatMs(this.#config.maxRetryDelayMs)} allowed`);
+        if (delay > this.#maxRetryDelayMs) {
+          throw this.#withAttempts(
+            failure,
+            attempt,
+            `server asked to retry after ${formatMs(delay)}, more than the ${formatMs(this.#maxRetryDelayMs)} allowed`,
+          );
         }
         const deadline = request.run.deadline;
         if (deadline !== undefined && this.#now() + delay >= deadline) {
-          throw this.#withAttempts(failure, attempt, `retrying after ${formatMs(delay)} would pass the run deadline`);
+          throw this.#withAttempts(
+            failure,
+            attempt,
+            `retrying after ${formatMs(delay)} would pass the run deadline`,
+          );
         }
-        this.#logger.warn({ url: this.#url, attempt, delayMs: delay, error: failure.message }, "model call failed, retrying");
+        this.#logger.warn(
+          { url: this.#url, attempt, delayMs: delay, error: failure.message },
+          "model call failed, retrying",
+        );
         await this.#sleep(delay, request.signal);
       }
     }
@@ -102,17 +134,39 @@ export class OpenAIModelProvider implements ModelProvider {
     if (request.tools.length > 0) body.tools = toOpenAITools(request.tools);
     if (this.#config.stream) body.stream_options = { include_usage: true };
     if (this.#config.temperature !== undefined) body.temperature = this.#config.temperature;
-    if (this.#config.maxTokens !== undefined) body.max_tokens = this.#config.maxTokens;
     return body;
   }
 
   async #attempt(request: ModelRequest, headers: Record<string, string>, body: string): Promise<ModelTurn> {
+    const { timeoutMs } = this.#config;
+    if (timeoutMs === undefined) return this.#send(request, request.signal, headers, body);
+    const signal = AbortSignal.any([request.signal, AbortSignal.timeout(timeoutMs)]);
+    try {
+      return await this.#send(request, signal, headers, body);
+    } catch (error) {
+      if (signal.aborted && !request.signal.aborted) {
+        // Not retried: a model that is too slow once is likely too slow again.
+        throw this.#error("TIMEOUT", `no complete response within ${timeoutMs} ms (timeoutMs)`, error);
+      }
+      throw error;
+    }
+  }
+
+  async #send(
+    request: ModelRequest,
+    signal: AbortSignal,
+    headers: Record<string, string>,
+    body: string,
+  ): Promise<ModelTurn> {
     let response: Response;
     try {
-      response = await this.#fetch(this.#url, { method: "POST", headers, body, signal: request.signal });
+      response = await this.#fetch(this.#url, { method: "POST", headers, body, signal });
     } catch (error) {
-      if (request.signal.aborted) throw error;
-      throw new RetryableFailure(this.#error("UNAVAILABLE", `cannot reach the server: ${networkReason(error)}`, error), undefined);
+      if (signal.aborted) throw error;
+      throw new RetryableFailure(
+        this.#error("UNAVAILABLE", `cannot reach the server: ${networkReason(error)}`, error),
+        undefined,
+      );
     }
     if (!response.ok) {
       const detail = await responseDetail(response);
@@ -143,7 +197,8 @@ export class OpenAIModelProvider implements ModelProvider {
       throw this.#malformed(`the body is not JSON: ${excerpt(text)}`);
     }
     const serverError = errorBodyMessage(value);
-    if (serverError !== undefined) throw this.#error("UNAVAILABLE", `the server answered with an error: ${serverError}`);
+    if (serverError !== undefined)
+      throw this.#error("UNAVAILABLE", `the server answered with an error: ${serverError}`);
     const parsed = CompletionSchema.safeParse(value);
     if (!parsed.success) throw this.#malformed(describeIssue(parsed.error.issues[0]));
     const choice = parsed.data.choices[0]!;
@@ -173,7 +228,8 @@ export class OpenAIModelProvider implements ModelProvider {
         throw this.#malformed(`a stream event is not JSON: ${excerpt(data)}`);
       }
       const serverError = errorBodyMessage(value);
-      if (serverError !== undefined) throw this.#error("UNAVAILABLE", `the server sent an error mid-stream: ${serverError}`);
+      if (serverError !== undefined)
+        throw this.#error("UNAVAILABLE", `the server sent an error mid-stream: ${serverError}`);
       const parsed = StreamChunkSchema.safeParse(value);
       if (!parsed.success) throw this.#malformed(`stream event: ${describeIssue(parsed.error.issues[0])}`);
       usage = toUsage(parsed.data.usage) ?? usage;
@@ -191,7 +247,11 @@ export class OpenAIModelProvider implements ModelProvider {
           const known = piece.id ? calls.findIndex((call) => call.id === piece.id) : -1;
           index = known !== -1 ? known : piece.id || calls.length === 0 ? calls.length : calls.length - 1;
         }
-        const call = (calls[index] ??= { name: "", args: "" });
+        let call = calls[index];
+        if (!call) {
+          call = { name: "", args: "" };
+          calls[index] = call;
+        }
         if (piece.id) call.id = piece.id;
         const name = piece.function?.name;
         // Most servers send the whole name once; some repeat it on every delta.
@@ -205,7 +265,11 @@ export class OpenAIModelProvider implements ModelProvider {
     calls.forEach((call, index) => {
       if (!call) return;
       if (call.name === "") throw this.#malformed(`streamed tool call ${index} has no function name`);
-      toolCalls.push({ id: call.id || generatedCallId(index), name: call.name, ...parseToolArguments(call.args) });
+      toolCalls.push({
+        id: call.id || generatedCallId(index),
+        name: call.name,
+        ...parseToolArguments(call.args),
+      });
     });
     return turn(text, toolCalls, usage);
   }
@@ -222,8 +286,13 @@ export class OpenAIModelProvider implements ModelProvider {
   }
 
   #withAttempts(failure: SwitchboardError, attempts: number, why?: string): SwitchboardError {
-    const suffix = why ? ` (gave up after ${plural(attempts, "attempt")}: ${why})` : ` (after ${plural(attempts, "attempt")})`;
-    return new SwitchboardError(failure.code, failure.message + suffix, { cause: failure.cause, details: failure.details });
+    const suffix = why
+      ? ` (gave up after ${plural(attempts, "attempt")}: ${why})`
+      : ` (after ${plural(attempts, "attempt")})`;
+    return new SwitchboardError(failure.code, failure.message + suffix, {
+      cause: failure.cause,
+      details: failure.details,
+    });
   }
 }
 
@@ -279,7 +348,9 @@ function networkReason(error: unknown): string {
 
 function describeIssue(issue: { path: PropertyKey[]; message: string } | undefined): string {
   if (!issue) return "unexpected shape";
-  const path = issue.path.map((part) => (typeof part === "number" ? `[${part}]` : `.${String(part)}`)).join("");
+  const path = issue.path
+    .map((part) => (typeof part === "number" ? `[${part}]` : `.${String(part)}`))
+    .join("");
   return `${path.replace(/^\./, "") || "(root)"}: ${issue.message}`;
 }
 

@@ -71,7 +71,10 @@ export function sendRaw(status: number, body: string, contentType = "application
 }
 
 /** Streams the events as SSE, each `data:` line in its own write, then `[DONE]` unless told not to. */
-export function sendStream(events: (object | string)[], options: { done?: boolean; hang?: boolean } = {}): Responder {
+export function sendStream(
+  events: (object | string)[],
+  options: { done?: boolean; hang?: boolean } = {},
+): Responder {
   return async (res) => {
     res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
     for (const event of events) {
@@ -88,7 +91,13 @@ export function completion(message: { content?: string | null; tool_calls?: unkn
   return {
     id: "chatcmpl-test",
     object: "chat.completion",
-    choices: [{ index: 0, message: { role: "assistant", content: null, ...message }, finish_reason: message.tool_calls ? "tool_calls" : "stop" }],
+    choices: [
+      {
+        index: 0,
+        message: { role: "assistant", content: null, ...message },
+        finish_reason: message.tool_calls ? "tool_calls" : "stop",
+      },
+    ],
     ...(usage ? { usage } : {}),
   };
 }
@@ -97,7 +106,11 @@ export function textDelta(content: string, finish?: string) {
   return { choices: [{ index: 0, delta: { content }, finish_reason: finish ?? null }] };
 }
 
-export function toolCallDelta(index: number, piece: { id?: string; name?: string; arguments?: string }, finish?: string) {
+export function toolCallDelta(
+  index: number,
+  piece: { id?: string; name?: string; arguments?: string },
+  finish?: string,
+) {
   const call: Record<string, unknown> = { index, function: {} };
   if (piece.id) {
     call.id = piece.id;

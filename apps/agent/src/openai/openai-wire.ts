@@ -43,7 +43,8 @@ export function toOpenAIMessages(system: string, messages: readonly ChatMessage[
         out.push({
           role: "tool",
           tool_call_id: message.toolCallId,
-          content: typeof message.result === "string" ? message.result : (JSON.stringify(message.result) ?? "null"),
+          content:
+            typeof message.result === "string" ? message.result : (JSON.stringify(message.result) ?? "null"),
         });
         break;
     }
@@ -60,7 +61,8 @@ export function toOpenAITools(tools: readonly ToolDefinition[]) {
 
 /** Arguments arrive as a JSON string (some servers send an object); anything but an object is refused. */
 export function parseToolArguments(raw: unknown): Pick<ModelToolCall, "args" | "argsError"> {
-  if (raw === undefined || raw === null || (typeof raw === "string" && raw.trim() === "")) return { args: {} };
+  if (raw === undefined || raw === null || (typeof raw === "string" && raw.trim() === ""))
+    return { args: {} };
   let value: unknown = raw;
   if (typeof raw === "string") {
     try {
@@ -80,7 +82,9 @@ const WireUsageSchema = z
   .partial()
   .nullish();
 
-const WireErrorSchema = z.union([z.string(), z.object({ message: z.string().optional() }).loose()]).optional();
+const WireErrorSchema = z
+  .union([z.string(), z.object({ message: z.string().optional() }).loose()])
+  .optional();
 
 export const CompletionSchema = z.object({
   choices: z
@@ -117,7 +121,9 @@ export const StreamChunkSchema = z.object({
                 z.object({
                   index: z.number().int().nonnegative().optional(),
                   id: z.string().nullish(),
-                  function: z.object({ name: z.string().nullish(), arguments: z.string().nullish() }).nullish(),
+                  function: z
+                    .object({ name: z.string().nullish(), arguments: z.string().nullish() })
+                    .nullish(),
                 }),
               )
               .nullish(),

@@ -7,7 +7,9 @@ import { executeRun } from "./execute-run";
 class PlaybackModel implements ModelProvider {
   readonly name = "playback";
   readonly requests: ModelRequest[] = [];
-  constructor(private readonly turns: (ModelTurn | ((request: ModelRequest) => ModelTurn | Promise<ModelTurn>))[]) {}
+  constructor(
+    private readonly turns: (ModelTurn | ((request: ModelRequest) => ModelTurn | Promise<ModelTurn>))[],
+  ) {}
   async complete(request: ModelRequest): Promise<ModelTurn> {
     this.requests.push({ ...request, messages: structuredClone(request.messages) });
     const next = this.turns.shift();
@@ -54,9 +56,15 @@ describe("executeRun", () => {
     ]);
     expect(progress).toEqual([
       { kind: "tool-call", data: { toolCallId: "c1", name: "sessions_list", args: { limit: 2 } } },
-      { kind: "tool-result", data: { toolCallId: "c1", name: "sessions_list", result: { status: "ok", count: 2 } } },
+      {
+        kind: "tool-result",
+        data: { toolCallId: "c1", name: "sessions_list", result: { status: "ok", count: 2 } },
+      },
       { kind: "tool-call", data: { toolCallId: "c2", name: "agents_list", args: {} } },
-      { kind: "tool-result", data: { toolCallId: "c2", name: "agents_list", result: { status: "ok", agents: ["main"] } } },
+      {
+        kind: "tool-result",
+        data: { toolCallId: "c2", name: "agents_list", result: { status: "ok", agents: ["main"] } },
+      },
       { kind: "text-delta", data: { text: "There are 2 sessions." } },
     ]);
   });
@@ -64,8 +72,18 @@ describe("executeRun", () => {
   it("gives the model the run's tools, context and the message with its provenance", async () => {
     const model = new PlaybackModel([{ text: "ok" }]);
     const { ctx } = fakeRunContext();
-    const provenance = { kind: "agent" as const, fromSessionKey: "agent:b:main", fromRunId: "r0", chainId: "c", hop: 2 };
-    await executeRun(runPayload("do it", { provenance, context: "Agent 2 (target) session: agent:main:main." }), model, ctx);
+    const provenance = {
+      kind: "agent" as const,
+      fromSessionKey: "agent:b:main",
+      fromRunId: "r0",
+      chainId: "c",
+      hop: 2,
+    };
+    await executeRun(
+      runPayload("do it", { provenance, context: "Agent 2 (target) session: agent:main:main." }),
+      model,
+      ctx,
+    );
     const request = model.requests[0]!;
     expect(request.tools.map((t) => t.name)).toEqual(["sessions_send", "sessions_spawn"]);
     expect(request.system).toContain("Agent 2 (target) session: agent:main:main.");
@@ -94,7 +112,9 @@ describe("executeRun", () => {
 
   it("answers a call with unusable arguments with an error result instead of invoking the tool", async () => {
     const model = new PlaybackModel([
-      { toolCalls: [{ id: "c1", name: "sessions_send", args: {}, argsError: "arguments are not valid JSON" }] },
+      {
+        toolCalls: [{ id: "c1", name: "sessions_send", args: {}, argsError: "arguments are not valid JSON" }],
+      },
       (request) => {
         const last = request.messages.at(-1);
         return { text: last?.role === "tool" ? JSON.stringify(last.result) : "no result" };
@@ -103,7 +123,10 @@ describe("executeRun", () => {
     const { ctx, calls } = fakeRunContext({ sessions_send: () => ({ status: "ok" }) });
     const result = await executeRun(runPayload("x"), model, ctx);
     expect(calls).toEqual([]);
-    expect(JSON.parse(result.reply)).toEqual({ status: "error", error: "tool sessions_send: arguments are not valid JSON" });
+    expect(JSON.parse(result.reply)).toEqual({
+      status: "error",
+      error: "tool sessions_send: arguments are not valid JSON",
+    });
   });
 
   it("stops a model that keeps calling tools after the round limit", async () => {
@@ -127,7 +150,10 @@ describe("executeRun", () => {
 
   it("aborts while a tool call is pending, without waiting for it", async () => {
     const controller = new AbortController();
-    const model = new PlaybackModel([{ toolCalls: [{ id: "c1", name: "sessions_send", args: {} }] }, { text: "never" }]);
+    const model = new PlaybackModel([
+      { toolCalls: [{ id: "c1", name: "sessions_send", args: {} }] },
+      { text: "never" },
+    ]);
     const { ctx } = fakeRunContext(
       {
         sessions_send: () => {

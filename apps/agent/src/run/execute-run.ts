@@ -9,8 +9,15 @@ export type ProgressKind = "text-delta" | "tool-call" | "tool-result";
 
 /** What the worker provides for one run. */
 export interface RunContext {
-  /** `tools.invoke` for this run. */
-  invokeTool(name: string, args: Record<string, unknown>): Promise<Record<string, unknown>>;
+  /**
+   * `tools.invoke` for this run. `toolCallId` is the model's id for the call, so the gateway can
+   * record the call under the same id the run's progress reports use.
+   */
+  invokeTool(
+    name: string,
+    args: Record<string, unknown>,
+    call?: { toolCallId: string },
+  ): Promise<Record<string, unknown>>;
   /** `run.progress` for this run; best effort (a failure is logged, never fails the run). */
   progress(kind: ProgressKind, data: Record<string, unknown>): Promise<void> | void;
   /** Aborted at the deadline or on shutdown. */
@@ -117,12 +124,15 @@ export async function executeRun(
           result = { status: "error", error: `tool ${call.name}: ${call.argsError}` };
         } else {
           try {
-            result = await raceAbort(ctx.invokeTool(call.name, call.args), signal);
+            result = await raceAbort(ctx.invokeTool(call.name, call.args, { toolCallId: call.id }), signal);
           } catch (error) {
             if (signal.aborted) throw aborted(error);
             // Tools never throw at the model: a refused or failed invocation becomes a result it can read.
             result = { status: "error", error: error instanceof Error ? error.message : String(error) };
-            logger.warn({ runId: run.runId, tool: call.name, error: String(error) }, "tool invocation failed");
+            logger.warn(
+              { runId: run.runId, tool: call.name, error: String(error) },
+              "tool invocation failed",
+            );
           }
         }
         report("tool-result", { toolCallId: call.id, name: call.name, result });

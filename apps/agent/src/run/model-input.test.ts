@@ -13,9 +13,13 @@ const agentProvenance = {
 describe("buildModelInput", () => {
   it("puts the agent, session and the run's injected context in the system prompt", () => {
     const context = "Agent-to-agent message context:\nAgent 1 (requester) session: agent:research:main.";
-    const { system } = buildModelInput(runPayload("hi", { context, lane: "nested" }), { instructions: "Be brief." });
+    const { system } = buildModelInput(runPayload("hi", { context, lane: "nested" }), {
+      instructions: "Be brief.",
+    });
     expect(system.startsWith("Be brief.")).toBe(true);
-    expect(system).toContain('You are the agent "main", answering in the Switchboard session agent:main:main (lane nested).');
+    expect(system).toContain(
+      'You are the agent "main", answering in the Switchboard session agent:main:main (lane nested).',
+    );
     expect(system).toContain(context);
   });
 
@@ -42,7 +46,10 @@ describe("buildModelInput", () => {
     const { messages } = buildModelInput(runPayload("now", { history }), { historyLimit: 3 });
     expect(messages).toEqual([
       { role: "assistant", content: "one" },
-      { role: "user", content: "[Message from another agent (session agent:research:main), not from your user]\nsecond" },
+      {
+        role: "user",
+        content: "[Message from another agent (session agent:research:main), not from your user]\nsecond",
+      },
       { role: "assistant", content: "two" },
       { role: "user", content: "now" },
     ]);
@@ -51,11 +58,13 @@ describe("buildModelInput", () => {
 
 describe("presentMessage", () => {
   it("labels sub-agent reports, operator and system messages", () => {
-    expect(presentMessage("done", { kind: "subagent", childSessionKey: "agent:main:subagent:1", runId: "r1" })).toBe(
-      "[Report from sub-agent (session agent:main:subagent:1, run r1), not from your user]\ndone",
+    expect(
+      presentMessage("done", { kind: "subagent", childSessionKey: "agent:main:subagent:1", runId: "r1" }),
+    ).toBe("[Report from sub-agent (session agent:main:subagent:1, run r1), not from your user]\ndone");
+    expect(presentMessage("x", { kind: "operator", actor: "ops" })).toBe(
+      "[Message from the operator ops]\nx",
     );
-    expect(presentMessage("x", { kind: "operator", actor: "ops" })).toBe("[Message from the operator ops]\nx");
-    expect(presentMessage("x", { kind: "agent", ...agentProvenance, step: "reply" })).toContain(", reply step)");
+    expect(presentMessage("x", { ...agentProvenance, step: "reply" })).toContain(", reply step)");
   });
 });
 
@@ -64,10 +73,16 @@ describe("historyToChat", () => {
     const chat = historyToChat([
       historyMessage(1, "toolResult", [{ type: "toolResult", toolCallId: "orphan", name: "x", result: {} }]),
       historyMessage(2, "user", [{ type: "text", text: "go" }]),
-      historyMessage(3, "toolCall", [{ type: "toolCall", id: "a", name: "sessions_list", args: { limit: 5 } }]),
+      historyMessage(3, "toolCall", [
+        { type: "toolCall", id: "a", name: "sessions_list", args: { limit: 5 } },
+      ]),
       historyMessage(4, "toolCall", [{ type: "toolCall", id: "b", name: "agents_list", args: {} }]),
-      historyMessage(5, "toolResult", [{ type: "toolResult", toolCallId: "a", name: "sessions_list", result: { count: 0 } }]),
-      historyMessage(6, "toolResult", [{ type: "toolResult", toolCallId: "b", name: "agents_list", result: { agents: [] } }]),
+      historyMessage(5, "toolResult", [
+        { type: "toolResult", toolCallId: "a", name: "sessions_list", result: { count: 0 } },
+      ]),
+      historyMessage(6, "toolResult", [
+        { type: "toolResult", toolCallId: "b", name: "agents_list", result: { agents: [] } },
+      ]),
       historyMessage(7, "toolCall", [{ type: "toolCall", id: "c", name: "session_status", args: {} }]),
       historyMessage(8, "assistant", [{ type: "text", text: "done" }]),
     ]);

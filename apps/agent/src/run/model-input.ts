@@ -1,4 +1,4 @@
-import { type HistoryMessage, type Provenance, messageText, type TranscriptMessage } from "@switchboard/core";
+import { type HistoryMessage, messageText, type Provenance, type TranscriptMessage } from "@switchboard/core";
 import type { ChatMessage, ModelToolCall, RunAssignedPayload } from "../model/model-types";
 
 export interface ModelInputOptions {
@@ -85,7 +85,8 @@ export function historyToChat(history: readonly HistoryMessage[]): ChatMessage[]
     const calls: ModelToolCall[] = [];
     for (const part of entry.content) {
       if (part.type === "toolCall" && typeof part.id === "string" && typeof part.name === "string") {
-        const args = part.args !== null && typeof part.args === "object" ? (part.args as Record<string, unknown>) : {};
+        const args =
+          part.args !== null && typeof part.args === "object" ? (part.args as Record<string, unknown>) : {};
         calls.push({ id: part.id, name: part.name, args });
       }
     }
@@ -101,7 +102,12 @@ export function historyToChat(history: readonly HistoryMessage[]): ChatMessage[]
         {
           // Calls recorded one entry each before their results belong to one assistant turn.
           const previous = raw.at(-1);
-          if (text === "" && calls.length > 0 && previous?.role === "assistant" && previous.toolCalls?.length) {
+          if (
+            text === "" &&
+            calls.length > 0 &&
+            previous?.role === "assistant" &&
+            previous.toolCalls?.length
+          ) {
             previous.toolCalls.push(...calls);
           } else if (calls.length > 0) {
             raw.push({ role: "assistant", content: text, toolCalls: calls });
@@ -113,7 +119,12 @@ export function historyToChat(history: readonly HistoryMessage[]): ChatMessage[]
       case "toolResult":
         for (const part of entry.content) {
           if (part.type === "toolResult" && typeof part.toolCallId === "string") {
-            raw.push({ role: "tool", toolCallId: part.toolCallId, name: String(part.name ?? ""), result: part.result });
+            raw.push({
+              role: "tool",
+              toolCallId: part.toolCallId,
+              name: String(part.name ?? ""),
+              result: part.result,
+            });
           }
         }
         break;
@@ -139,7 +150,8 @@ function pairToolCalls(messages: readonly ChatMessage[]): ChatMessage[] {
     const callIds = new Set(message.toolCalls.map((call) => call.id));
     const answered = new Map<string, Extract<ChatMessage, { role: "tool" }>>();
     for (const result of results) {
-      if (callIds.has(result.toolCallId) && !answered.has(result.toolCallId)) answered.set(result.toolCallId, result);
+      if (callIds.has(result.toolCallId) && !answered.has(result.toolCallId))
+        answered.set(result.toolCallId, result);
     }
     const calls = message.toolCalls.filter((call) => answered.has(call.id));
     if (calls.length > 0) {

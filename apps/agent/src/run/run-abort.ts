@@ -53,8 +53,13 @@ export function runAbortedError(signal: AbortSignal, cause?: unknown): Switchboa
   let why = "";
   if (isDeadline) why = "deadline exceeded";
   else if (typeof reason === "string" && reason !== "") why = reason;
-  else if (reason instanceof Error && reason.name !== "AbortError" && reason.message !== "") why = reason.message;
-  return new SwitchboardError(isDeadline ? "TIMEOUT" : "UNAVAILABLE", why ? `run aborted: ${why}` : "run aborted", {
-    cause: cause ?? reason,
-  });
+  else if (reason instanceof Error && reason.name !== "AbortError" && reason.message !== "")
+    why = reason.message;
+  return new SwitchboardError(
+    isDeadline ? "TIMEOUT" : "UNAVAILABLE",
+    why ? `run aborted: ${why}` : "run aborted",
+    {
+      cause: cause ?? reason,
+    },
+  );
 }

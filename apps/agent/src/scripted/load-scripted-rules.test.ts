@@ -16,7 +16,7 @@ rules:
     reply: "they said: {{result.reply}}"
   - context: "Agent-to-agent reply step"
     reply: "REPLY_SKIP"
-  - reply: 42
+  - reply: "{{results.0.status}}"
 `;
 
 let dir: string;
@@ -36,10 +36,14 @@ describe("loadScriptedRulesFile", () => {
       tool: "sessions_send",
       args: { sessionKey: "$1", message: "$2", timeoutSeconds: 10 },
     });
-    expect(rules[3]?.reply).toBe("42");
+    expect(rules[3]?.reply).toBe("{{results.0.status}}");
 
     const { ctx, calls } = fakeRunContext({ sessions_send: () => ({ status: "ok", reply: "fine" }) });
-    const result = await executeRun(runPayload("ask agent:b:main how?"), new ScriptedModelProvider(rules), ctx);
+    const result = await executeRun(
+      runPayload("ask agent:b:main how?"),
+      new ScriptedModelProvider(rules),
+      ctx,
+    );
     expect(calls[0]?.args).toEqual({ sessionKey: "agent:b:main", message: "how?", timeoutSeconds: 10 });
     expect(result.reply).toBe("they said: fine");
   });
@@ -53,7 +57,9 @@ describe("loadScriptedRulesFile", () => {
   it("names the file and the bad field", async () => {
     const path = join(dir, "bad.yaml");
     await writeFile(path, "rules:\n  - reply: ok\n  - when: '(unclosed'\n    reply: x\n");
-    await expect(loadScriptedRulesFile(path)).rejects.toThrow(`${path}.rules[1].when: invalid regular expression`);
+    await expect(loadScriptedRulesFile(path)).rejects.toThrow(
+      `invalid scripted rules file ${path}:\n  rules[1].when: invalid regular expression`,
+    );
   });
 
   it("reports an unreadable file and invalid YAML clearly", async () => {
@@ -66,8 +72,8 @@ describe("loadScriptedRulesFile", () => {
 });
 
 describe("parseScriptedRules", () => {
-  it("refuses an object with other keys than rules", () => {
-    expect(() => parseScriptedRules({ rules: [], rulez: [] }, "f.yaml")).toThrow("unknown keys: rulez");
-    expect(() => parseScriptedRules("reply: x", "f.yaml")).toThrow("f.yaml: expected a list of rules (or {rules: [...]}), got string");
+  it("refuses an object with other keys than rules, and a value that is not a list", () => {
+    expect(() => parseScriptedRules({ rules: [], rulez: [] }, "f.yaml")).toThrow("rulez: unknown key");
+    expect(() => parseScriptedRules("reply: x", "f.yaml")).toThrow("invalid f.yaml");
   });
 });

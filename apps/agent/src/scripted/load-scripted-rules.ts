@@ -1,37 +1,27 @@
 import { readFile } from "node:fs/promises";
 import { isAbsolute, resolve } from "node:path";
-import { formatPath, SwitchboardError } from "@switchboard/core";
+import { parseScriptedRulesFile, type ScriptedRule, SwitchboardError } from "@switchboard/core";
 import { parse as parseYaml } from "yaml";
-import type { z } from "zod";
-import { type ScriptedRule, ScriptedRulesSchema } from "./scripted-rule-schema";
+import { templateProblems, templateStrings } from "./template";
 
 /**
- * Validates rules given inline (an array) or read from a file; `where` prefixes every error so it
- * names the config path or the file.
+ * Validates scripted rules — a list, or `{rules: [...]}` as in a rules file — with the config's rule
+ * schema, then checks every template: an unknown variable would otherwise render as empty text at
+ * run time, so it is refused at load time. `where` names the source in errors.
  */
 export function parseScriptedRules(value: unknown, where: string): ScriptedRule[] {
-  // A rules file may hold the list itself or `{rules: [...]}` (the form shown in the docs).
-  let list = value;
-  let label = where;
-  if (value !== null && typeof value === "object" && !Array.isArray(value)) {
-    const keys = Object.keys(value);
-    const unknown = keys.filter((key) => key !== "rules");
-    if (unknown.length > 0 || !("rules" in value)) {
-      throw new SwitchboardError(
-        "INVALID_REQUEST",
-        `${where}: expected a list of rules or an object with only a "rules" list` +
-          (unknown.length > 0 ? ` (unknown keys: ${unknown.join(", ")})` : ""),
-      );
-    }
-    list = (value as { rules: unknown }).rules;
-    label = `${where}.rules`;
-  } else if (!Array.isArray(value)) {
-    const got = value === null ? "null" : typeof value;
-    throw new SwitchboardError("INVALID_REQUEST", `${where}: expected a list of rules (or {rules: [...]}), got ${got}`);
+  const rules = parseScriptedRulesFile(Array.isArray(value) ? { rules: value } : value, where);
+  const problems = rules.flatMap((rule, index) => ruleTemplateProblems(rule, `rules[${index}]`));
+  if (problems.length > 0) {
+    throw new SwitchboardError(
+      "INVALID_REQUEST",
+      `invalid ${where}:\n  ${problems.map((p) => `${p.path}: ${p.message}`).join("\n  ")}`,
+      {
+        details: { issues: problems },
+      },
+    );
   }
-  const parsed = ScriptedRulesSchema.safeParse(list);
-  if (!parsed.success) throw rulesError(parsed.error, label);
-  return parsed.data;
+  return rules;
 }
 
 /** Reads a JSON or YAML rules file (YAML parsing accepts JSON too). Relative paths use `baseDir`. */
@@ -44,27 +34,39 @@ export async function loadScriptedRulesFile(path: string, baseDir = process.cwd(
     throw new SwitchboardError(
       "INVALID_REQUEST",
       `cannot read scripted rules file ${fullPath}: ${(error as Error).message}`,
-      { cause: error },
+      {
+        cause: error,
+      },
     );
   }
   let value: unknown;
   try {
     value = parseYaml(text);
   } catch (error) {
-    throw new SwitchboardError("INVALID_REQUEST", `${fullPath}: not valid YAML or JSON: ${(error as Error).message}`, {
-      cause: error,
-    });
+    throw new SwitchboardError(
+      "INVALID_REQUEST",
+      `${fullPath}: not valid YAML or JSON: ${(error as Error).message}`,
+      {
+        cause: error,
+      },
+    );
   }
-  return parseScriptedRules(value, fullPath);
+  return parseScriptedRules(value, `scripted rules file ${fullPath}`);
 }
 
-function rulesError(error: z.ZodError, label: string): SwitchboardError {
-  const lines = error.issues.map((issue) => {
-    const path = formatPath(issue.path as PropertyKey[]);
-    const where = path === "" ? label : path.startsWith("[") ? `${label}${path}` : `${label}.${path}`;
-    return `${where}: ${issue.message}`;
-  });
-  return new SwitchboardError("INVALID_REQUEST", lines.join("; "), {
-    details: { issues: error.issues.map((issue) => ({ path: formatPath(issue.path as PropertyKey[]), message: issue.message })) },
-  });
+function ruleTemplateProblems(rule: ScriptedRule, path: string): { path: string; message: string }[] {
+  const out: { path: string; message: string }[] = [];
+  const check = (value: unknown, where: string) => {
+    for (const template of templateStrings(value)) {
+      for (const message of templateProblems(template)) out.push({ path: where, message });
+    }
+  };
+  check(rule.reply, `${path}.reply`);
+  check(rule.fail, `${path}.fail`);
+  if (Array.isArray(rule.call)) {
+    for (const [index, call] of rule.call.entries()) check(call.args, `${path}.call[${index}].args`);
+  } else if (rule.call) {
+    check(rule.call.args, `${path}.call.args`);
+  }
+  return out;
 }

@@ -1,8 +1,13 @@
-import { SwitchboardError } from "@switchboard/core";
+import { type ScriptedRule, type ScriptedRuleInput, SwitchboardError } from "@switchboard/core";
 import { abortableSleep } from "../model/abortable-sleep";
-import type { ChatMessage, ModelProvider, ModelRequest, ModelToolCall, ModelTurn } from "../model/model-types";
+import type {
+  ChatMessage,
+  ModelProvider,
+  ModelRequest,
+  ModelToolCall,
+  ModelTurn,
+} from "../model/model-types";
 import { parseScriptedRules } from "./load-scripted-rules";
-import type { ScriptedRule, ScriptedRuleInput } from "./scripted-rule-schema";
 import { renderTemplate, renderValue, type TemplateScope } from "./template";
 
 export const NO_RULE_MATCHED = "no scripted rule matched";
@@ -25,7 +30,7 @@ export class ScriptedModelProvider implements ModelProvider {
   readonly #rules: CompiledRule[];
 
   /** `where` names the rules in errors (a config path or a file). */
-  constructor(rules: readonly ScriptedRuleInput[], where = "rules") {
+  constructor(rules: readonly ScriptedRuleInput[], where = "scripted rules") {
     this.#rules = parseScriptedRules(rules, where).map((rule) => ({
       rule,
       when: rule.when === undefined ? undefined : new RegExp(rule.when),
@@ -45,7 +50,8 @@ export class ScriptedModelProvider implements ModelProvider {
     }
     const { compiled, captures } = match;
     const results = resultsOfThisRun(request.messages);
-    if (results.length === 0 && compiled.rule.delayMs) await abortableSleep(compiled.rule.delayMs, request.signal);
+    if (results.length === 0 && compiled.rule.delayMs)
+      await abortableSleep(compiled.rule.delayMs, request.signal);
 
     const scope: TemplateScope = {
       message: input.message,
@@ -60,14 +66,20 @@ export class ScriptedModelProvider implements ModelProvider {
       lane: request.run.lane,
     };
     const usage = (output: string) => ({
-      inputTokens: estimateTokens(request.system) + request.messages.reduce((n, m) => n + estimateTokens(messageText(m)), 0),
+      inputTokens:
+        estimateTokens(request.system) +
+        request.messages.reduce((n, m) => n + estimateTokens(messageText(m)), 0),
       outputTokens: estimateTokens(output),
     });
 
     const next = compiled.calls[results.length];
     if (next) {
       const args = renderValue(next.args, scope) as Record<string, unknown>;
-      const call: ModelToolCall = { id: `${request.run.runId}:call:${results.length}`, name: next.tool, args };
+      const call: ModelToolCall = {
+        id: `${request.run.runId}:call:${results.length}`,
+        name: next.tool,
+        args,
+      };
       return { toolCalls: [call], usage: usage(JSON.stringify(args)) };
     }
     if (compiled.rule.fail !== undefined) {
@@ -112,7 +124,8 @@ function resultsOfThisRun(messages: readonly ChatMessage[]): unknown[] {
 
 function messageText(message: ChatMessage): string {
   if (message.role === "tool") return JSON.stringify(message.result) ?? "";
-  if (message.role === "assistant" && message.toolCalls) return message.content + JSON.stringify(message.toolCalls);
+  if (message.role === "assistant" && message.toolCalls)
+    return message.content + JSON.stringify(message.toolCalls);
   return message.content;
 }
 

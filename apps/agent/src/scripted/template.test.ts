@@ -21,8 +21,12 @@ describe("renderTemplate", () => {
   it("substitutes captures, the message and result paths", () => {
     expect(renderTemplate("to $1: $2", scope())).toBe("to agent:b:main: hello there");
     expect(renderTemplate("echo: {{message}}", scope())).toBe("echo: ask agent:b:main hello there");
-    expect(renderTemplate("they said: {{result.reply}} ({{ result.count }})", scope())).toBe("they said: hi back (3)");
-    expect(renderTemplate("child {{results.0.childSessionKey}}", scope())).toBe("child agent:main:subagent:1");
+    expect(renderTemplate("they said: {{result.reply}} ({{ result.count }})", scope())).toBe(
+      "they said: hi back (3)",
+    );
+    expect(renderTemplate("child {{results.0.childSessionKey}}", scope())).toBe(
+      "child agent:main:subagent:1",
+    );
   });
 
   it("renders missing values as empty text, objects as JSON and $$ as a dollar", () => {
@@ -39,7 +43,9 @@ describe("renderTemplate", () => {
 
 describe("renderValue", () => {
   it("keeps numbers, booleans and null as typed and renders strings", () => {
-    expect(renderValue({ sessionKey: "$1", message: "$2!", timeoutSeconds: 10, wait: false, none: null }, scope())).toEqual({
+    expect(
+      renderValue({ sessionKey: "$1", message: "$2!", timeoutSeconds: 10, wait: false, none: null }, scope()),
+    ).toEqual({
       sessionKey: "agent:b:main",
       message: "hello there!",
       timeoutSeconds: 10,
@@ -49,12 +55,20 @@ describe("renderValue", () => {
   });
 
   it("keeps the referenced value's type for a template that is exactly one placeholder", () => {
-    const rendered = renderValue({ n: "{{result.count}}", obj: "{{ result.nested }}", s: "n={{result.count}}" }, scope());
+    const rendered = renderValue(
+      { n: "{{result.count}}", obj: "{{ result.nested }}", s: "n={{result.count}}" },
+      scope(),
+    );
     expect(rendered).toEqual({ n: 3, obj: { flag: true }, s: "n=3" });
   });
 
   it("renders nested arrays and objects and drops arguments whose placeholder names nothing", () => {
-    expect(renderValue({ list: ["$1", { k: "{{results.1.count}}" }], gone: "{{result.nope}}", gone2: "$9" }, scope())).toEqual({
+    expect(
+      renderValue(
+        { list: ["$1", { k: "{{results.1.count}}" }], gone: "{{result.nope}}", gone2: "$9" },
+        scope(),
+      ),
+    ).toEqual({
       list: ["agent:b:main", { k: 3 }],
     });
   });

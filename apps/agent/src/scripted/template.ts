@@ -41,7 +41,8 @@ const BROKEN_BRACES = /\{\{(?!\s*[A-Za-z_]\w*(?:\.[\w-]+)*\s*\}\})/;
 /** Problems with a template (unknown variable, unclosed braces); empty when it is fine. */
 export function templateProblems(template: string): string[] {
   const problems: string[] = [];
-  if (BROKEN_BRACES.test(template)) problems.push(`malformed placeholder in "${template}" (expected {{name.path}})`);
+  if (BROKEN_BRACES.test(template))
+    problems.push(`malformed placeholder in "${template}" (expected {{name.path}})`);
   for (const match of template.matchAll(PLACEHOLDER)) {
     const path = match[2];
     if (path === undefined) continue;
@@ -110,6 +111,7 @@ function lookupPath(scope: TemplateScope, path: string): unknown {
 function toText(value: unknown): string {
   if (value === undefined || value === null) return "";
   if (typeof value === "string") return value;
-  if (typeof value === "number" || typeof value === "boolean" || typeof value === "bigint") return String(value);
+  if (typeof value === "number" || typeof value === "boolean" || typeof value === "bigint")
+    return String(value);
   return JSON.stringify(value);
 }

@@ -13,11 +13,23 @@ export function runPayload(
     sessionKey: "agent:main:main",
     agentId: "main",
     lane: "main",
-    input: { message, provenance: provenance ?? { kind: "user", channel: "webchat" }, context: context ?? "" },
+    input: {
+      message,
+      provenance: provenance ?? { kind: "user", channel: "webchat" },
+      context: context ?? "",
+    },
     history: [],
     tools: [
-      { name: "sessions_send", description: "Send a message", parameters: { type: "object", properties: {} } },
-      { name: "sessions_spawn", description: "Spawn a sub-agent", parameters: { type: "object", properties: {} } },
+      {
+        name: "sessions_send",
+        description: "Send a message",
+        parameters: { type: "object", properties: {} },
+      },
+      {
+        name: "sessions_spawn",
+        description: "Spawn a sub-agent",
+        parameters: { type: "object", properties: {} },
+      },
     ],
     ...rest,
   };
@@ -55,7 +67,10 @@ export interface RecordedCall {
  * tool rejects like the gateway would.
  */
 export function fakeRunContext(
-  tools: Record<string, (args: Record<string, unknown>) => Record<string, unknown> | Promise<Record<string, unknown>>> = {},
+  tools: Record<
+    string,
+    (args: Record<string, unknown>) => Record<string, unknown> | Promise<Record<string, unknown>>
+  > = {},
   signal: AbortSignal = new AbortController().signal,
 ) {
   const calls: RecordedCall[] = [];

@@ -1,0 +1,344 @@
+import {
+  type ClientOptions,
+  type ConnectionState,
+  connect,
+  isAbortError,
+  type SwitchboardClient,
+  serve,
+  type WebSocketConstructor,
+} from "@switchboard/client";
+import { SwitchboardError } from "@switchboard/core";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { WebSocket } from "ws";
+import { startTestGateway, type TestGateway } from "./testing/test-gateway";
+
+const STORE = (process.env.SWITCHBOARD_TEST_STORE as "memory" | "file" | undefined) ?? "file";
+const WORKER_TOKEN = "sdk-worker-token-0123456789";
+const CLIENT_TOKEN = "sdk-client-token-0123456789";
+const FAST_RECONNECT = { initialDelayMs: 5, maxDelayMs: 20, jitter: false } as const;
+
+const config = {
+  auth: {
+    tokens: [
+      { name: "worker", token: WORKER_TOKEN, role: "agent" as const, agents: ["main"] },
+      {
+        name: "webchat",
+        token: CLIENT_TOKEN,
+        role: "client" as const,
+        sessions: ["agent:main:webchat:dm:*"],
+      },
+    ],
+  },
+  agents: { list: [{ id: "main", default: true }] },
+};
+
+let gw: TestGateway;
+const clients: SwitchboardClient[] = [];
+
+beforeEach(async () => {
+  gw = await startTestGateway(config, { store: STORE });
+});
+afterEach(async () => {
+  await Promise.all(clients.splice(0).map((client) => client.close()));
+  await gw.close();
+});
+
+async function open(options: Partial<ClientOptions> = {}): Promise<SwitchboardClient> {
+  const client = await connect({
+    url: gw.url,
+    token: gw.token,
+    role: "operator",
+    reconnect: FAST_RECONNECT,
+    ...options,
+  } as ClientOptions);
+  clients.push(client);
+  return client;
+}
+
+async function until<T>(check: () => T | undefined | false, what: string, timeoutMs = 5_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = check();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
+function untilState(client: SwitchboardClient, state: ConnectionState): Promise<void> {
+  if (client.state === state) return Promise.resolve();
+  return new Promise((resolve) => {
+    const off = client.onStateChange((next) => {
+      if (next !== state) return;
+      off();
+      resolve();
+    });
+  });
+}
+
+function deferred<T = void>() {
+  let resolve!: (value: T) => void;
+  const promise = new Promise<T>((done) => {
+    resolve = done;
+  });
+  return { promise, resolve };
+}
+
+/**
+ * A `ws` WebSocket the test can control from the client's side: it records the frames each socket
+ * sent, can drop a live socket, and while `blocked` sends new connection attempts to a closed port,
+ * so the client stays disconnected exactly as long as the test wants.
+ */
+type SentFrame = { method?: string; params?: Record<string, unknown> };
+
+interface SocketControl {
+  blocked: boolean;
+  sockets: WebSocket[];
+  sent: Map<WebSocket, SentFrame[]>;
+  WebSocket: WebSocketConstructor;
+  frames(index: number): SentFrame[];
+  drop(index?: number): void;
+}
+
+function controlledSockets(): SocketControl {
+  const control: SocketControl = {
+    blocked: false,
+    sockets: [] as WebSocket[],
+    sent: new Map<WebSocket, SentFrame[]>(),
+    WebSocket: undefined as unknown as WebSocketConstructor,
+    /** Frames the n-th live socket sent. */
+    frames(index: number) {
+      const socket = control.sockets[index];
+      return socket ? (control.sent.get(socket) ?? []) : [];
+    },
+    drop(index = control.sockets.length - 1) {
+      control.sockets[index]?.terminate();
+    },
+  };
+  class ControlledWebSocket extends WebSocket {
+    constructor(url: string) {
+      super(control.blocked ? "ws://127.0.0.1:1" : url);
+      if (control.blocked) return;
+      control.sockets.push(this);
+      const frames: SentFrame[] = [];
+      control.sent.set(this, frames);
+      const send = this.send.bind(this);
+      this.send = ((data: string) => {
+        frames.push(JSON.parse(data));
+        send(data);
+      }) as WebSocket["send"];
+    }
+  }
+  control.WebSocket = ControlledWebSocket as unknown as WebSocketConstructor;
+  return control;
+}
+
+describe("@switchboard/client against the real gateway", () => {
+  it("completes the handshake and makes typed calls; errors keep their protocol codes", async () => {
+    const client = await open();
+    expect(client.state).toBe("open");
+    expect(client.connection).toMatchObject({
+      protocol: 1,
+      role: "operator",
+      server: { name: "switchboard", instanceId: gw.gateway.instanceId },
+    });
+    expect(client.connection?.methods).toContain("sessions.list");
+
+    const created = await client.sessions.create({ key: "agent:main:cron:nightly" });
+    expect(created.key).toBe("agent:main:cron:nightly");
+    expect(await client.sessions.resolve({ key: "agent:main:cron:nightly" })).toEqual({
+      key: created.key,
+      sessionId: created.sessionId,
+    });
+    const listed = await client.sessions.list({});
+    expect(listed.sessions.map((session) => session.key)).toContain("agent:main:cron:nightly");
+
+    // Refused before sending (schema), refused by the gateway (unknown run), refused by role.
+    await expect(client.sessions.create({ key: 42 } as never)).rejects.toMatchObject({
+      code: "INVALID_REQUEST",
+      message: expect.stringContaining("key"),
+    });
+    await expect(client.agent.wait({ runId: "no-such-run" })).rejects.toMatchObject({ code: "NOT_FOUND" });
+    const webchat = await open({
+      token: CLIENT_TOKEN,
+      role: "client",
+      sessionKey: "agent:main:webchat:dm:alice",
+    });
+    await expect(webchat.sessions.list({})).rejects.toMatchObject({ code: "FORBIDDEN" });
+    await expect(webchat.sessions.history({ sessionKey: "agent:main:cron:nightly" })).rejects.toMatchObject({
+      code: "FORBIDDEN",
+    });
+    await expect(
+      webchat.chat.send({ sessionKey: "agent:main:webchat:dm:alice", message: "hi" }),
+    ).resolves.toMatchObject({ status: "accepted" });
+
+    await expect(
+      connect({ url: gw.url, token: "not-a-valid-token-at-all", role: "operator" }),
+    ).rejects.toMatchObject({ code: "UNAUTHORIZED" });
+  });
+
+  it("resolves an agent.wait that was in flight when the connection dropped, for a run that ended meanwhile", async () => {
+    const release = deferred();
+    const worker = await serve({ url: gw.url, token: WORKER_TOKEN }, ["main"], async (run) => {
+      await release.promise;
+      return { reply: `late reply to ${run.input.message}` };
+    });
+    const control = controlledSockets();
+    const client = await open({ WebSocket: control.WebSocket });
+    const observer = await open();
+
+    const { runId } = await client.chat.send({ sessionKey: "main", message: "hello" });
+    const waiting = client.agent.wait({ runId, timeoutMs: 10_000 });
+    await until(
+      () => control.frames(0).some((frame) => frame.method === "agent.wait"),
+      "agent.wait to be sent",
+    );
+
+    control.blocked = true;
+    control.drop(0);
+    await untilState(client, "reconnecting");
+    release.resolve();
+    expect(await observer.agent.wait({ runId, timeoutMs: 5_000 })).toMatchObject({ status: "ok" });
+
+    control.blocked = false;
+    await expect(waiting).resolves.toMatchObject({ runId, status: "ok", reply: "late reply to hello" });
+    expect(control.sockets).toHaveLength(2);
+    expect(control.frames(1).filter((frame) => frame.method === "agent.wait")).toHaveLength(1);
+    await worker.stop();
+  });
+
+  it("resumes events after a reconnect without losing or repeating any", async () => {
+    const control = controlledSockets();
+    const resuming = await open({ WebSocket: control.WebSocket });
+    const steady = await open();
+    const seen = {
+      resuming: [] as Array<{ seq: number; event: string; key?: string }>,
+      steady: [] as Array<{ seq: number; event: string; key?: string }>,
+    };
+    resuming.on(
+      "session.updated",
+      (event) => void seen.resuming.push({ seq: event.seq, event: event.event, key: event.payload.key }),
+    );
+    resuming.on("audit.appended", (event) => void seen.resuming.push({ seq: event.seq, event: event.event }));
+    steady.on(
+      "session.updated",
+      (event) => void seen.steady.push({ seq: event.seq, event: event.event, key: event.payload.key }),
+    );
+    steady.on("audit.appended", (event) => void seen.steady.push({ seq: event.seq, event: event.event }));
+    await resuming.subscribe({});
+    const { seq: start } = await steady.subscribe({});
+
+    const keys = Array.from({ length: 15 }, (_, index) => `agent:main:cron:job-${index}`);
+    const createAll = async (batch: string[]) => {
+      for (const key of batch) await steady.sessions.create({ key });
+    };
+    const sawCreated = (list: typeof seen.resuming, key: string) => list.some((event) => event.key === key);
+
+    await createAll(keys.slice(0, 5));
+    await until(() => sawCreated(seen.resuming, keys[4]!), "the first batch");
+    control.blocked = true;
+    control.drop();
+    await untilState(resuming, "reconnecting");
+    await createAll(keys.slice(5, 10)); // happens while the client is away
+    await until(() => sawCreated(seen.steady, keys[9]!), "the second batch on the steady client");
+    control.blocked = false;
+    await untilState(resuming, "open");
+    await createAll(keys.slice(10));
+    await until(() => sawCreated(seen.resuming, keys[14]!), "the last batch");
+    const end = seen.resuming.find((event) => event.key === keys[14])!.seq;
+
+    const window = (list: typeof seen.resuming) =>
+      list.filter((event) => event.seq > start && event.seq <= end);
+    const seqs = window(seen.resuming).map((event) => event.seq);
+    expect(new Set(seqs).size).toBe(seqs.length);
+    expect(seqs).toEqual([...seqs].sort((a, b) => a - b));
+    expect(window(seen.resuming)).toEqual(window(seen.steady));
+    expect(
+      window(seen.resuming)
+        .filter((event) => event.event === "session.updated")
+        .map((event) => event.key),
+    ).toEqual(keys);
+    expect(control.sockets).toHaveLength(2);
+  });
+
+  it("times out and aborts a single call without harming the connection", async () => {
+    const client = await open();
+    // Nobody serves `main` here, so the run stays queued and agent.wait has nothing to answer yet.
+    const { runId } = await client.chat.send({ sessionKey: "main", message: "anyone?" });
+
+    await expect(client.agent.wait({ runId, timeoutMs: 400 }, { timeoutMs: 50 })).rejects.toMatchObject({
+      code: "TIMEOUT",
+      retryable: true,
+    });
+
+    const controller = new AbortController();
+    const aborted = client.agent.wait({ runId, timeoutMs: 10_000 }, { signal: controller.signal });
+    controller.abort();
+    const error = await aborted.then(
+      () => undefined,
+      (reason: unknown) => reason,
+    );
+    expect(isAbortError(error)).toBe(true);
+    await expect(
+      client.agent.wait({ runId }, { signal: AbortSignal.abort(new SwitchboardError("TIMEOUT", "gave up")) }),
+    ).rejects.toThrow("gave up");
+
+    // The late answer to the timed-out call arrives meanwhile and is ignored; the client keeps working.
+    expect(await client.agent.wait({ runId, timeoutMs: 500 })).toMatchObject({ runId, status: "timeout" });
+    expect(client.state).toBe("open");
+    expect((await client.sessions.status({ sessionKey: "main" })).sessionKey).toBeDefined();
+  });
+
+  it("runs an AgentWorker end to end: progress, tools.invoke for the run, reply with usage, failures", async () => {
+    const op = await open();
+    const progress: Array<{ runId: string; kind: string; text?: string }> = [];
+    const ended: Array<{ runId: string; usage?: unknown }> = [];
+    op.on("run.progress", (event) => void progress.push(event.payload));
+    op.on("run.ended", (event) => void ended.push(event.payload));
+    await op.subscribe({ sessionKey: "agent:main:main" });
+
+    const worker = await serve({ url: gw.url, token: WORKER_TOKEN }, ["main"], async (run, ctx) => {
+      await ctx.progress("text-delta", { text: "thinking" });
+      const status = await ctx.invokeTool("session_status", {});
+      if (run.input.message === "fail") throw new Error("handler gave up");
+      return {
+        reply: `${run.input.message} from ${String(status.sessionKey)}`,
+        usage: { inputTokens: 3, outputTokens: 4 },
+      };
+    });
+
+    const { runId } = await op.chat.send({ sessionKey: "main", message: "hello" });
+    expect(await op.agent.wait({ runId, timeoutMs: 5_000 })).toMatchObject({
+      status: "ok",
+      reply: "hello from main",
+    });
+    expect(progress).toContainEqual(expect.objectContaining({ runId, kind: "text-delta", text: "thinking" }));
+    expect(await until(() => ended.find((event) => event.runId === runId), "run.ended")).toMatchObject({
+      usage: { inputTokens: 3, outputTokens: 4 },
+    });
+    const history = await op.sessions.history({ sessionKey: "main", includeTools: true });
+    expect(history.messages.map((message) => message.role)).toEqual([
+      "user",
+      "toolCall",
+      "toolResult",
+      "assistant",
+    ]);
+
+    const { runId: failing } = await op.chat.send({ sessionKey: "main", message: "fail" });
+    expect(await op.agent.wait({ runId: failing, timeoutMs: 5_000 })).toMatchObject({
+      status: "error",
+      error: "handler gave up",
+    });
+
+    // A worker may act only for runs it holds.
+    await expect(
+      worker.client.tools.invoke({ tool: "session_status", args: {}, runId }),
+    ).rejects.toMatchObject({ code: "FORBIDDEN" });
+
+    await worker.stop();
+    expect(worker.client.state).toBe("closed");
+    expect((await op.agents.list()).agents.find((agent) => agent.id === "main")).toMatchObject({
+      connected: false,
+    });
+  });
+});
