@@ -34,8 +34,11 @@ interface ChainPosition {
  * spawn → run → announce. Every step is labelled and checked like a send.
  */
 export class AgentFlows {
-  /** chainId → sessions currently blocked waiting on a reply in that chain (with counts). */
-  private readonly waiting = new Map<string, Map<string, number>>();
+  /**
+   * Who is blocked waiting on whom right now (waiter → target → count), across all chains: two
+   * chains can dead-lock each other through the sessions' lanes just as one chain can.
+   */
+  private readonly waitsFor = new Map<string, Map<string, number>>();
   private readonly background = new Set<Promise<unknown>>();
   private archiveTimer: NodeJS.Timeout | undefined;
 
@@ -79,24 +82,37 @@ export class AgentFlows {
     return { chainId: randomUUID(), hop: 1 };
   }
 
-  /** Sessions of the chain that would form a cycle if `caller` waited on `target`. */
-  cycleFor(chainId: string, callerKey: string, targetKey: string, waits: boolean): string[] | undefined {
+  /**
+   * The wait cycle that `caller` waiting on `target` would close (e.g. `[A, B, A]`), or undefined.
+   * A self-wait is a cycle too.
+   */
+  cycleFor(callerKey: string, targetKey: string, waits: boolean): string[] | undefined {
     if (!waits) return undefined;
     if (targetKey === callerKey) return [callerKey, targetKey];
-    const waitingHere = this.waiting.get(chainId);
-    if (waitingHere?.has(targetKey)) return [...waitingHere.keys(), callerKey, targetKey];
-    return undefined;
+    // Depth-first from the target along current waits: reaching the caller closes a cycle.
+    const path: string[] = [];
+    const seen = new Set<string>();
+    const visit = (key: string): boolean => {
+      if (key === callerKey) return true;
+      if (seen.has(key)) return false;
+      seen.add(key);
+      path.push(key);
+      for (const next of this.waitsFor.get(key)?.keys() ?? []) if (visit(next)) return true;
+      path.pop();
+      return false;
+    };
+    return visit(targetKey) ? [callerKey, ...path, callerKey] : undefined;
   }
 
-  private markWaiting(chainId: string, key: string): () => void {
-    const map = this.waiting.get(chainId) ?? new Map<string, number>();
-    map.set(key, (map.get(key) ?? 0) + 1);
-    this.waiting.set(chainId, map);
+  private markWaiting(waiter: string, target: string): () => void {
+    const targets = this.waitsFor.get(waiter) ?? new Map<string, number>();
+    targets.set(target, (targets.get(target) ?? 0) + 1);
+    this.waitsFor.set(waiter, targets);
     return () => {
-      const count = (map.get(key) ?? 1) - 1;
-      if (count <= 0) map.delete(key);
-      else map.set(key, count);
-      if (map.size === 0) this.waiting.delete(chainId);
+      const count = (targets.get(target) ?? 1) - 1;
+      if (count <= 0) targets.delete(target);
+      else targets.set(target, count);
+      if (targets.size === 0 && this.waitsFor.get(waiter) === targets) this.waitsFor.delete(waiter);
     };
   }
 
@@ -108,8 +124,8 @@ export class AgentFlows {
     message: string,
     position: ChainPosition,
     waits: boolean,
+    cycle = this.cycleFor(callerEntry.key, targetEntry.key, waits),
   ): PolicyContext {
-    const cycle = this.cycleFor(position.chainId, callerEntry.key, targetEntry.key, waits);
     return {
       hook: "PRE_SEND",
       caller: this.policy.facts(callerEntry),
@@ -137,16 +153,26 @@ export class AgentFlows {
   ): Promise<SessionsSendResult> {
     const position = this.chainPosition(caller);
     const waits = timeoutSeconds > 0;
-    const decision = await this.policy.enforce(
-      this.sendContext(callerEntry, targetEntry, message, position, waits),
-      caller.operator,
-    );
-    if (decision.action === "BLOCK") return { status: "forbidden", error: decision.message };
+    // Check for a wait cycle and mark the caller as waiting in one synchronous step, before any
+    // await: two sends racing towards each other must not both pass the check.
+    const cycle = this.cycleFor(callerEntry.key, targetEntry.key, waits);
+    const release = waits && !cycle ? this.markWaiting(callerEntry.key, targetEntry.key) : () => undefined;
+    let decision: Awaited<ReturnType<PolicyService["enforce"]>>;
+    try {
+      decision = await this.policy.enforce(
+        this.sendContext(callerEntry, targetEntry, message, position, waits, cycle),
+        caller.operator,
+      );
+    } catch (error) {
+      release();
+      throw error;
+    }
+    if (decision.action === "BLOCK") {
+      release();
+      return { status: "forbidden", error: decision.message };
+    }
     const text = decision.text ?? message;
 
-    // Mark the caller as waiting before the message goes out: the target may answer with a send of
-    // its own before this call resumes, and the cycle check must already see this wait.
-    const release = waits ? this.markWaiting(position.chainId, callerEntry.key) : () => undefined;
     let result: WaitResult;
     let record: RunRecord;
     let delivery: { status: "delivered" | "queued" };

@@ -46,7 +46,11 @@ export class AuditService {
       await this.store.append([record]);
       this.bus.publish(
         "audit.appended",
-        { index: record.index, kind: record.kind, ...(record.sessionKey ? { sessionKey: record.sessionKey } : {}) },
+        {
+          index: record.index,
+          kind: record.kind,
+          ...(record.sessionKey ? { sessionKey: record.sessionKey } : {}),
+        },
         record.sessionKey ? { sessionKey: record.sessionKey } : {},
       );
       return record;

@@ -1,1 +1,4 @@
-export {};
+#!/usr/bin/env node
+import { runCli } from "./cli/main";
+
+process.exitCode = await runCli(process.argv.slice(2));

@@ -3,6 +3,7 @@ import { resolve } from "node:path";
 import {
   type Config,
   type ConnectParams,
+  canonicalizeKey,
   EVENT_NAMES,
   type Level,
   METHOD_NAMES,
@@ -267,10 +268,10 @@ export class Gateway {
       const patterns =
         "sessions" in token && token.sessions ? token.sessions : token.role === "operator" ? ["*"] : [];
       if (params.sessionKey) {
-        const key = this.sessions.keyContext();
-        const canonical = params.sessionKey.startsWith("agent:")
-          ? params.sessionKey
-          : `agent:${key.defaultAgentId}:${params.sessionKey}`;
+        const canonical = canonicalizeKey(
+          params.sessionKey,
+          this.sessions.keyContext(undefined, "sessionKey"),
+        );
         if (!patterns.some((pattern) => keyPatternMatches(pattern, canonical))) {
           throw new SwitchboardError(
             "UNAUTHORIZED",
@@ -481,7 +482,11 @@ export class Gateway {
         },
         {
           type: "message",
-          label: toolLevel(this.config.labels, params.tool),
+          // Only a successful result carries the tool's data; a refusal or error carries none.
+          label:
+            result.status === "ok" || result.status === "accepted"
+              ? toolLevel(this.config.labels, params.tool)
+              : entry.taint,
           ...(caller.runId ? { runId: caller.runId } : {}),
           message: {
             role: "toolResult",
@@ -499,6 +504,15 @@ export class Gateway {
     );
     if (decision.action === "BLOCK") return record({ status: "forbidden", error: decision.message });
     const result = (await this.executor.invoke(params.tool, args, caller)) as Record<string, unknown>;
+    if (result.status === "ok" || result.status === "accepted") {
+      const label = toolLevel(this.config.labels, params.tool);
+      await this.sessions.raiseTaint(
+        entry.key,
+        label,
+        `result of tool ${params.tool}`,
+        `tool:${params.tool}`,
+      );
+    }
     return record(result);
   }
 
@@ -857,6 +871,17 @@ export class Gateway {
           const name = params.name ?? "tool";
           const id = params.toolCallId ?? randomUUID();
           const label = params.kind === "tool-result" ? toolLevel(this.config.labels, name) : entry.taint;
+          if (params.kind === "tool-result") {
+            // A worker-executed tool's result is data taken in at the tool's label: no read-up.
+            const decision = await this.policy.enforce(
+              this.backend.toolCallContext(entry, name, params.args ?? {}),
+            );
+            if (decision.action === "BLOCK") {
+              throw new SwitchboardError("FORBIDDEN", decision.message, {
+                details: { ruleId: decision.ruleId },
+              });
+            }
+          }
           await this.sessions.append(record.sessionKey, [
             params.kind === "tool-call"
               ? {

@@ -1,2 +1,4 @@
+export { type LoadConfigOptions, type LoadedConfig, loadConfig, resolveDataDir } from "./config-loader";
 export { Gateway, type GatewayOptions, keyPatternMatches, startGateway } from "./gateway";
+export { type AppLoggerOptions, createAppLogger, type LogLevel } from "./logger";
 export { VERSION } from "./version";

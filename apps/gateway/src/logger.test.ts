@@ -20,7 +20,12 @@ describe("createAppLogger", () => {
       },
       "something happened",
     );
-    const entry = JSON.parse(lines[0]!) as Record<string, any>;
+    const entry = JSON.parse(lines[0]!) as {
+      auth: { token: string };
+      run: { message: string };
+      err: { message: string };
+      msg: string;
+    };
     const text = lines.join("");
     expect(text).not.toContain("secret");
     expect(text).not.toContain("hunter2");

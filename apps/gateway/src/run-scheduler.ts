@@ -91,6 +91,7 @@ export class RunScheduler {
         await this.finish(record, "error", { error: "gateway restarted" });
         continue;
       }
+      await this.repairInput(record);
       const active: ActiveRun = { record, waiters: new Set() };
       this.active.set(record.runId, active);
       this.armTimeout(active);
@@ -142,25 +143,43 @@ export class RunScheduler {
       ...(spec.idempotencyKey ? { idempotencyKey: spec.idempotencyKey } : {}),
       ...(spec.spawn ? { spawn: spec.spawn } : {}),
       ...(spec.flow ? { flow: spec.flow } : {}),
+      label: spec.label,
     };
-    if (spec.recordInput !== false) {
-      await this.sessions.append(entry.key, [
-        {
-          type: "message",
-          label: spec.label,
-          runId,
-          provenance: spec.provenance,
-          message: { role: "user", content: [{ type: "text", text: spec.message }] },
-        },
-      ]);
-    }
+    // The run record goes first: a crash between the two writes leaves a run whose input is
+    // missing (recovery writes it), never an input without a run (a retry would duplicate it).
     await this.store.runs.put(record);
+    if (spec.recordInput !== false) await this.recordInput(record, spec.label);
     const active: ActiveRun = { record, waiters: new Set() };
     this.active.set(runId, active);
     this.armTimeout(active);
     this.queue(record);
     this.pump(laneKeyOf(record));
     return record;
+  }
+
+  private async recordInput(record: RunRecord, label: Level): Promise<void> {
+    await this.sessions.append(record.sessionKey, [
+      {
+        type: "message",
+        label,
+        runId: record.runId,
+        ...(record.provenance ? { provenance: record.provenance } : {}),
+        message: { role: "user", content: [{ type: "text", text: record.message }] },
+      },
+    ]);
+  }
+
+  /** After a crash: write the input of a queued run if the old process died before it did. */
+  private async repairInput(record: RunRecord): Promise<void> {
+    if (record.origin === "summarize") return;
+    const found = await this.store.transcripts.read(record.sessionId, {
+      limit: 1,
+      filter: (entry) => entry.runId === record.runId && entry.message?.role === "user",
+    });
+    if (found.entries.length > 0) return;
+    const entry = await this.sessions.get(record.sessionKey);
+    if (!entry || entry.sessionId !== record.sessionId) return;
+    await this.recordInput(record, record.label ?? entry.taint);
   }
 
   private armTimeout(active: ActiveRun): void {

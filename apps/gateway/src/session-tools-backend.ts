@@ -20,6 +20,7 @@ import {
   type ToolCaller,
   type ToolFailure,
   type TranscriptEntry,
+  toolLevel,
 } from "@switchboard/core";
 import type { AgentFlows } from "./agent-flows";
 import type { OutputDelivery } from "./output-delivery";
@@ -323,7 +324,13 @@ export class SessionToolsBackend implements ToolBackend {
 
   /** The PRE_TOOL_CALL context of a call (shared by real calls and simulation). */
   toolCallContext(callerEntry: SessionEntry, tool: string, args: Record<string, unknown>): PolicyContext {
-    return { hook: "PRE_TOOL_CALL", caller: this.policy.facts(callerEntry), tool: { name: tool, args } };
+    // The tool's configured result label: taking it in must respect the caller's clearance.
+    return {
+      hook: "PRE_TOOL_CALL",
+      caller: this.policy.facts(callerEntry),
+      tool: { name: tool, args },
+      dataLabel: toolLevel(this.config.labels, tool),
+    };
   }
 
   /**

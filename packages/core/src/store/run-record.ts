@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { LevelSchema } from "../labels/level";
 import { ProvenanceSchema } from "./transcript-entry";
 
 export const LaneSchema = z.enum(["main", "nested", "subagent"]);
@@ -48,6 +49,8 @@ export const RunRecordSchema = z.object({
   /** Why the run exists: a chat input, an operator `agent` call, an a2a step, a spawn, an announce, a summary. */
   origin: z.enum(["chat", "agent", "send", "reply", "announce", "spawn", "spawn-announce", "summarize"]),
   message: z.string(),
+  /** Label the input message carried (what recovery writes if the input never reached the transcript). */
+  label: LevelSchema.optional(),
   context: z.string().optional(),
   provenance: ProvenanceSchema.optional(),
   reply: z.string().optional(),

@@ -1,0 +1,256 @@
+import { spawnSync } from "node:child_process";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CLI_BUILT, CliProcess, cleanEnv, NOT_BUILT_MESSAGE, REPO_ROOT, runCliProcess } from "./cli-process";
+
+if (!CLI_BUILT) console.warn(`skipping the CLI tests: ${NOT_BUILT_MESSAGE}`);
+
+async function closedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+describe.skipIf(!CLI_BUILT)("switchboard CLI against `switchboard up`", { timeout: 30_000 }, () => {
+  let dir: string;
+  let dataDir: string;
+  let up: CliProcess;
+  let url: string;
+  let token: string;
+  let example: string;
+  /** Flags that point a client command at the test gateway (the token comes from the data dir). */
+  let target: string[];
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), "switchboard-cli-"));
+    dataDir = join(dir, "data");
+    up = CliProcess.start(
+      [
+        "up",
+        "--config",
+        join(REPO_ROOT, "examples/switchboard.config.json5"),
+        "--port",
+        "0",
+        "--data-dir",
+        dataDir,
+        "--log-level",
+        "warn",
+      ],
+      { cwd: dir },
+    );
+    await up.waitForOutput("Ctrl-C stops it.");
+    url = /URL\s+(ws:\/\/\S+)/.exec(up.stdout)![1]!;
+    token = /Operator token\s+(\S+)/.exec(up.stdout)![1]!;
+    example = /Try it in another terminal:\n\s+(.+)/.exec(up.stdout)![1]!;
+    target = ["--url", url, "--data-dir", dataDir];
+  }, 30_000);
+
+  afterAll(async () => {
+    await up?.stop("SIGKILL");
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it("up prints the URL, the operator token, the agents and an example that works as printed", async () => {
+    expect(url).toMatch(/^ws:\/\/127\.0\.0\.1:\d+$/);
+    expect(token).toMatch(/^sb_op_/);
+    expect((await readFile(join(dataDir, "operator-token"), "utf8")).trim()).toBe(token);
+    expect(up.stdout).toMatch(/Agents\s+main \(scripted\), research \(scripted\)/);
+    expect(example).toContain('send main "ping" --wait 10');
+    expect(example).toContain(`--url ${url}`);
+    // Run the example exactly as a user would paste it, from the directory `up` was started in.
+    const pasted = spawnSync("sh", ["-c", example], {
+      cwd: dir,
+      env: cleanEnv(),
+      encoding: "utf8",
+      timeout: 20_000,
+    });
+    expect(pasted.stderr).toBe("");
+    expect(pasted.stdout).toBe("pong\n");
+    expect(pasted.status).toBe(0);
+  });
+
+  it("send --wait prints the reply; --json gives the run's result", async () => {
+    const json = await runCliProcess(["send", "main", "ping", "--wait", "10", "--json", ...target]);
+    expect(json.code).toBe(0);
+    expect(JSON.parse(json.stdout)).toMatchObject({
+      sessionKey: "main",
+      status: "ok",
+      reply: "pong",
+      runId: expect.any(String),
+    });
+
+    const noWait = await runCliProcess(["send", "main", "hello there", ...target]);
+    expect(noWait.code).toBe(0);
+    expect(noWait.stdout).toMatch(/^accepted: run [0-9a-f-]{36} on main\n$/);
+  });
+
+  it("sessions list prints a table, and JSON with --json; history shows the transcript", async () => {
+    const table = await runCliProcess(["sessions", "list", ...target]);
+    expect(table.code).toBe(0);
+    const [header, ...rows] = table.stdout.trimEnd().split("\n");
+    expect(header).toMatch(/^KEY\s+KIND\s+CHANNEL\s+TAINT\s+CLEARANCE\s+UPDATED\s+LABEL$/);
+    expect(rows.some((row) => /^agent:main:main\s+main\s+/.test(row))).toBe(true);
+    expect(table.stderr).toMatch(/\d+ sessions?/);
+
+    const json = await runCliProcess(["sessions", "list", "--json", ...target]);
+    const parsed = JSON.parse(json.stdout) as {
+      status: string;
+      sessions: Array<{ key: string; taint: string }>;
+    };
+    expect(parsed.status).toBe("ok");
+    expect(parsed.sessions.map((row) => row.key)).toContain("agent:main:main");
+
+    const history = await runCliProcess(["sessions", "history", "main", ...target]);
+    expect(history.code).toBe(0);
+    expect(history.stdout).toMatch(/user\s+PUBLIC\s+.*ping/);
+    expect(history.stdout).toMatch(/assistant\s+PUBLIC\s+.*pong/);
+  });
+
+  it("spawn starts a sub-agent whose findings come back", async () => {
+    const spawned = await runCliProcess([
+      "spawn",
+      "look up the weather",
+      "--agent",
+      "research",
+      "--wait",
+      "10",
+      ...target,
+    ]);
+    expect(spawned.stderr).toMatch(/spawned agent:research:subagent:[0-9a-f-]{36}/);
+    expect(spawned.stdout).toContain("Findings: sunny");
+    expect(spawned.code).toBe(0);
+  });
+
+  it("exits 2 with the usage line on usage errors", async () => {
+    const unknownCommand = await runCliProcess(["bogus"]);
+    expect(unknownCommand.code).toBe(2);
+    expect(unknownCommand.stderr).toContain('unknown command "bogus"');
+    expect(unknownCommand.stderr).toContain("usage: switchboard <command>");
+
+    const missing = await runCliProcess(["send", "main", ...target]);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain("missing <message>");
+    expect(missing.stderr).toContain("usage: switchboard send <key> <message> [options]");
+
+    const unknownFlag = await runCliProcess(["send", "main", "hi", "--wiat", "3", ...target]);
+    expect(unknownFlag.code).toBe(2);
+    expect(unknownFlag.stderr).toContain("unknown option --wiat");
+
+    const badNumber = await runCliProcess(["send", "main", "hi", "--wait", "soon", ...target]);
+    expect(badNumber.code).toBe(2);
+    expect(badNumber.stderr).toContain('--wait: must be a number of seconds from 0 to 3600 (got "soon")');
+
+    const badJson = await runCliProcess([
+      "policy",
+      "simulate",
+      "--as",
+      "main",
+      "sessions_send",
+      "{not json",
+      ...target,
+    ]);
+    expect(badJson.code).toBe(2);
+    expect(badJson.stderr).toContain("<json-args>: not valid JSON");
+
+    const help = await runCliProcess(["send", "--help"]);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toContain("usage: switchboard send <key> <message> [options]");
+    expect(help.stdout).toContain("--wait N");
+  });
+
+  it("exits 3 when the gateway refuses: a wrong token, a forbidden delete, a spawn the policy forbids", async () => {
+    const wrongToken = await runCliProcess([
+      "sessions",
+      "list",
+      "--url",
+      url,
+      "--token",
+      "not-the-operator-token",
+    ]);
+    expect(wrongToken.code).toBe(3);
+    expect(wrongToken.stderr).toContain(`the gateway at ${url} refused the token from --token`);
+
+    const deleteMain = await runCliProcess(["sessions", "delete", "main", ...target]);
+    expect(deleteMain.code).toBe(3);
+    expect(deleteMain.stderr).toContain("the main session cannot be deleted");
+
+    // research may spawn only research (no allowAgents), so spawning main as research is refused.
+    expect(
+      (await runCliProcess(["send", "agent:research:main", "ping", "--wait", "10", ...target])).stdout,
+    ).toBe("pong\n");
+    const spawn = await runCliProcess([
+      "spawn",
+      "x",
+      "--as",
+      "agent:research:main",
+      "--agent",
+      "main",
+      "--json",
+      ...target,
+    ]);
+    expect(spawn.code).toBe(3);
+    expect(JSON.parse(spawn.stdout)).toMatchObject({ status: "forbidden" });
+    expect(spawn.stderr).toContain("spawn refused:");
+  });
+
+  it("exits 1 when the gateway cannot be reached", async () => {
+    const port = await closedPort();
+    const result = await runCliProcess([
+      "sessions",
+      "list",
+      "--url",
+      `ws://127.0.0.1:${port}`,
+      "--token",
+      "x",
+      "--json",
+    ]);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain(`cannot reach the gateway at ws://127.0.0.1:${port}`);
+    expect(JSON.parse(result.stdout)).toMatchObject({ ok: false, error: { code: "UNAVAILABLE" } });
+  });
+
+  it("audit verify reports an intact chain; policy simulate explains a decision", async () => {
+    const verify = await runCliProcess(["audit", "verify", ...target]);
+    expect(verify.code).toBe(0);
+    expect(verify.stdout).toMatch(/^audit log intact: \d+ entr(y|ies) verified\n$/);
+    const json = await runCliProcess(["audit", "verify", "--json", ...target]);
+    expect(JSON.parse(json.stdout)).toMatchObject({ ok: true, entries: expect.any(Number) });
+
+    const simulated = await runCliProcess([
+      "policy",
+      "simulate",
+      "--as",
+      "main",
+      "sessions_history",
+      '{"sessionKey":"agent:research:main"}',
+      ...target,
+    ]);
+    expect(simulated.code).toBe(0);
+    expect(simulated.stdout).toMatch(/^decision: ALLOW/);
+    expect(simulated.stdout).toMatch(/taint:\s+PUBLIC → PUBLIC/);
+  });
+
+  it("doctor checks the data dir read-only, and fails on a missing one", async () => {
+    const healthy = await runCliProcess(["doctor", "--data-dir", dataDir]);
+    expect(healthy.code).toBe(0);
+    expect(healthy.stdout).toContain(`data dir:  ${dataDir}`);
+    expect(healthy.stdout).toMatch(/live-lock: data dir in use by pid \d+/);
+    expect(healthy.stdout.trimEnd().split("\n").at(-1)).toBe("ok");
+
+    const missing = await runCliProcess(["doctor", "--data-dir", join(dir, "nowhere"), "--json"]);
+    expect(missing.code).toBe(1);
+    expect(JSON.parse(missing.stdout)).toMatchObject({ ok: false, issues: [{ code: "missing-data-dir" }] });
+  });
+
+  it("stops gracefully on SIGTERM", async () => {
+    const code = await up.stop("SIGTERM");
+    expect(code).toBe(0);
+    expect(up.stderr).toContain("SIGTERM: shutting down…");
+    expect(up.stderr).toContain("stopped");
+  });
+});

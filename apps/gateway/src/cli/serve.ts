@@ -1,0 +1,205 @@
+import { relative, resolve, sep } from "node:path";
+import { startAgentWorker } from "@switchboard/agent";
+import { type Config, defaultConfig } from "@switchboard/core";
+import type { Logger } from "pino";
+import { type LoadedConfig, loadConfig, resolveDataDir } from "../config-loader";
+import { Gateway } from "../gateway";
+import { createAppLogger, type LogLevel } from "../logger";
+import { VERSION } from "../version";
+import {
+  type CommandSpec,
+  numberOption,
+  type OptionSpecs,
+  type OptionValues,
+  stringOption,
+  usageLine,
+} from "./args";
+import { CliError, EXIT, errorMessage, UsageError } from "./cli-errors";
+import { gatewayUrl } from "./gateway-client";
+import type { CliIo } from "./output";
+
+const LOG_LEVELS: readonly LogLevel[] = ["trace", "debug", "info", "warn", "error", "fatal", "silent"];
+
+export const LOG_OPTION: OptionSpecs = {
+  "log-level": {
+    type: "string",
+    value: "LEVEL",
+    description: `log level (${LOG_LEVELS.join(", ")}); default logging.level`,
+  },
+};
+
+export const SERVER_OPTIONS: OptionSpecs = {
+  port: {
+    type: "string",
+    value: "PORT",
+    description: "port to listen on (0 = any free port); default gateway.port (18789)",
+  },
+  host: {
+    type: "string",
+    value: "HOST",
+    description: "address to listen on; default gateway.host (127.0.0.1)",
+  },
+  ...LOG_OPTION,
+};
+
+export function appLogger(spec: CommandSpec, values: OptionValues, config: Config): Logger {
+  const level = stringOption(values, "log-level") ?? config.logging.level;
+  if (!(LOG_LEVELS as string[]).includes(level)) {
+    throw new UsageError(
+      `--log-level: must be one of ${LOG_LEVELS.join(", ")} (got "${level}")`,
+      usageLine(spec),
+      spec.name,
+    );
+  }
+  return createAppLogger({ level: level as LogLevel, pretty: config.logging.pretty });
+}
+
+/** How the user runs this CLI, for examples: `node apps/gateway/dist/cli.js` from the repo root. */
+export function cliInvocation(): string {
+  const script = process.argv[1];
+  if (!script) return "switchboard";
+  if (!/\.[cm]?js$/.test(script)) return "switchboard";
+  const shown = relative(process.cwd(), script);
+  return `node ${shown.startsWith(`..${sep}`) || shown === "" ? script : shown}`;
+}
+
+function shellQuote(value: string): string {
+  return /^[\w@%+=:,./-]+$/.test(value) ? value : `'${value.replace(/'/g, "'\\''")}'`;
+}
+
+/** Waits for SIGINT/SIGTERM; a second signal during shutdown exits at once. */
+export function untilSignal(io: CliIo): Promise<NodeJS.Signals> {
+  return new Promise((done) => {
+    const onSignal = (signal: NodeJS.Signals) => {
+      process.off("SIGINT", onSignal);
+      process.off("SIGTERM", onSignal);
+      const force = () => {
+        io.err("second signal: exiting now");
+        process.exit(130);
+      };
+      process.once("SIGINT", force);
+      process.once("SIGTERM", force);
+      done(signal);
+    };
+    process.on("SIGINT", onSignal);
+    process.on("SIGTERM", onSignal);
+  });
+}
+
+interface ServerSetup {
+  loaded: LoadedConfig;
+  config: Config;
+  dataDir: string;
+  logger: Logger;
+}
+
+/** Config with the command line's `--port`, `--host` and `--data-dir` applied. */
+export async function serverSetup(spec: CommandSpec, values: OptionValues): Promise<ServerSetup> {
+  const loaded = await loadConfig(stringOption(values, "config"));
+  const port = numberOption(spec, values, "port", { min: 0, max: 65535, integer: true });
+  const host = stringOption(values, "host");
+  const config: Config = structuredClone(loaded.config);
+  if (port !== undefined) config.gateway.port = port;
+  if (host !== undefined) config.gateway.host = host;
+  const dataDir = resolveDataDir(config, stringOption(values, "data-dir"));
+  config.gateway.dataDir = dataDir;
+  return { loaded, config, dataDir, logger: appLogger(spec, values, config) };
+}
+
+async function startGatewayOrExplain(setup: ServerSetup): Promise<Gateway> {
+  try {
+    return await Gateway.start({ config: setup.config, dataDir: setup.dataDir, logger: setup.logger });
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    const where = `${setup.config.gateway.host}:${setup.config.gateway.port}`;
+    if (code === "EADDRINUSE") {
+      throw new CliError(
+        `cannot listen on ${where}: the port is in use (another gateway? pick another with --port)`,
+        EXIT.failure,
+      );
+    }
+    if (code === "EADDRNOTAVAIL" || code === "EACCES") {
+      throw new CliError(`cannot listen on ${where}: ${errorMessage(error)}`, EXIT.failure);
+    }
+    throw error;
+  }
+}
+
+/**
+ * `up` and `gateway`: starts the gateway (and, for `up`, reference agent workers for every
+ * configured agent in the same process), prints how to reach it, and runs until a signal.
+ */
+export async function runServer(
+  io: CliIo,
+  spec: CommandSpec,
+  values: OptionValues,
+  withAgents: boolean,
+): Promise<number> {
+  const setup = await serverSetup(spec, values);
+  const gateway = await startGatewayOrExplain(setup);
+  const url = gatewayUrl({ ...setup.config, gateway: { ...setup.config.gateway, port: gateway.port } });
+  let worker: Awaited<ReturnType<typeof startAgentWorker>> | undefined;
+  if (withAgents) {
+    try {
+      worker = await startAgentWorker({
+        url,
+        token: gateway.operatorToken,
+        config: setup.config,
+        baseDir: setup.loaded.baseDir,
+        logger: setup.logger,
+      });
+    } catch (error) {
+      await gateway.close();
+      throw new CliError(`cannot start the agents: ${errorMessage(error)}`, EXIT.failure);
+    }
+  }
+
+  const defaults = defaultConfig();
+  const example = [cliInvocation(), "send", "main", '"ping"', "--wait", "10"];
+  if (url !== gatewayUrl(defaults)) example.push("--url", url);
+  if (setup.dataDir !== resolve(defaults.gateway.dataDir)) {
+    const shown = relative(process.cwd(), setup.dataDir);
+    example.push("--data-dir", shellQuote(shown && !shown.startsWith("..") ? shown : setup.dataDir));
+  }
+  const agents = setup.config.agents.list.map((agent) => ({
+    id: agent.id,
+    provider: agent.model?.provider ?? "scripted",
+  }));
+  if (values.json) {
+    io.out(
+      JSON.stringify({
+        url,
+        port: gateway.port,
+        operatorToken: gateway.operatorToken,
+        dataDir: setup.dataDir,
+        config: setup.loaded.path ?? null,
+        agents: worker ? agents : [],
+        example: example.join(" "),
+      }),
+    );
+  } else {
+    const rows: Array<[string, string]> = [
+      ["URL", url],
+      ["Operator token", gateway.operatorToken],
+      ["Data dir", setup.dataDir],
+      ["Config", setup.loaded.path ?? "(built-in defaults)"],
+      [
+        "Agents",
+        worker
+          ? agents.map((agent) => `${agent.id} (${agent.provider})`).join(", ")
+          : "none in this process (start workers with: switchboard agent)",
+      ],
+    ];
+    const lines = [`Switchboard ${VERSION} is up${worker ? " with its reference agents" : ""}.`, ""];
+    for (const [name, value] of rows) lines.push(`  ${name.padEnd(15)} ${value}`);
+    lines.push("", "Try it in another terminal:", `  ${example.join(" ")}`, "", "Ctrl-C stops it.");
+    io.out(lines.join("\n"));
+  }
+
+  const signal = await untilSignal(io);
+  io.err(`${signal}: shutting down…`);
+  await worker?.stop();
+  await gateway.close();
+  io.err("stopped");
+  return EXIT.ok;
+}
