@@ -58,7 +58,10 @@ export class SwitchboardError extends Error {
   }
 
   static fromWire(wire: WireError): SwitchboardError {
-    return new SwitchboardError(wire.code, wire.message, { details: wire.details, retryable: wire.retryable });
+    return new SwitchboardError(wire.code, wire.message, {
+      details: wire.details,
+      retryable: wire.retryable,
+    });
   }
 }
 
@@ -88,6 +91,8 @@ export function formatPath(path: readonly PropertyKey[]): string {
 export function invalidRequestFromZod(error: z.ZodError, rootLabel = ""): SwitchboardError {
   const lines = formatZodIssues(error, rootLabel);
   return new SwitchboardError("INVALID_REQUEST", lines.join("; "), {
-    details: { issues: error.issues.map((i) => ({ path: formatPath(i.path as PropertyKey[]), message: i.message })) },
+    details: {
+      issues: error.issues.map((i) => ({ path: formatPath(i.path as PropertyKey[]), message: i.message })),
+    },
   });
 }

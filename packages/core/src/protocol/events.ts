@@ -27,7 +27,13 @@ export const Events = {
     deadline: z.number().optional(),
     attempt: z.number().int().positive().optional(),
   }),
-  "run.started": z.object({ runId: z.string(), sessionKey: z.string(), agentId: z.string(), lane: LaneSchema, startedAt: z.number() }),
+  "run.started": z.object({
+    runId: z.string(),
+    sessionKey: z.string(),
+    agentId: z.string(),
+    lane: LaneSchema,
+    startedAt: z.number(),
+  }),
   "run.progress": z.object({
     runId: z.string(),
     sessionKey: z.string(),

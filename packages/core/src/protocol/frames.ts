@@ -23,7 +23,10 @@ export const ResponseErrorFrameSchema = z.object({
   ok: z.literal(false),
   error: WireErrorSchema,
 });
-export const ResponseFrameSchema = z.discriminatedUnion("ok", [ResponseOkFrameSchema, ResponseErrorFrameSchema]);
+export const ResponseFrameSchema = z.discriminatedUnion("ok", [
+  ResponseOkFrameSchema,
+  ResponseErrorFrameSchema,
+]);
 export type ResponseFrame = z.infer<typeof ResponseFrameSchema>;
 
 export const EventFrameSchema = z.object({

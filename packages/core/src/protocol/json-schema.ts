@@ -1,6 +1,6 @@
 import { z } from "zod";
-import { EventFrameSchema, RequestFrameSchema, ResponseFrameSchema } from "./frames";
 import { Events } from "./events";
+import { EventFrameSchema, RequestFrameSchema, ResponseFrameSchema } from "./frames";
 import { ConnectParamsSchema, ConnectResultSchema, Methods } from "./methods";
 
 /** JSON Schema of the whole protocol, for docs and non-TypeScript integrators. */
@@ -13,7 +13,8 @@ export function protocolJsonSchema(): Record<string, unknown> {
     };
   }
   const events: Record<string, unknown> = {};
-  for (const [name, schema] of Object.entries(Events)) events[name] = z.toJSONSchema(schema, { unrepresentable: "any" });
+  for (const [name, schema] of Object.entries(Events))
+    events[name] = z.toJSONSchema(schema, { unrepresentable: "any" });
   return {
     frames: {
       request: z.toJSONSchema(RequestFrameSchema),

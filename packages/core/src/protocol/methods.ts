@@ -61,7 +61,12 @@ export const Methods = {
       label: z.string().max(64).optional(),
       spawnedBy: z.string().optional(),
     }),
-    result: z.object({ status: z.literal("ok"), count: z.number(), sessions: z.array(SessionRowSchema), hidden: z.number() }),
+    result: z.object({
+      status: z.literal("ok"),
+      count: z.number(),
+      sessions: z.array(SessionRowSchema),
+      hidden: z.number(),
+    }),
   },
   "sessions.resolve": {
     params: z
@@ -100,13 +105,20 @@ export const Methods = {
     }),
     result: z.object({ key: z.string(), entry: SessionEntrySchema }),
   },
-  "sessions.reset": { params: z.object({ key: SessionKeyParam }), result: z.object({ key: z.string(), sessionId: z.string() }) },
+  "sessions.reset": {
+    params: z.object({ key: SessionKeyParam }),
+    result: z.object({ key: z.string(), sessionId: z.string() }),
+  },
   "sessions.delete": {
     params: z.object({ key: SessionKeyParam }),
     result: z.object({ key: z.string(), deleted: z.literal(true) }),
   },
   "chat.send": {
-    params: z.object({ sessionKey: SessionKeyParam, message: Message, idempotencyKey: IdempotencyKey.optional() }),
+    params: z.object({
+      sessionKey: SessionKeyParam,
+      message: Message,
+      idempotencyKey: IdempotencyKey.optional(),
+    }),
     result: RunAccepted,
   },
   agent: {
@@ -120,7 +132,10 @@ export const Methods = {
     result: RunAccepted,
   },
   "agent.wait": {
-    params: z.object({ runId: z.string().min(1).max(128), timeoutMs: z.number().int().min(0).max(600_000).optional() }),
+    params: z.object({
+      runId: z.string().min(1).max(128),
+      timeoutMs: z.number().int().min(0).max(600_000).optional(),
+    }),
     result: z.object({
       runId: z.string(),
       status: z.enum(["ok", "error", "timeout"]),
@@ -134,7 +149,13 @@ export const Methods = {
     params: Empty,
     result: z.object({
       agents: z.array(
-        z.object({ id: z.string(), name: z.string().optional(), configured: z.boolean(), connected: z.boolean(), workers: z.number() }),
+        z.object({
+          id: z.string(),
+          name: z.string().optional(),
+          configured: z.boolean(),
+          connected: z.boolean(),
+          workers: z.number(),
+        }),
       ),
     }),
   },
@@ -153,16 +174,28 @@ export const Methods = {
     result: z.looseObject({ status: z.string() }),
   },
   "policy.simulate": {
-    params: z.object({ as: SessionKeyParam, tool: z.string().min(1), args: z.record(z.string(), z.unknown()).default({}) }),
+    params: z.object({
+      as: SessionKeyParam,
+      tool: z.string().min(1),
+      args: z.record(z.string(), z.unknown()).default({}),
+    }),
     result: z.union([SimulateResultSchema, z.object({ status: z.string(), error: z.string() })]),
   },
   "audit.tail": {
-    params: z.object({ limit: z.number().int().min(1).max(1000).optional(), after: z.number().int().min(-1).optional() }),
+    params: z.object({
+      limit: z.number().int().min(1).max(1000).optional(),
+      after: z.number().int().min(-1).optional(),
+    }),
     result: z.object({ entries: z.array(z.record(z.string(), z.unknown())) }),
   },
   "audit.verify": {
     params: Empty,
-    result: z.object({ ok: z.boolean(), entries: z.number(), firstBadIndex: z.number().optional(), reason: z.string().optional() }),
+    result: z.object({
+      ok: z.boolean(),
+      entries: z.number(),
+      firstBadIndex: z.number().optional(),
+      reason: z.string().optional(),
+    }),
   },
   "events.subscribe": {
     params: z.object({ sessionKey: SessionKeyParam.optional(), after: z.number().int().min(0).optional() }),

@@ -1,12 +1,25 @@
 import { describe, expect, it } from "vitest";
-import { EVENT_NAMES, METHOD_NAMES, METHOD_ROLES, Methods, methodsForRole, protocolJsonSchema } from "./index";
+import {
+  EVENT_NAMES,
+  METHOD_NAMES,
+  METHOD_ROLES,
+  Methods,
+  methodsForRole,
+  protocolJsonSchema,
+} from "./index";
 
 describe("protocol schemas", () => {
   it("gives every method a role list and every role a non-empty method set", () => {
     for (const name of METHOD_NAMES) expect(METHOD_ROLES[name].length).toBeGreaterThan(0);
     expect(methodsForRole("operator")).toHaveLength(METHOD_NAMES.length - 3);
     expect(methodsForRole("client")).toEqual(
-      expect.arrayContaining(["chat.send", "sessions.history", "sessions.status", "agent.wait", "events.subscribe"]),
+      expect.arrayContaining([
+        "chat.send",
+        "sessions.history",
+        "sessions.status",
+        "agent.wait",
+        "events.subscribe",
+      ]),
     );
     expect(methodsForRole("client")).not.toContain("sessions.list");
     expect(methodsForRole("agent")).toEqual(
@@ -30,7 +43,10 @@ describe("protocol schemas", () => {
   });
 
   it("exports the whole protocol as JSON Schema", () => {
-    const schema = protocolJsonSchema() as { methods: Record<string, unknown>; events: Record<string, unknown> };
+    const schema = protocolJsonSchema() as {
+      methods: Record<string, unknown>;
+      events: Record<string, unknown>;
+    };
     expect(Object.keys(schema.methods).sort()).toEqual([...METHOD_NAMES].sort());
     expect(Object.keys(schema.events).sort()).toEqual([...EVENT_NAMES].sort());
   });

@@ -27,23 +27,35 @@ export const ToolStatusSchema = z.enum(["ok", "accepted", "timeout", "error", "f
 export type ToolStatus = z.infer<typeof ToolStatusSchema>;
 
 export const SessionsListParamsSchema = z.object({
-  kinds: z.array(z.string()).optional().describe("Session kinds to include: main, group, cron, hook, node, subagent, other"),
+  kinds: z
+    .array(z.string())
+    .optional()
+    .describe("Session kinds to include: main, group, cron, hook, node, subagent, other"),
   limit: z.number().optional().describe("Maximum rows (default 50, 1..200)"),
   activeMinutes: z.number().optional().describe("Only sessions updated within this many minutes"),
-  messageLimit: z.number().optional().describe("Include the last N messages of each session (default 0, max 20)"),
+  messageLimit: z
+    .number()
+    .optional()
+    .describe("Include the last N messages of each session (default 0, max 20)"),
 });
 
 export const SessionsHistoryParamsSchema = z.object({
   sessionKey: z.string().describe("Session key, alias (main) or sessionId"),
   limit: z.number().optional().describe("Maximum messages (default 50, 1..500)"),
   includeTools: z.boolean().optional().describe("Include tool results (default false)"),
-  before: z.number().optional().describe("Return only messages with seq below this cursor (paging backwards)"),
+  before: z
+    .number()
+    .optional()
+    .describe("Return only messages with seq below this cursor (paging backwards)"),
 });
 
 export const SessionsSendParamsSchema = z.object({
   sessionKey: z.string().describe("Target session key, alias or sessionId"),
   message: z.string().describe("The message to deliver"),
-  timeoutSeconds: z.number().optional().describe("Seconds to wait for the reply (default 30, 0 = do not wait, max 600)"),
+  timeoutSeconds: z
+    .number()
+    .optional()
+    .describe("Seconds to wait for the reply (default 30, 0 = do not wait, max 600)"),
 });
 
 export const SessionsSpawnParamsSchema = z.object({
@@ -52,7 +64,10 @@ export const SessionsSpawnParamsSchema = z.object({
   agentId: z.string().optional().describe("Agent to run the sub-agent as (default: your own agent)"),
   model: z.string().optional().describe("Model override for the sub-agent"),
   runTimeoutSeconds: z.number().optional().describe("Run timeout in seconds (default 0 = none)"),
-  cleanup: z.string().optional().describe('"delete" removes the sub-agent session after it reports; "keep" (default) archives it later'),
+  cleanup: z
+    .string()
+    .optional()
+    .describe('"delete" removes the sub-agent session after it reports; "keep" (default) archives it later'),
 });
 
 export const SessionStatusParamsSchema = z.object({
@@ -215,7 +230,14 @@ export const SessionStatusResultSchema = z.object({
   displayName: z.string().optional(),
   activeRun: z.object({ runId: z.string(), lane: z.string(), startedAt: z.number() }).optional(),
   children: z
-    .array(z.object({ key: z.string(), runId: z.string().optional(), status: z.string(), label: z.string().optional() }))
+    .array(
+      z.object({
+        key: z.string(),
+        runId: z.string().optional(),
+        status: z.string(),
+        label: z.string().optional(),
+      }),
+    )
     .optional(),
 });
 export type SessionStatusResult = z.infer<typeof SessionStatusResultSchema>;
