@@ -289,7 +289,7 @@ export class Gateway {
         identity.sessionPatterns = patterns;
       }
     }
-    connection.log.info({ role: identity.role, token: token.name }, "connected");
+    connection.log.info({ role: identity.role, tokenName: token.name }, "connected");
     return identity;
   }
 

@@ -83,6 +83,9 @@ export async function startTransport(options: {
     perMessageDeflate: false,
   });
 
+  // ws re-emits the HTTP server's errors (e.g. EADDRINUSE); the listen promise below reports those.
+  wss.on("error", (error) => log.debug({ err: error }, "websocket server error"));
+
   wss.on("connection", (socket) => {
     const id = randomUUID();
     const connection = new Connection(id, socket, log.child({ connectionId: id }), limits.maxBufferedBytes);

@@ -8,6 +8,7 @@ import { appLogger, LOG_OPTION, untilSignal } from "./serve";
 
 const spec: CommandSpec = {
   name: "agent",
+  brief: "a reference agent worker for a running gateway",
   summary:
     "Runs a reference agent worker: connects to a gateway as role agent and serves the configured agents with their models (scripted or OpenAI-compatible). Runs until Ctrl-C, then finishes current runs.",
   positionals: { min: 0, max: 0 },

@@ -16,6 +16,8 @@ export interface CommandSpec {
   /** As typed after `switchboard`, e.g. `sessions list`. */
   name: string;
   summary: string;
+  /** One line for the command overview (default: the summary's first sentence). */
+  brief?: string;
   /** Positional arguments as shown in usage, e.g. `<key> <message>`. */
   args?: string;
   /** How many positionals are required / allowed. */

@@ -7,6 +7,7 @@ import { formatTable, printJson } from "./output";
 
 const verifySpec: CommandSpec = {
   name: "audit verify",
+  brief: "check the audit log's hash chain",
   summary:
     "Checks the audit log's hash chain: a changed, removed, reordered or inserted entry is reported with the first bad index (exit 1).",
   positionals: { min: 0, max: 0 },
@@ -16,6 +17,7 @@ const verifySpec: CommandSpec = {
 
 const tailSpec: CommandSpec = {
   name: "audit tail",
+  brief: "the latest audit entries",
   summary:
     "Prints the latest audit entries: blocks, redactions, deliveries, spawns, taint rises, impersonations.",
   positionals: { min: 0, max: 0 },

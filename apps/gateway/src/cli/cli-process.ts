@@ -65,14 +65,18 @@ export class CliProcess {
     return new CliProcess(child);
   }
 
-  /** Resolves once stdout contains `text`; rejects if the process exits first or after `timeoutMs`. */
-  async waitForOutput(text: string, timeoutMs = 20_000): Promise<void> {
+  /** Resolves once stdout (or stderr) contains `text`; rejects if the process exits first or after `timeoutMs`. */
+  async waitForOutput(
+    text: string,
+    timeoutMs = 20_000,
+    stream: "stdout" | "stderr" = "stdout",
+  ): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     let exited = false;
     void this.exited.then(() => {
       exited = true;
     });
-    while (!this.stdout.includes(text)) {
+    while (!this[stream].includes(text)) {
       if (exited)
         throw new Error(`the CLI exited before printing "${text}":\n${this.stdout}\n${this.stderr}`);
       if (Date.now() > deadline)

@@ -247,6 +247,34 @@ describe.skipIf(!CLI_BUILT)("switchboard CLI against `switchboard up`", { timeou
     expect(JSON.parse(missing.stdout)).toMatchObject({ ok: false, issues: [{ code: "missing-data-dir" }] });
   });
 
+  it("tail prints live events, filtered, as JSON lines", async () => {
+    const tail = CliProcess.start([
+      "tail",
+      "--session",
+      "main",
+      "--events",
+      "run.ended",
+      "--max",
+      "1",
+      "--json",
+      ...target,
+    ]);
+    try {
+      await tail.waitForOutput("listening on main", 20_000, "stderr");
+      expect((await runCliProcess(["send", "main", "ping", ...target])).code).toBe(0);
+      expect(await tail.exited).toBe(0);
+      const lines = tail.stdout.trimEnd().split("\n");
+      expect(lines).toHaveLength(1);
+      expect(JSON.parse(lines[0]!)).toMatchObject({
+        event: "run.ended",
+        seq: expect.any(Number),
+        payload: { sessionKey: "agent:main:main", status: "ok", reply: "pong" },
+      });
+    } finally {
+      await tail.stop("SIGKILL");
+    }
+  });
+
   it("stops gracefully on SIGTERM", async () => {
     const code = await up.stop("SIGTERM");
     expect(code).toBe(0);
@@ -254,3 +282,53 @@ describe.skipIf(!CLI_BUILT)("switchboard CLI against `switchboard up`", { timeou
     expect(up.stderr).toContain("stopped");
   });
 });
+
+describe.skipIf(!CLI_BUILT)(
+  "`switchboard gateway` with a separate `switchboard agent`",
+  { timeout: 30_000 },
+  () => {
+    let dir: string;
+    const processes: CliProcess[] = [];
+
+    beforeAll(async () => {
+      dir = await mkdtemp(join(tmpdir(), "switchboard-cli-"));
+    });
+
+    afterAll(async () => {
+      for (const child of processes) await child.stop("SIGKILL");
+      if (dir) await rm(dir, { recursive: true, force: true });
+    });
+
+    it("serves runs once a worker connects, and both stop on SIGINT", async () => {
+      const dataDir = join(dir, "data");
+      const gateway = CliProcess.start(
+        ["gateway", "--port", "0", "--data-dir", dataDir, "--json", "--log-level", "silent"],
+        { cwd: dir },
+      );
+      processes.push(gateway);
+      await gateway.waitForOutput("\n");
+      const details = JSON.parse(gateway.stdout) as { url: string; operatorToken: string; agents: unknown[] };
+      expect(details.agents).toEqual([]);
+      const target = ["--url", details.url, "--data-dir", dataDir];
+
+      // No worker yet: the run waits, so the send times out (exit 1) and says the run is still going.
+      const queued = await runCliProcess(["send", "main", "ping", "--wait", "0.5", ...target]);
+      expect(queued.code).toBe(1);
+      expect(queued.stderr).toContain("no reply within 0.5s");
+
+      const agent = CliProcess.start(["agent", "--agents", "main", "--log-level", "silent", ...target], {
+        cwd: dir,
+      });
+      processes.push(agent);
+      await agent.waitForOutput("serving main", 20_000, "stderr");
+      const answered = await runCliProcess(["send", "main", "ping", "--wait", "10", ...target]);
+      expect(answered.stdout).toBe("pong\n");
+
+      agent.child.kill("SIGINT");
+      gateway.child.kill("SIGINT");
+      expect(await agent.exited).toBe(0);
+      expect(await gateway.exited).toBe(0);
+      expect(gateway.stderr).toContain("stopped");
+    });
+  },
+);

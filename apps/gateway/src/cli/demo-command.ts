@@ -23,6 +23,7 @@ import { appLogger, LOG_OPTION } from "./serve";
 
 const spec: CommandSpec = {
   name: "demo",
+  brief: "the scripted multi-agent scenario, with its timeline",
   summary:
     "Plays a scripted multi-agent scenario against a real gateway (port 0, temporary data dir, scripted agents main and research) and prints its timeline: a spawned researcher announcing back, a send with a reply-back loop and an announce to a channel, and a write-down that the gateway blocks. Exit 0 when every step happened as expected.",
   positionals: { min: 0, max: 0 },

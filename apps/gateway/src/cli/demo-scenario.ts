@@ -108,9 +108,9 @@ export class EventLog {
   waitFor<P = Record<string, unknown>>(
     what: string,
     name: string,
-    match: (payload: P) => boolean,
+    match: (payload: P, event: EventLike) => boolean,
   ): Promise<EventLike & { payload: P }> {
-    const test = (event: EventLike) => event.event === name && match(event.payload as P);
+    const test = (event: EventLike) => event.event === name && match(event.payload as P, event);
     const seen = this.events.find((entry) => test(entry.event));
     if (seen) return Promise.resolve(seen.event as EventLike & { payload: P });
     return new Promise((resolve, reject) => {
@@ -239,6 +239,12 @@ async function sendStep(context: ScenarioContext): Promise<void> {
     to: string;
     text: string;
   }>("research's announce to the discord channel", "delivery", (p) => p.sessionKey === LAB_KEY);
+  // The delivery's audit entry follows the event; waiting for it keeps this step's lines together.
+  await context.log.waitFor<{ kind: string; sessionKey?: string }>(
+    "the announce's audit entry",
+    "audit.appended",
+    (p, event) => p.kind === "delivery" && p.sessionKey === LAB_KEY && event.seq > delivered.seq,
+  );
   const deliveries = (await auditEntries(context, before)).filter((entry) => entry.kind === "delivery");
   const primary = deliveries.find((entry) => entry.data?.origin === "send" && entry.data?.to === LAB_KEY);
   if (primary) context.runKinds.set(String(primary.data?.runId), "agent-to-agent message from main");

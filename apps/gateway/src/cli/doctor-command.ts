@@ -9,6 +9,7 @@ import { printJson, withProgress } from "./output";
 
 const spec: CommandSpec = {
   name: "doctor",
+  brief: "read-only check of the config and the data dir",
   summary:
     "Checks the config and the data dir without changing anything: store format, locks, torn or orphan files, transcripts, secret file permissions. Safe while the gateway runs. Exit 1 when something is broken.",
   positionals: { min: 0, max: 0 },

@@ -4,6 +4,7 @@ import { runServer, SERVER_OPTIONS } from "./serve";
 
 const spec: CommandSpec = {
   name: "gateway",
+  brief: "the gateway alone; workers connect separately",
   summary:
     "Starts the gateway alone (no agents in this process): agent workers connect to it with `switchboard agent` or the SDK. Runs until Ctrl-C.",
   positionals: { min: 0, max: 0 },

@@ -62,7 +62,7 @@ function overview(): string {
     "",
     ...COMMANDS.map((command) => {
       const name = `${command.spec.name}${command.spec.args ? ` ${command.spec.args}` : ""}`;
-      return `  ${name.padEnd(width)}  ${firstSentence(command.spec.summary)}`;
+      return `  ${name.padEnd(width)}  ${command.spec.brief ?? firstSentence(command.spec.summary)}`;
     }),
     "",
     "Run `switchboard <command> --help` for a command's options. Exit codes: 0 ok, 1 failure,",
@@ -118,6 +118,10 @@ export async function runCli(
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<number> {
   const [first] = argv;
+  if (first === undefined) {
+    io.err(overview());
+    return EXIT.usage;
+  }
   if (first === "--help" || first === "-h" || first === "help") {
     io.out(overview());
     return EXIT.ok;

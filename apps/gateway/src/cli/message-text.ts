@@ -26,7 +26,10 @@ export function provenanceText(message: Pick<HistoryMessage, "provenance">): str
     case "system":
       return "system";
     default:
-      return provenance.channel ? `via ${provenance.channel}` : "";
+      // The session's own channel says nothing new; only a named outside channel is worth showing.
+      return provenance.channel && provenance.channel !== "unknown" && provenance.channel !== "internal"
+        ? `via ${provenance.channel}`
+        : "";
   }
 }
 

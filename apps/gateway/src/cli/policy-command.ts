@@ -6,6 +6,7 @@ import { formatTable, printJson } from "./output";
 
 const spec: CommandSpec = {
   name: "policy simulate",
+  brief: "the decision a tool call would get, and why",
   summary:
     "Shows what the gateway would decide if a session called a tool: the decision, the rule that decided, every rule evaluated and the taint the session would have after. Nothing happens for real.",
   args: "<tool> [<json-args>]",

@@ -6,6 +6,7 @@ import { printJson, withProgress } from "./output";
 
 const spec: CommandSpec = {
   name: "send",
+  brief: "chat input into a session; --wait prints the reply",
   summary:
     "Sends a message into a session as chat input (the session is created if needed). With --wait, waits for the agent's reply and prints it.",
   args: "<key> <message>",

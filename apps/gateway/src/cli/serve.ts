@@ -135,6 +135,8 @@ export async function runServer(
   values: OptionValues,
   withAgents: boolean,
 ): Promise<number> {
+  // Listen first: a signal during start-up then stops the gateway cleanly once it is up.
+  const stopSignal = untilSignal(io);
   const setup = await serverSetup(spec, values);
   const gateway = await startGatewayOrExplain(setup);
   const url = gatewayUrl({ ...setup.config, gateway: { ...setup.config.gateway, port: gateway.port } });
@@ -196,7 +198,7 @@ export async function runServer(
     io.out(lines.join("\n"));
   }
 
-  const signal = await untilSignal(io);
+  const signal = await stopSignal;
   io.err(`${signal}: shutting down…`);
   await worker?.stop();
   await gateway.close();

@@ -6,6 +6,7 @@ import { printJson, withProgress } from "./output";
 
 const spec: CommandSpec = {
   name: "spawn",
+  brief: "spawn a sub-agent on behalf of a session (default: main)",
   summary:
     "Spawns a background sub-agent for a task, as if the session given by --as (default: main) called sessions_spawn. Its result is announced back to that session.",
   args: "<task>",

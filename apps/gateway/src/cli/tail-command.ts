@@ -17,6 +17,7 @@ import { clock } from "./output";
 
 const spec: CommandSpec = {
   name: "tail",
+  brief: "live events until Ctrl-C",
   summary:
     "Prints the gateway's live events (runs, tool calls, replies, deliveries, taint, blocks) until Ctrl-C.",
   positionals: { min: 0, max: 0 },
@@ -76,7 +77,7 @@ export const tailCommand: Command = {
             ...(sessionKey ? { sessionKey } : {}),
             ...(after !== undefined ? { after } : {}),
           });
-          if (!values.json) io.err(`listening on ${sessionKey ?? "all sessions"}; Ctrl-C to stop`);
+          io.err(`listening on ${sessionKey ?? "all sessions"}; Ctrl-C to stop`);
           for await (const event of iterator) {
             if (values.json)
               io.out(JSON.stringify({ seq: event.seq, event: event.event, payload: event.payload }));

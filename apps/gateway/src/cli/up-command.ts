@@ -4,6 +4,7 @@ import { runServer, SERVER_OPTIONS } from "./serve";
 
 const spec: CommandSpec = {
   name: "up",
+  brief: "gateway + reference agents in one process (what `pnpm start` runs)",
   summary:
     "Starts the gateway and the reference agent workers for every configured agent in one process, on the embedded file store. Prints the URL, the operator token and a command to try; runs until Ctrl-C.",
   positionals: { min: 0, max: 0 },
