@@ -347,6 +347,18 @@ export class AgentFlows {
   ): Promise<void> {
     const target = await this.sessions.get(targetKey);
     if (!target) return;
+    if (!this.sessions.route(target)) {
+      // Nowhere to post an announce (no channel route): no announce run, and the skip is recorded.
+      await this.sessions.append(targetKey, [
+        {
+          type: "event",
+          label: target.taint,
+          runId: primary.runId,
+          event: { name: "announce.skipped", data: { reason: "no delivery route", requester: requesterKey } },
+        },
+      ]);
+      return;
+    }
     const context = [
       "Agent-to-agent announce step:",
       `Agent 1 (requester) session: ${requesterKey}.`,

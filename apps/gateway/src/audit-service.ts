@@ -1,3 +1,4 @@
+import { createHmac } from "node:crypto";
 import {
   type AuditChain,
   type AuditRecord,
@@ -6,6 +7,10 @@ import {
   verifyAuditRecords,
 } from "@switchboard/core";
 import type { EventBus } from "./event-bus";
+
+/** node:crypto's synchronous HMAC: the same hashes as core's WebCrypto default, without a thread hop. */
+const nodeHmac = (key: Uint8Array, message: string): string =>
+  createHmac("sha256", key).update(message).digest("hex");
 
 export interface AuditInput {
   kind: string;
@@ -27,6 +32,7 @@ export class AuditService {
     const last = await store.last();
     const chain = createAuditChain({
       key,
+      hmac: nodeHmac,
       ...(last ? { last: { index: last.index, hash: last.hash } } : {}),
     });
     return new AuditService(store, chain, key, bus);
@@ -67,7 +73,7 @@ export class AuditService {
   async verify(): Promise<{ ok: boolean; entries: number; firstBadIndex?: number; reason?: string }> {
     await this.persisted;
     const records = await this.store.read({});
-    const result = await verifyAuditRecords(this.key, records);
+    const result = await verifyAuditRecords(this.key, records, { hmac: nodeHmac });
     return result;
   }
 }

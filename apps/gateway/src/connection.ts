@@ -20,6 +20,7 @@ export class Connection {
   /** Highest event seq delivered, so replay and live delivery never send the same event twice. */
   lastEventSeq = 0;
   subscribed = false;
+  private corked = false;
   /** Events published while a replay is being sent are held here, then flushed in order. */
   subscriptionFilter: ((event: import("./event-bus").BusEvent) => boolean) | undefined;
   private readonly closeCallbacks: Array<() => void> = [];
@@ -56,6 +57,16 @@ export class Connection {
       );
       this.close(CloseCodes.tryAgainLater, "send buffer limit exceeded");
       return false;
+    }
+    // Frames sent in the same tick leave in one write: cork the TCP socket until the next tick.
+    const tcp = (this.socket as unknown as { _socket?: { cork(): void; uncork(): void } })._socket;
+    if (tcp && !this.corked) {
+      this.corked = true;
+      tcp.cork();
+      process.nextTick(() => {
+        this.corked = false;
+        tcp.uncork();
+      });
     }
     this.socket.send(text);
     return true;

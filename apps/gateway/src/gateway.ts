@@ -360,6 +360,19 @@ export class Gateway {
     });
   }
 
+  private readonly definitionCache = new Map<string, ReturnType<typeof toolDefinitions>>();
+
+  /** Tool definitions are immutable per tool set, so each distinct set is built once. */
+  private definitionsFor(names: string[]): ReturnType<typeof toolDefinitions> {
+    const cacheKey = names.join(",");
+    let definitions = this.definitionCache.get(cacheKey);
+    if (!definitions) {
+      definitions = toolDefinitions(names);
+      this.definitionCache.set(cacheKey, definitions);
+    }
+    return definitions;
+  }
+
   toolGate(
     entry: SessionEntry,
     tool: string,
@@ -375,13 +388,12 @@ export class Gateway {
 
   async assignRun(record: RunRecord, worker: Connection, deadline: number | undefined): Promise<void> {
     const entry = await this.sessions.require(record.sessionKey);
-    const read = await this.store.transcripts.read(entry.sessionId, {
-      limit: 21,
-      maxBytes: 256 * 1024,
-      filter: (item) => item.type === "message" && item.runId !== record.runId,
-    });
-    const history = read.entries.slice(-20).map(toHistoryMessage);
-    const tools = record.origin === "summarize" ? [] : toolDefinitions(this.toolsFor(entry));
+    const recent = await this.sessions.recentMessages(entry, 21);
+    const history = recent
+      .filter((item) => item.runId !== record.runId)
+      .slice(-20)
+      .map(toHistoryMessage);
+    const tools = record.origin === "summarize" ? [] : this.definitionsFor(this.toolsFor(entry));
     const event = this.bus.publish(
       "run.assigned",
       {
@@ -686,7 +698,7 @@ export class Gateway {
               ? { spawnedBy: await this.sessions.resolveInput(params.spawnedBy, undefined, "spawnedBy") }
               : {}),
           },
-          { classify: (entry) => this.sessions.kind(entry) },
+          { classify: this.sessions.classify },
         );
         const messageLimit = Math.min(20, Math.max(0, Math.floor(params.messageLimit ?? 0)));
         const sessions = await this.backend.rowsWithMessages(result.entries, undefined, messageLimit);

@@ -141,7 +141,7 @@ export class SessionToolsBackend implements ToolBackend {
         ...(query.activeMinutes ? { activeSince: Date.now() - query.activeMinutes * 60_000 } : {}),
       },
       {
-        classify: (entry) => this.sessions.kind(entry),
+        classify: this.sessions.classify,
         visible: (entry) =>
           entry.key === callerEntry.key ||
           this.policy.evaluate(this.historyContext(callerEntry, entry, true)).action !== "BLOCK",

@@ -42,6 +42,14 @@ afterEach(async () => {
   await gw?.close();
 });
 
+/** Waits until the worker was assigned a run matching `predicate` (assignment is asynchronous). */
+async function assigned(predicate: (run: TestWorker["runs"][number]) => boolean) {
+  const event = await workers[0]!.peer.waitForEvent(
+    (e) => e.event === "run.assigned" && predicate(e.payload as TestWorker["runs"][number]),
+  );
+  return event.payload as TestWorker["runs"][number];
+}
+
 function tool(as: string, name: string, args: Record<string, unknown> = {}): Promise<Result> {
   return op.call<Result>("tools.invoke", { tool: name, args, as });
 }
@@ -265,6 +273,15 @@ describe("sessions_send", () => {
       },
     );
     expect(history.messages[0]).toMatchObject({ role: "user", provenance: { kind: "agent" } });
+    // A main session has no channel to announce to: no announce run, and the skip is on record.
+    await gw.gateway.flows.idle();
+    expect(workers[0]!.runs.some((r) => r.input.context.includes("announce step"))).toBe(false);
+    const target = await gw.gateway.store.sessions.get("agent:research:main");
+    const events = await gw.gateway.store.transcripts.read(target!.sessionId, {
+      limit: 10,
+      filter: (e) => e.type === "event",
+    });
+    expect(events.entries.map((e) => e.event?.name)).toContain("announce.skipped");
   });
 
   it("is forbidden by send policy, a2a, labels, hop limit and cycles", async () => {
@@ -468,7 +485,7 @@ describe("sessions_spawn", () => {
     expect(toolNames).not.toContain("sessions_spawn");
     expect(toolNames).toContain("message");
     expect(childRun.input.context).toContain("sub-agent");
-    const announce = workers[0]!.runs.find((r) => r.input.provenance.kind === "subagent")!;
+    const announce = await assigned((r) => r.input.provenance.kind === "subagent");
     expect(announce.sessionKey).toBe("agent:main:main");
     expect(announce.input.message).toContain('Sub-agent "nested" completed successfully.');
     expect(announce.input.message).toContain("Findings:");
@@ -486,11 +503,14 @@ describe("sessions_spawn", () => {
     await create("main");
     const timedOut = await tool("main", "sessions_spawn", { task: "sleep 2500", runTimeoutSeconds: 1 });
     const failed = await tool("main", "sessions_spawn", { task: "fail no data", cleanup: "delete" });
-    await new Promise((resolve) => setTimeout(resolve, 1300));
+    const first = await assigned(
+      (r) => r.input.provenance.kind === "subagent" && r.input.message.includes("failed: no data"),
+    );
+    const second = await assigned(
+      (r) => r.input.provenance.kind === "subagent" && r.input.message.includes("timed out"),
+    );
     await gw.gateway.flows.idle();
-    const announces = workers[0]!.runs
-      .filter((r) => r.input.provenance.kind === "subagent")
-      .map((r) => r.input.message);
+    const announces = [first.input.message, second.input.message];
     expect(
       announces.some(
         (m) => m.includes(`${timedOut.childSessionKey} timed out.`) && m.includes("(no output)"),

@@ -24,6 +24,40 @@ import type { AuditService } from "./audit-service";
 import type { EventBus } from "./event-bus";
 import { KeyedMutex } from "./keyed-mutex";
 
+/** Bounded LRU of each hot session's newest message entries (what `run.assigned.history` needs). */
+class RecentMessages {
+  static readonly depth = 24;
+  private readonly bySession = new Map<string, TranscriptEntry[]>();
+
+  constructor(private readonly maxSessions = 2048) {}
+
+  get(sessionId: string): TranscriptEntry[] | undefined {
+    const entries = this.bySession.get(sessionId);
+    if (entries) {
+      this.bySession.delete(sessionId);
+      this.bySession.set(sessionId, entries);
+    }
+    return entries;
+  }
+
+  /** Seeds the cache from a tail read; a read cut short by its byte cap is not cached. */
+  fill(sessionId: string, entries: TranscriptEntry[], truncated: boolean): void {
+    if (truncated) return;
+    this.bySession.set(sessionId, entries.slice(-RecentMessages.depth));
+    if (this.bySession.size > this.maxSessions) {
+      const oldest = this.bySession.keys().next().value;
+      if (oldest !== undefined) this.bySession.delete(oldest);
+    }
+  }
+
+  add(sessionId: string, written: TranscriptEntry[]): void {
+    const entries = this.bySession.get(sessionId);
+    if (!entries) return;
+    for (const item of written) if (item.type === "message") entries.push(item);
+    if (entries.length > RecentMessages.depth) entries.splice(0, entries.length - RecentMessages.depth);
+  }
+}
+
 export interface CreateSessionOptions {
   channel?: string;
   chatType?: ChatType;
@@ -39,6 +73,7 @@ export interface CreateSessionOptions {
 /** The sessions index, transcripts and label state, with every read-modify-write serialised per key. */
 export class SessionsService {
   private readonly locks = new KeyedMutex();
+  private readonly recent = new RecentMessages();
 
   constructor(
     private readonly store: Store,
@@ -84,6 +119,9 @@ export class SessionsService {
   mainSessionKey(agentId: string): string {
     return mainKeyFor(agentId, this.mainKey);
   }
+
+  /** One stable function, so the store can cache kinds per classifier across list calls. */
+  readonly classify = (entry: Pick<SessionEntry, "key" | "chatType">): SessionKind => this.kind(entry);
 
   kind(entry: Pick<SessionEntry, "key" | "chatType">): SessionKind {
     return classifyKey(entry.key, {
@@ -252,9 +290,33 @@ export class SessionsService {
     return this.withLock(key, async () => {
       const entry = await this.require(key);
       const written = await this.store.transcripts.append(entry.sessionId, inputs);
-      await this.store.sessions.put({ ...entry, ...touch, updatedAt: Math.max(Date.now(), entry.updatedAt) });
+      this.recent.add(entry.sessionId, written);
+      // Bookkeeping events do not count as activity: only messages (or explicit changes) touch the row.
+      if (inputs.some((input) => input.type !== "event") || Object.keys(touch).length > 0) {
+        await this.store.sessions.put({
+          ...entry,
+          ...touch,
+          updatedAt: Math.max(Date.now(), entry.updatedAt),
+        });
+      }
       return written;
     });
+  }
+
+  /**
+   * The last `limit` message entries of a session (oldest first), served from a small in-memory
+   * cache that every append through this service keeps current; a miss reads the transcript tail.
+   */
+  async recentMessages(entry: SessionEntry, limit: number): Promise<TranscriptEntry[]> {
+    const cached = this.recent.get(entry.sessionId);
+    if (cached) return cached.slice(-limit);
+    const read = await this.store.transcripts.read(entry.sessionId, {
+      limit: RecentMessages.depth,
+      maxBytes: 256 * 1024,
+      filter: (item) => item.type === "message",
+    });
+    this.recent.fill(entry.sessionId, read.entries, read.truncated);
+    return read.entries.slice(-limit);
   }
 
   /** New sessionId, taint back to PUBLIC, settings kept, old transcript archived. */

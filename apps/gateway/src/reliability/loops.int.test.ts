@@ -177,7 +177,8 @@ describe("agent-to-agent loops over random graphs (fast-check)", () => {
               );
           }
 
-          // Each delivered exchange runs exactly its reply-back turns (agents never skip), then one announce.
+          // Each delivered exchange runs exactly its reply-back turns (agents never skip); main sessions have
+          // no channel route, so the announce step is skipped (and recorded) instead of run.
           for (const send of sends) {
             if (send.result.status !== "ok" && send.result.status !== "accepted") continue;
             const steps = runs.filter(
@@ -193,7 +194,7 @@ describe("agent-to-agent loops over random graphs (fast-check)", () => {
             expect(replies.length, `${where}: reply-back steps of ${send.from} -> ${send.to}`).toBe(
               expectedTurns,
             );
-            expect(announces.length, `${where}: announces of ${send.from} -> ${send.to}`).toBe(1);
+            expect(announces.length, `${where}: announces of ${send.from} -> ${send.to}`).toBe(0);
             replies.forEach((run, turn) => {
               expect(run.input.context, where).toContain(`Turn ${turn + 1} of ${graph.maxPingPongTurns}.`);
               expect(run.sessionKey, where).toBe(turn % 2 === 0 ? send.from : send.to);

@@ -177,3 +177,19 @@ describe("verifyAuditRecords", () => {
     expect(await verifyAuditRecords(key, records.slice(2), { after })).toEqual({ ok: true, entries: 3 });
   });
 });
+
+describe("injected HMAC", () => {
+  it("produces the same chain as WebCrypto and verifies with either", async () => {
+    const { createHmac } = await import("node:crypto");
+    const key = new Uint8Array(32).fill(7);
+    const hmac = (k: Uint8Array, message: string) => createHmac("sha256", k).update(message).digest("hex");
+    const web = createAuditChain({ key });
+    const node = createAuditChain({ key, hmac });
+    const entry = { kind: "policy.blocked", at: 1, data: { why: "test" } };
+    const a = await web.next(entry);
+    const b = await node.next(entry);
+    expect(b.hash).toBe(a.hash);
+    expect(await verifyAuditRecords(key, [a], { hmac })).toMatchObject({ ok: true });
+    expect(await verifyAuditRecords(key, [{ ...b, data: { why: "changed" } }], { hmac })).toMatchObject({ ok: false });
+  });
+});

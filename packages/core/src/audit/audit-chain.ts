@@ -1,5 +1,5 @@
 import { formatZodIssues, invalidRequestFromZod, SwitchboardError } from "../errors";
-import { assertAuditKey, computeAuditHash } from "./audit-hash";
+import { type AuditHmac, assertAuditKey, computeAuditHash } from "./audit-hash";
 import {
   type AuditEntry,
   AuditEntrySchema,
@@ -20,6 +20,8 @@ export interface AuditChainOptions {
    * and the chain only advances once it resolves: a failed write leaves no gap in the chain.
    */
   persist?: (record: AuditRecord) => Promise<void> | void;
+  /** HMAC implementation (default: WebCrypto). */
+  hmac?: AuditHmac;
 }
 
 /**
@@ -29,6 +31,7 @@ export interface AuditChainOptions {
 export class AuditChain {
   readonly #key: Uint8Array;
   readonly #persist: AuditChainOptions["persist"];
+  readonly #hmac: AuditHmac | undefined;
   #nextIndex: number;
   #prevHash: string;
   #queue: Promise<unknown> = Promise.resolve();
@@ -38,6 +41,7 @@ export class AuditChain {
     // Copied so a caller reusing its buffer cannot change the key under a running chain.
     this.#key = new Uint8Array(options.key);
     this.#persist = options.persist;
+    this.#hmac = options.hmac;
     if (options.last === undefined) {
       this.#nextIndex = 0;
       this.#prevHash = GENESIS_HASH;
@@ -74,7 +78,7 @@ export class AuditChain {
 
   async #append(entry: AuditEntry): Promise<AuditRecord> {
     const prevHash = this.#prevHash;
-    const hash = await computeAuditHash(this.#key, prevHash, entry);
+    const hash = await computeAuditHash(this.#key, prevHash, entry, this.#hmac);
     const record: AuditRecord = { ...entry, index: this.#nextIndex, prevHash, hash };
     if (this.#persist) await this.#persist(record);
     this.#nextIndex = record.index + 1;
@@ -95,6 +99,8 @@ export interface AuditVerifyOptions {
    * tail, which no chain can detect by itself. Records after it are fine (appended later).
    */
   expectedHead?: AuditHead;
+  /** HMAC implementation (default: WebCrypto). */
+  hmac?: AuditHmac;
 }
 
 export interface AuditVerifyResult {
@@ -140,7 +146,7 @@ export async function verifyAuditRecords(
     if (prevHash !== expectedPrev) {
       return bad("prevHash does not match the previous record's hash (removed, inserted or reordered)");
     }
-    if ((await computeAuditHash(keyCopy, prevHash, entry)) !== hash) {
+    if ((await computeAuditHash(keyCopy, prevHash, entry, options.hmac)) !== hash) {
       return bad("hash does not match the record's content (changed, or written with another key)");
     }
     if (options.expectedHead?.index === index && options.expectedHead.hash !== hash) {

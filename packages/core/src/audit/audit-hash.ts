@@ -59,14 +59,22 @@ export function generateAuditKey(): Uint8Array {
  * record except `index`, `prevHash` and `hash`, so any field added to or changed in a stored record
  * changes its hash.
  */
+/**
+ * An HMAC-SHA256 implementation returning lower-case hex. Core uses WebCrypto; a host may inject a
+ * faster synchronous one (e.g. node:crypto's createHmac) without core importing Node modules.
+ */
+export type AuditHmac = (key: Uint8Array, message: string) => string | Promise<string>;
+
 export async function computeAuditHash(
   key: Uint8Array,
   prevHash: string,
   entry: AuditEntry | Record<string, unknown>,
+  hmac?: AuditHmac,
 ): Promise<string> {
   if (!AuditHashSchema.safeParse(prevHash).success) {
     throw new SwitchboardError("INVALID_REQUEST", "audit: prevHash must be 64 lower-case hex characters");
   }
+  if (hmac) return hmac(key, prevHash + canonicalJson(entry));
   const message = new TextEncoder().encode(prevHash + canonicalJson(entry));
   const signature = await subtle().sign("HMAC", await importKey(key), message);
   return toHex(new Uint8Array(signature));
