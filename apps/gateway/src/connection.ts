@@ -49,7 +49,12 @@ export class Connection {
 
   send(frame: unknown): boolean {
     if (!this.isOpen) return false;
-    const text = JSON.stringify(frame);
+    return this.sendText(JSON.stringify(frame));
+  }
+
+  /** Sends an already serialised frame. */
+  sendText(text: string): boolean {
+    if (!this.isOpen) return false;
     if (this.socket.bufferedAmount + text.length > this.maxBufferedBytes) {
       this.log.warn(
         { buffered: this.socket.bufferedAmount },

@@ -41,6 +41,12 @@ export class EventBus {
     return this.seq;
   }
 
+  /** A seq for an event sent directly to one peer, outside the replay window. */
+  allocateSeq(): number {
+    this.seq += 1;
+    return this.seq;
+  }
+
   publish<E extends EventName>(
     event: E,
     payload: EventPayload<E>,

@@ -3,6 +3,7 @@ import { resolve } from "node:path";
 import {
   type Config,
   type ConnectParams,
+  type EventPayload,
   canonicalizeKey,
   EVENT_NAMES,
   type Level,
@@ -18,6 +19,7 @@ import {
   SwitchboardError,
   TOOL_NAMES,
   type ToolCaller,
+  type ToolDefinition,
   toolLevel,
 } from "@switchboard/core";
 import { openFileStore } from "@switchboard/store-fs";
@@ -360,14 +362,15 @@ export class Gateway {
     });
   }
 
-  private readonly definitionCache = new Map<string, ReturnType<typeof toolDefinitions>>();
+  private readonly definitionCache = new Map<string, { list: ToolDefinition[]; json: string }>();
 
-  /** Tool definitions are immutable per tool set, so each distinct set is built once. */
-  private definitionsFor(names: string[]): ReturnType<typeof toolDefinitions> {
+  /** Tool definitions are immutable per tool set, so each distinct set (and its JSON) is built once. */
+  private definitionsFor(names: string[]): { list: ToolDefinition[]; json: string } {
     const cacheKey = names.join(",");
     let definitions = this.definitionCache.get(cacheKey);
     if (!definitions) {
-      definitions = toolDefinitions(names);
+      const list = toolDefinitions(names);
+      definitions = { list, json: JSON.stringify(list) };
       this.definitionCache.set(cacheKey, definitions);
     }
     return definitions;
@@ -393,28 +396,28 @@ export class Gateway {
       .filter((item) => item.runId !== record.runId)
       .slice(-20)
       .map(toHistoryMessage);
-    const tools = record.origin === "summarize" ? [] : this.definitionsFor(this.toolsFor(entry));
-    const event = this.bus.publish(
-      "run.assigned",
-      {
-        runId: record.runId,
-        sessionKey: record.sessionKey,
-        agentId: record.agentId,
-        lane: record.lane,
-        input: {
-          message: record.message,
-          provenance: record.provenance ?? { kind: "user" },
-          context: record.context ?? "",
-        },
-        history,
-        tools,
-        ...(entry.model ? { model: entry.model } : {}),
-        ...(deadline ? { deadline } : {}),
-        attempt: record.attempts,
+    const tools = record.origin === "summarize" ? { list: [], json: "[]" } : this.definitionsFor(this.toolsFor(entry));
+    // `run.assigned` goes to one worker only and is never replayed (a reconnecting worker gets its
+    // runs reassigned), so it takes a seq but stays out of the replay ring. The tool definitions are
+    // the bulk of the frame and identical per tool set: their JSON is built once and spliced in.
+    const payload: Omit<EventPayload<"run.assigned">, "tools"> = {
+      runId: record.runId,
+      sessionKey: record.sessionKey,
+      agentId: record.agentId,
+      lane: record.lane,
+      input: {
+        message: record.message,
+        provenance: record.provenance ?? { kind: "user" },
+        context: record.context ?? "",
       },
-      { connectionId: worker.id, sessionKey: record.sessionKey, agentId: record.agentId },
-    );
-    worker.send({ type: "event", event: event.event, seq: event.seq, payload: event.payload });
+      history,
+      ...(entry.model ? { model: entry.model } : {}),
+      ...(deadline ? { deadline } : {}),
+      attempt: record.attempts,
+    };
+    const seq = this.bus.allocateSeq();
+    const payloadJson = `{"tools":${tools.json},${JSON.stringify(payload).slice(1)}`;
+    worker.sendText(`{"type":"event","event":"run.assigned","seq":${seq},"payload":${payloadJson}}`);
   }
 
   /** Caller of a tool call: the run's session (agent) or an audited `as` (operator). */
@@ -830,7 +833,7 @@ export class Gateway {
       }),
       "tools.list": async (params, connection) => {
         const { entry } = await this.toolCaller(connection, params);
-        return { tools: toolDefinitions(this.toolsFor(entry)) };
+        return { tools: this.definitionsFor(this.toolsFor(entry)).list };
       },
       "tools.invoke": (params, connection) => this.invokeTool(connection, params),
       "policy.simulate": async (params, connection) => {
