@@ -348,15 +348,21 @@ export class AgentFlows {
     const target = await this.sessions.get(targetKey);
     if (!target) return;
     if (!this.sessions.route(target)) {
-      // Nowhere to post an announce (no channel route): no announce run, and the skip is recorded.
-      await this.sessions.append(targetKey, [
-        {
-          type: "event",
-          label: target.taint,
-          runId: primary.runId,
-          event: { name: "announce.skipped", data: { reason: "no delivery route", requester: requesterKey } },
-        },
-      ]);
+      // Nowhere to post an announce (no channel route): no announce run. Main, cron, hook, node and
+      // sub-agent sessions never have a route; a chat session that lacks one gets the skip recorded.
+      if (this.sessions.isChannelBound(target)) {
+        await this.sessions.append(targetKey, [
+          {
+            type: "event",
+            label: target.taint,
+            runId: primary.runId,
+            event: {
+              name: "announce.skipped",
+              data: { reason: "no delivery route", requester: requesterKey },
+            },
+          },
+        ]);
+      }
       return;
     }
     const context = [

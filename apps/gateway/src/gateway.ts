@@ -3,9 +3,9 @@ import { resolve } from "node:path";
 import {
   type Config,
   type ConnectParams,
-  type EventPayload,
   canonicalizeKey,
   EVENT_NAMES,
+  type EventPayload,
   type Level,
   METHOD_NAMES,
   type MethodName,
@@ -396,7 +396,8 @@ export class Gateway {
       .filter((item) => item.runId !== record.runId)
       .slice(-20)
       .map(toHistoryMessage);
-    const tools = record.origin === "summarize" ? { list: [], json: "[]" } : this.definitionsFor(this.toolsFor(entry));
+    const tools =
+      record.origin === "summarize" ? { list: [], json: "[]" } : this.definitionsFor(this.toolsFor(entry));
     // `run.assigned` goes to one worker only and is never replayed (a reconnecting worker gets its
     // runs reassigned), so it takes a seq but stays out of the replay ring. The tool definitions are
     // the bulk of the frame and identical per tool set: their JSON is built once and spliced in.

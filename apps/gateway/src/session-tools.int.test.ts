@@ -273,11 +273,20 @@ describe("sessions_send", () => {
       },
     );
     expect(history.messages[0]).toMatchObject({ role: "user", provenance: { kind: "agent" } });
-    // A main session has no channel to announce to: no announce run, and the skip is on record.
+    // A main session has no channel to announce to: no announce run at all.
     await gw.gateway.flows.idle();
     expect(workers[0]!.runs.some((r) => r.input.context.includes("announce step"))).toBe(false);
-    const target = await gw.gateway.store.sessions.get("agent:research:main");
-    const events = await gw.gateway.store.transcripts.read(target!.sessionId, {
+    // A chat session without a known route gets no announce either, and the skip is on record.
+    await create("agent:research:inbox");
+    await tool("main", "sessions_send", {
+      sessionKey: "agent:research:inbox",
+      message: "note",
+      timeoutSeconds: 10,
+    });
+    await gw.gateway.flows.idle();
+    expect(workers[0]!.runs.some((r) => r.input.context.includes("announce step"))).toBe(false);
+    const inbox = await gw.gateway.store.sessions.get("agent:research:inbox");
+    const events = await gw.gateway.store.transcripts.read(inbox!.sessionId, {
       limit: 10,
       filter: (e) => e.type === "event",
     });

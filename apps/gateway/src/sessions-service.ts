@@ -157,6 +157,12 @@ export class SessionsService {
     return undefined;
   }
 
+  /** Sessions of outside chats (groups, channels, direct chats) as opposed to internal ones. */
+  isChannelBound(entry: SessionEntry): boolean {
+    const kind = this.kind(entry);
+    return kind === "group" || kind === "other";
+  }
+
   /** Classification of data arriving on this session's own channel. */
   inboundLevel(entry: SessionEntry): Level {
     const route = this.route(entry);
@@ -258,6 +264,10 @@ export class SessionsService {
     reason: string,
     source: string,
   ): Promise<{ from: Level; to: Level } | undefined> {
+    // Fast path without the lock: taint only rises (a reset replaces the row), so a row already at
+    // or above `level` needs nothing.
+    const current = await this.store.sessions.get(key);
+    if (current && !escalateTaint(current.taint, level, { at: 0, reason, source }).event) return undefined;
     return this.withLock(key, async () => {
       const entry = await this.require(key);
       const escalation = escalateTaint(entry.taint, level, { at: Date.now(), reason, source });
