@@ -10,6 +10,7 @@ import {
   type SessionEntry,
   type SessionsSendResult,
   type SessionsSpawnResult,
+  type SpawnRequest,
   type Store,
   type ToolCaller,
 } from "@switchboard/core";
@@ -459,14 +460,7 @@ export class AgentFlows {
   async spawn(
     caller: ToolCaller,
     callerEntry: SessionEntry,
-    request: {
-      task: string;
-      label?: string;
-      agentId?: string;
-      model?: string;
-      runTimeoutSeconds: number;
-      cleanup: "delete" | "keep";
-    },
+    request: SpawnRequest,
   ): Promise<SessionsSpawnResult> {
     const targetAgentId = (request.agentId ?? callerEntry.agentId).toLowerCase();
     if (!this.sessions.agentConfig(targetAgentId)) {

@@ -12,6 +12,7 @@ import {
   type SessionsSendResult,
   type SessionsSpawnResult,
   type SimulateResult,
+  type SpawnRequest,
   type Store,
   type SummarizeResult,
   SwitchboardError,
@@ -196,17 +197,7 @@ export class SessionToolsBackend implements ToolBackend {
     return this.flows.send(caller, callerEntry, target, request.message, request.timeoutSeconds);
   }
 
-  async spawn(
-    caller: ToolCaller,
-    request: {
-      task: string;
-      label?: string;
-      agentId?: string;
-      model?: string;
-      runTimeoutSeconds: number;
-      cleanup: "delete" | "keep";
-    },
-  ): Promise<SessionsSpawnResult> {
+  async spawn(caller: ToolCaller, request: SpawnRequest): Promise<SessionsSpawnResult> {
     const callerEntry = await this.callerEntry(caller);
     return this.flows.spawn(caller, callerEntry, request);
   }

@@ -26,6 +26,16 @@ export interface ToolCaller {
   signal?: AbortSignal;
 }
 
+/** A `sessions_spawn` call after validation, clamping and defaults. */
+export interface SpawnRequest {
+  task: string;
+  label?: string;
+  agentId?: string;
+  model?: string;
+  runTimeoutSeconds: number;
+  cleanup: "delete" | "keep";
+}
+
 /**
  * The port the tool executors in `@switchboard/tools` are written against. The gateway implements
  * it and does every policy check inside; executors only validate, clamp and shape results.
@@ -45,17 +55,7 @@ export interface ToolBackend {
     caller: ToolCaller,
     request: { sessionKey: string; message: string; timeoutSeconds: number },
   ): Promise<SessionsSendResult>;
-  spawn(
-    caller: ToolCaller,
-    request: {
-      task: string;
-      label?: string;
-      agentId?: string;
-      model?: string;
-      runTimeoutSeconds: number;
-      cleanup: "delete" | "keep";
-    },
-  ): Promise<SessionsSpawnResult>;
+  spawn(caller: ToolCaller, request: SpawnRequest): Promise<SessionsSpawnResult>;
   status(caller: ToolCaller, query: { sessionKey?: string }): Promise<SessionStatusResult | ToolFailure>;
   agents(caller: ToolCaller): Promise<AgentsListResult>;
   message(caller: ToolCaller, request: { channel: string; to: string; text: string }): Promise<MessageResult>;
