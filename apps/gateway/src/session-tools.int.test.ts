@@ -136,6 +136,16 @@ describe("sessions_list", () => {
     const keys = (listed.sessions as Array<{ key: string }>).map((row) => row.key);
     expect(keys).toEqual(["main"]);
     expect(listed.hidden).toBe(2);
+    // With agent-to-agent disabled, cross-agent sends and reads are refused, naming the config key.
+    const send = await tool("main", "sessions_send", {
+      sessionKey: "agent:research:main",
+      message: "hi",
+      timeoutSeconds: 0,
+    });
+    expect(send.status).toBe("forbidden");
+    expect(send.error).toContain("tools.agentToAgent");
+    const read = await tool("main", "sessions_history", { sessionKey: "agent:research:main" });
+    expect(read.status).toBe("forbidden");
   });
 });
 
@@ -641,6 +651,68 @@ describe("labels and simulation", () => {
     expect((await tool(as, "message", { channel: "webchat", to: "carol", text: "fine" })).status).toBe("ok");
     const verify = await op.call<{ ok: boolean }>("audit.verify", {});
     expect(verify.ok).toBe(true);
+  });
+
+  it("blocks an announce that would write down, both to a channel and back to a requester", async () => {
+    await setup(
+      labelled(),
+      behaviour({ replyStep: () => "REPLY_SKIP", announceStep: () => "the secret plan, announced" }),
+    );
+    await create("agent:main:webchat:dm:carol", { channel: "webchat" });
+    const { runId } = await op.call<{ runId: string }>("chat.send", {
+      sessionKey: "agent:main:webchat:dm:carol",
+      message: "secret",
+    });
+    await op.call("agent.wait", { runId });
+    // The PUBLIC lab may hold CONFIDENTIAL data (an operator raised its clearance), so the send passes…
+    await create("agent:main:discord:group:lab", { channel: "discord" });
+    await op.call("sessions.patch", { key: "agent:main:discord:group:lab", clearance: "CONFIDENTIAL" });
+    const events = await gw.operator();
+    await events.call("events.subscribe", {});
+    const sent = await tool("agent:main:webchat:dm:carol", "sessions_send", {
+      sessionKey: "agent:main:discord:group:lab",
+      message: "plan",
+      timeoutSeconds: 10,
+    });
+    expect(sent.status).toBe("ok");
+    await gw.gateway.flows.idle();
+    // …but the lab's announce cannot go out to the PUBLIC discord channel.
+    expect(workers[0]!.runs.some((r) => r.input.context.includes("announce step"))).toBe(true);
+    const blocked = events.events.find(
+      (e) => e.event === "policy.blocked" && e.payload.hook === "PRE_OUTPUT",
+    );
+    expect(blocked?.payload.message).toBe(
+      "write-down blocked: session taint CONFIDENTIAL cannot flow to discord:lab (classification PUBLIC)",
+    );
+    expect(events.events.some((e) => e.event === "delivery" && e.payload.channel === "discord")).toBe(false);
+
+    // A sub-agent that took in CONFIDENTIAL data cannot report it to a requester whose clearance dropped.
+    await create("main");
+    await tool("main", "sessions_history", { sessionKey: "agent:main:webchat:dm:carol" });
+    const child = await tool("main", "sessions_spawn", { task: "sleep 300", agentId: "main" });
+    expect(child.status).toBe("accepted");
+    await assigned((r) => r.sessionKey === child.childSessionKey);
+    expect(await op.call("sessions.status", { sessionKey: child.childSessionKey as string })).toMatchObject({
+      taint: "CONFIDENTIAL",
+    });
+    await op.call("sessions.patch", { key: "main", clearance: "PUBLIC" });
+    await op.call("agent.wait", { runId: child.runId as string, timeoutMs: 5000 });
+    await gw.gateway.flows.idle();
+    const audit = await op.call<{ entries: Array<{ kind: string; data: Record<string, unknown> }> }>(
+      "audit.tail",
+      { limit: 200 },
+    );
+    expect(
+      audit.entries.some(
+        (e) =>
+          e.kind === "policy.blocked" &&
+          e.data.hook === "PRE_SEND" &&
+          String(e.data.message).startsWith(
+            "write-down blocked: session taint CONFIDENTIAL cannot flow to agent:main:main",
+          ),
+      ),
+    ).toBe(true);
+    expect(workers[0]!.runs.some((r) => r.input.provenance.kind === "subagent")).toBe(false);
   });
 
   it("simulate returns the decision a real call gets and changes nothing", async () => {
