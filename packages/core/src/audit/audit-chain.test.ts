@@ -190,6 +190,8 @@ describe("injected HMAC", () => {
     const b = await node.next(entry);
     expect(b.hash).toBe(a.hash);
     expect(await verifyAuditRecords(key, [a], { hmac })).toMatchObject({ ok: true });
-    expect(await verifyAuditRecords(key, [{ ...b, data: { why: "changed" } }], { hmac })).toMatchObject({ ok: false });
+    expect(await verifyAuditRecords(key, [{ ...b, data: { why: "changed" } }], { hmac })).toMatchObject({
+      ok: false,
+    });
   });
 });
