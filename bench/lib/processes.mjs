@@ -1,5 +1,6 @@
-// Child processes of the benchmarks: a gateway (bench/lib/gateway-child.mjs) and, as a baseline,
-// a bare `ws` echo server started with `node -e`. Every child is killed when the runner exits.
+// Child processes of the benchmarks: a gateway (bench/lib/gateway-child.mjs), the file store alone
+// (bench/lib/store-child.mjs) and, as a baseline, a bare `ws` echo server started with `node -e`.
+// Every child is killed when the runner exits.
 import { spawn } from "node:child_process";
 import fs from "node:fs";
 import { fileURLToPath } from "node:url";
@@ -7,8 +8,9 @@ import { ROOT, setting } from "./modules.mjs";
 import { now } from "./stats.mjs";
 
 const GATEWAY_CHILD = fileURLToPath(new URL("./gateway-child.mjs", import.meta.url));
+const STORE_CHILD = fileURLToPath(new URL("./store-child.mjs", import.meta.url));
 const children = new Set();
-/** Extra node flags for gateway children, e.g. BENCH_GATEWAY_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof". */
+/** Extra node flags for gateway and store children, e.g. BENCH_GATEWAY_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof". */
 const EXTRA_NODE_ARGS = (setting("BENCH_GATEWAY_NODE_ARGS") ?? "").split(/\s+/).filter(Boolean);
 process.on("exit", () => {
   for (const child of children) child.kill("SIGKILL");
@@ -89,6 +91,61 @@ export async function spawnGateway({
   );
   const ready = await firstMessage(child, ["ready", "failed"], timeoutMs);
   if (ready.type === "failed") throw new Error(`gateway child failed to start: ${ready.error}`);
+  const { ask, close } = ipcClient(child);
+  return {
+    child,
+    pid: child.pid,
+    url: `ws://127.0.0.1:${ready.port}`,
+    token: ready.token,
+    spawnedAt,
+    /** Child's own clock (ms since its start): modules imported, gateway started. */
+    importedMs: ready.importedMs,
+    readyMs: ready.readyMs,
+    stats: () => ask("stats"),
+    resetLoopDelay: () => ask("resetLoopDelay"),
+    gc: () => ask("gc"),
+    rss: () => rssOf(child.pid),
+    cpuMs: () => cpuMsOf(child.pid),
+    close,
+  };
+}
+
+/**
+ * Spawns a store-only child (bench/lib/store-child.mjs: imports @switchboard/store-fs, opens the
+ * store on `dataDir`, answers one `sessions.list` limit 50). Resolves once it reported ready, with
+ * `readyAt` (parent clock, when the ready message arrived) beside `spawnedAt`.
+ */
+export async function spawnStore({ dataDir, exposeGc = false, timeoutMs = 120_000 }) {
+  const spawnedAt = now();
+  const child = track(
+    spawn(process.execPath, [...(exposeGc ? ["--expose-gc"] : []), ...EXTRA_NODE_ARGS, STORE_CHILD], {
+      cwd: ROOT,
+      stdio: ["ignore", "inherit", "inherit", "ipc"],
+      env: { ...process.env, BENCH_STORE_OPTIONS: JSON.stringify({ dataDir }) },
+    }),
+  );
+  const ready = await firstMessage(child, ["ready", "failed"], timeoutMs);
+  const readyAt = now();
+  if (ready.type === "failed") throw new Error(`store child failed to open the store: ${ready.error}`);
+  const { ask, close } = ipcClient(child);
+  return {
+    child,
+    pid: child.pid,
+    spawnedAt,
+    readyAt,
+    /** Child's own clock (ms since its start): store-fs imported, store opened, first list answered. */
+    importedMs: ready.importedMs,
+    openedMs: ready.openedMs,
+    listedMs: ready.listedMs,
+    stats: () => ask("stats"),
+    gc: () => ask("gc"),
+    rss: () => rssOf(child.pid),
+    close,
+  };
+}
+
+/** Request/response over a child's IPC channel (`{id, type}` -> `{id, ok, result|error}`), and a clean close. */
+function ipcClient(child) {
   let nextId = 1;
   const pending = new Map();
   child.on("message", (message) => {
@@ -105,19 +162,7 @@ export async function spawnGateway({
       child.send({ id, type });
     });
   return {
-    child,
-    pid: child.pid,
-    url: `ws://127.0.0.1:${ready.port}`,
-    token: ready.token,
-    spawnedAt,
-    /** Child's own clock (ms since its start): modules imported, gateway started. */
-    importedMs: ready.importedMs,
-    readyMs: ready.readyMs,
-    stats: () => ask("stats"),
-    resetLoopDelay: () => ask("resetLoopDelay"),
-    gc: () => ask("gc"),
-    rss: () => rssOf(child.pid),
-    cpuMs: () => cpuMsOf(child.pid),
+    ask,
     async close() {
       if (child.exitCode !== null || child.signalCode !== null) return;
       const exited = new Promise((resolve) => child.once("exit", resolve));

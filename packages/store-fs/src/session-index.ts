@@ -10,6 +10,7 @@ import {
   type SessionListResult,
   validateSessionEntry,
 } from "@switchboard/core";
+import { yieldToEventLoop } from "./fs-io";
 import { JournaledMap } from "./journaled-map";
 import type { StoreLogger } from "./logger";
 import { SortedList } from "./sorted-list";
@@ -30,6 +31,26 @@ const SHARED_FIELDS = [
 ] as const;
 const MAX_SHARED_STRINGS = 50_000;
 const MAX_CLASSIFIER_CACHES = 4;
+/**
+ * Rows a `list` may classify in one go (a few ms). A scan that needs more (a classifier new to
+ * this index meeting a full scan of 100k rows would take ~100 ms) stops, the rows are classified
+ * in slices of `KIND_SLICE` with the event loop served in between, and the scan runs again.
+ */
+const KIND_MISS_BUDGET = 2000;
+const KIND_SLICE = 2000;
+
+/** Rows a list scan classified (cache misses) and how many it may before it stops. */
+interface MissBudget {
+  misses: number;
+  allowed: number;
+}
+
+/** What one classifier said of each row (rows are immutable, so the answer holds). */
+interface KindCache {
+  readonly kinds: WeakMap<SessionEntry, string>;
+  /** The running fill of `kinds` over all rows, shared by the lists waiting for it. */
+  filling?: Promise<void>;
+}
 
 class StringPool {
   private readonly strings = new Map<string, string>();
@@ -64,7 +85,7 @@ export class FileSessionIndex implements SessionIndexStore {
   private readonly byRecency = new SortedList<SessionEntry>(compareSessionsByRecency);
   /** sessionId → key, or keys when several rows share it. */
   private readonly keysBySessionId = new Map<string, string | string[]>();
-  private readonly kindCaches = new Map<SessionClassifier, WeakMap<SessionEntry, string>>();
+  private readonly kindCaches = new Map<SessionClassifier, KindCache>();
 
   private constructor(
     private readonly journal: JournaledMap<SessionEntry>,
@@ -140,18 +161,47 @@ export class FileSessionIndex implements SessionIndexStore {
     query: SessionListQuery,
     options: { classify?: (entry: SessionEntry) => string; visible?: (entry: SessionEntry) => boolean } = {},
   ): Promise<SessionListResult> {
-    const matches = compileSessionFilter(
-      query,
-      this.cachedClassifier(options.classify ?? defaultSessionClassifier),
-    );
-    const { visible } = options;
+    const classify = options.classify ?? defaultSessionClassifier;
+    const cache = this.kindCache(classify);
+    const { kinds } = cache;
+    const budget: MissBudget = { misses: 0, allowed: KIND_MISS_BUDGET };
+    const matches = compileSessionFilter(query, (row) => {
+      let kind = kinds.get(row);
+      if (kind === undefined) {
+        budget.misses++;
+        kind = classify(row);
+        kinds.set(row, kind);
+      }
+      return kind;
+    });
+    const first = this.scan(query, matches, options.visible, budget);
+    if (first) return first;
+    await this.fillKinds(cache, classify);
+    // Rows put while filling are few; the answer is this one synchronous scan, so it is consistent.
+    budget.allowed = Number.POSITIVE_INFINITY;
+    return this.scan(query, matches, options.visible, budget)!;
+  }
+
+  /** One pass in recency order; undefined when it stopped because `budget` ran out. */
+  private scan(
+    query: SessionListQuery,
+    matches: (entry: SessionEntry) => boolean,
+    visible: ((entry: SessionEntry) => boolean) | undefined,
+    budget: MissBudget,
+  ): SessionListResult | undefined {
     const { activeSince, limit } = query;
     const entries: SessionEntry[] = [];
     let hidden = 0;
+    let stopped = false;
     this.byRecency.forEachUntil((row) => {
       // Rows are newest first, so nothing past this point can be active enough.
       if (activeSince !== undefined && row.updatedAt < activeSince) return false;
-      if (!matches(row)) return true;
+      const match = matches(row);
+      if (budget.misses > budget.allowed) {
+        stopped = true;
+        return false;
+      }
+      if (!match) return true;
       if (visible && !visible(row)) {
         hidden++;
         return true;
@@ -160,7 +210,25 @@ export class FileSessionIndex implements SessionIndexStore {
       // With a visibility predicate the scan goes on to count every hidden row.
       return visible !== undefined || entries.length < limit;
     });
-    return { entries, hidden };
+    return stopped ? undefined : { entries, hidden };
+  }
+
+  /** Classifies every row not yet in `cache`, a slice at a time, yielding to the event loop in between. */
+  private fillKinds(cache: KindCache, classify: SessionClassifier): Promise<void> {
+    cache.filling ??= (async () => {
+      let inSlice = 0;
+      // A Map iterator stays valid across changes: rows put meanwhile are visited or classified by the next scan.
+      for (const row of this.journal.values.values()) {
+        if (!cache.kinds.has(row)) cache.kinds.set(row, classify(row));
+        if (++inSlice === KIND_SLICE) {
+          inSlice = 0;
+          await yieldToEventLoop();
+        }
+      }
+    })().finally(() => {
+      cache.filling = undefined;
+    });
+    return cache.filling;
   }
 
   async count(): Promise<number> {
@@ -188,25 +256,17 @@ export class FileSessionIndex implements SessionIndexStore {
    * Kinds are derived from keys, and rows are immutable, so a classifier's answer per row can be
    * kept. Caches are held for the few classifier functions seen last (normally one).
    */
-  private cachedClassifier(classify: SessionClassifier): SessionClassifier {
+  private kindCache(classify: SessionClassifier): KindCache {
     let cache = this.kindCaches.get(classify);
     if (!cache) {
       if (this.kindCaches.size >= MAX_CLASSIFIER_CACHES) {
         const oldest = this.kindCaches.keys().next().value;
         if (oldest) this.kindCaches.delete(oldest);
       }
-      cache = new WeakMap();
+      cache = { kinds: new WeakMap() };
       this.kindCaches.set(classify, cache);
     }
-    const kinds = cache;
-    return (row) => {
-      let kind = kinds.get(row);
-      if (kind === undefined) {
-        kind = classify(row);
-        kinds.set(row, kind);
-      }
-      return kind;
-    };
+    return cache;
   }
 
   private link(row: SessionEntry): void {
