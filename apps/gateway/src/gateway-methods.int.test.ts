@@ -243,3 +243,37 @@ describe("delivery out to channels", () => {
     adapter.close();
   });
 });
+
+describe("global session scope", () => {
+  it("resolves every main-session reference to one shared session that callers still see as main", async () => {
+    const op = await setup({
+      session: { scope: "global" },
+      agents: { list: [{ id: "main", default: true }, { id: "research" }] },
+    });
+    const { runId } = await op.call<{ runId: string }>("chat.send", { sessionKey: "main", message: "hello" });
+    expect(await op.call("agent.wait", { runId })).toMatchObject({ status: "ok", reply: "echo: hello" });
+    const resolved = await op.call<{ key: string; sessionId: string }>("sessions.resolve", {
+      key: "agent:research:main",
+    });
+    expect(resolved.key).toBe("main");
+    const again = await op.call<{ sessionId: string }>("sessions.resolve", { key: "main" });
+    expect(again.sessionId).toBe(resolved.sessionId);
+    const listed = await op.call<{ sessions: Array<{ key: string; kind: string }> }>("sessions.list", {});
+    expect(listed.sessions).toEqual([expect.objectContaining({ key: "main", kind: "main" })]);
+    const history = await op.call<{ sessionKey: string; messages: unknown[] }>("tools.invoke", {
+      tool: "sessions_history",
+      args: { sessionKey: "main" },
+      as: "main",
+    });
+    expect(history).toMatchObject({ status: "ok", sessionKey: "main" });
+    expect(history.messages).toHaveLength(2);
+    // The internal key itself is never accepted from a tool call.
+    const direct = await op.call<{ status: string; error: string }>("tools.invoke", {
+      tool: "sessions_history",
+      args: { sessionKey: "global" },
+      as: "main",
+    });
+    expect(direct.status).toBe("error");
+    expect(direct.error).toContain("internal key");
+  });
+});

@@ -4,6 +4,7 @@ import {
   type Config,
   type ConnectParams,
   canonicalizeKey,
+  displayKey,
   EVENT_NAMES,
   type EventPayload,
   type Level,
@@ -666,7 +667,7 @@ export class Gateway {
     return capHistory(
       {
         status: "ok",
-        sessionKey: entry.key,
+        sessionKey: displayKey(entry.key, undefined, this.sessions.mainKey),
         sessionId: entry.sessionId,
         messages: read.entries.map(toHistoryMessage),
         truncated: read.truncated,
@@ -712,12 +713,12 @@ export class Gateway {
         if (params.key !== undefined) {
           const key = await this.sessions.resolveInput(params.key, params.agentId, "key");
           const entry = await this.sessions.require(key);
-          return { key: entry.key, sessionId: entry.sessionId };
+          return { key: displayKey(entry.key, undefined, this.sessions.mainKey), sessionId: entry.sessionId };
         }
         if (params.sessionId !== undefined) {
           const key = await this.sessions.resolveInput(params.sessionId, undefined, "sessionId");
           const entry = await this.sessions.require(key);
-          return { key: entry.key, sessionId: entry.sessionId };
+          return { key: displayKey(entry.key, undefined, this.sessions.mainKey), sessionId: entry.sessionId };
         }
         const found = await this.store.sessions.list({
           label: params.label!,

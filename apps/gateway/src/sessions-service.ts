@@ -105,6 +105,9 @@ export class SessionsService {
       ...(callerAgentId ? { callerAgentId } : {}),
       defaultAgentId: this.defaultAgentId(),
       mainKey: this.mainKey,
+      // With `session.scope: "global"` every main-session reference is the one internal `global`
+      // session (shown as `main`).
+      scope: this.config.session.scope,
       field,
     };
   }
@@ -197,7 +200,8 @@ export class SessionsService {
     return this.withLock(key, async () => {
       const again = await this.store.sessions.get(key);
       if (again) return { entry: again, created: false };
-      const agentId = key.split(":")[1] ?? this.defaultAgentId();
+      // `global` (scope global) belongs to the default agent; every other key names its agent.
+      const agentId = key === "global" ? this.defaultAgentId() : (key.split(":")[1] ?? this.defaultAgentId());
       const now = Date.now();
       const draft: SessionEntry = {
         key,
