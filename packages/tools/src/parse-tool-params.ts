@@ -61,6 +61,15 @@ export function clampInteger(value: number | undefined, range: IntegerRange): nu
   return Math.min(range.max, Math.max(range.min, Math.floor(value)));
 }
 
+/**
+ * Whole seconds for a timeout: positive fractions round up (a wait of 0.2 s must not become 0,
+ * which means "do not wait"), then the range applies; `undefined` gives the default.
+ */
+export function clampSeconds(value: number | undefined, range: IntegerRange): number {
+  if (value === undefined) return range.default;
+  return Math.min(range.max, Math.max(range.min, value > 0 ? Math.ceil(value) : 0));
+}
+
 /** A required text parameter: must contain something other than whitespace. */
 export function requireText(name: string, value: string): string {
   if (value.trim() === "") throw new ToolParamError(`${name}: must not be empty`);

@@ -188,7 +188,8 @@ describe("sessions_send", () => {
     [-3, 0],
     [0, 0],
     [601, 600],
-    [4.9, 4],
+    [4.9, 5],
+    [0.2, 1],
   ])("clamps timeoutSeconds %s to %s", async (timeoutSeconds, expected) => {
     const { request } = await call("sessions_send", { sessionKey: "k", message: "hi", timeoutSeconds });
     expect(request?.timeoutSeconds).toBe(expected);
@@ -253,7 +254,7 @@ describe("sessions_spawn", () => {
       label: "scout",
       agentId: "research",
       model: "gpt-x",
-      runTimeoutSeconds: 90,
+      runTimeoutSeconds: 91,
       cleanup: "delete",
     });
   });

@@ -14,6 +14,7 @@ import { capHistory } from "./cap-history";
 import {
   chooseOne,
   clampInteger,
+  clampSeconds,
   optionalIdentifier,
   parseToolParams,
   requireText,
@@ -97,7 +98,7 @@ export function createToolExecutor(backend: ToolBackend, options: ToolExecutorOp
       backend.send(caller, {
         sessionKey: requireIdentifier("sessionKey", params.sessionKey),
         message: requireText("message", params.message),
-        timeoutSeconds: clampInteger(params.timeoutSeconds, SEND_TIMEOUT_SECONDS),
+        timeoutSeconds: clampSeconds(params.timeoutSeconds, SEND_TIMEOUT_SECONDS),
       }),
 
     sessions_spawn: (params, caller) =>
@@ -107,7 +108,9 @@ export function createToolExecutor(backend: ToolBackend, options: ToolExecutorOp
         agentId: optionalIdentifier(params.agentId),
         model: optionalIdentifier(params.model),
         runTimeoutSeconds:
-          params.runTimeoutSeconds === undefined ? 0 : Math.max(0, Math.floor(params.runTimeoutSeconds)),
+          params.runTimeoutSeconds === undefined
+            ? 0
+            : clampSeconds(params.runTimeoutSeconds, { default: 0, min: 0, max: Number.MAX_SAFE_INTEGER }),
         cleanup: chooseOne("cleanup", params.cleanup, SPAWN_CLEANUP_MODES, "keep"),
       }),
 
