@@ -1,3 +1,5 @@
+import { readFile, writeFile } from "node:fs/promises";
+import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { behaviour } from "./testing/behaviour";
 import { startTestGateway, type TestGateway, TestWorker } from "./testing/test-gateway";
@@ -138,6 +140,24 @@ describe("session methods", () => {
     expect(audit.entries[1]!.index).toBeGreaterThan(audit.entries[0]!.index);
     expect(await op.call("audit.verify", {})).toMatchObject({ ok: true });
   });
+
+  it.runIf(STORE === "file")(
+    "notices an audit log whose tail was cut off while the gateway was down",
+    async () => {
+      const op = await setup();
+      for (const key of ["cron:a", "cron:b", "cron:c"]) await op.call("sessions.create", { key });
+      expect(await op.call("audit.verify", {})).toMatchObject({ ok: true });
+      const auditFile = join(gw.dataDir, "audit", "audit.jsonl");
+      await gw.restart(async () => {
+        const lines = (await readFile(auditFile, "utf8")).split("\n").filter((line) => line !== "");
+        await writeFile(auditFile, `${lines.slice(0, -1).join("\n")}\n`);
+      });
+      const after = await gw.operator();
+      const verdict = await after.call<{ ok: boolean; reason?: string }>("audit.verify", {});
+      expect(verdict.ok).toBe(false);
+      expect(verdict.reason).toContain("missing at the end");
+    },
+  );
 
   it("switches a session's send policy with /send on|off|inherit and answers the usage line otherwise", async () => {
     const op = await setup();

@@ -140,7 +140,7 @@ export class Gateway {
       const { token } = await operatorToken(dataDir);
       const seqBase = Math.max(Number((await store.meta.get("events.seq")) ?? 0) + 1, Date.now());
       const bus = new EventBus(16_384, seqBase);
-      const audit = await AuditService.open(store.audit, await auditKey(dataDir), bus);
+      const audit = await AuditService.open(store.audit, store.meta, await auditKey(dataDir), bus);
       const sessions = new SessionsService(store, config, bus, audit, log.child({ component: "sessions" }));
       const policy = new PolicyService(config, sessions, audit, bus);
       let gateway: Gateway | undefined;
@@ -205,10 +205,11 @@ export class Gateway {
         },
         log: log.child({ component: "transport" }),
       });
-      gateway.seqTimer = setInterval(
-        () => void store.meta.set("events.seq", String(bus.currentSeq)).catch(() => undefined),
-        5000,
-      );
+      // Bookkeeping every 5 s: the event seq high-water mark and the audit chain's anchored head.
+      gateway.seqTimer = setInterval(() => {
+        void store.meta.set("events.seq", String(bus.currentSeq)).catch(() => undefined);
+        void audit.anchor().catch(() => undefined);
+      }, 5000);
       gateway.seqTimer.unref();
       return gateway;
     } catch (error) {
@@ -226,6 +227,7 @@ export class Gateway {
       await this.scheduler.stop();
       this.transport.closeAll(1001, "gateway shutting down");
       await this.store.meta.set("events.seq", String(this.bus.currentSeq)).catch(() => undefined);
+      await this.audit.anchor().catch(() => undefined);
       if (this.ownsStore) await this.store.close();
     })();
     return this.closing;

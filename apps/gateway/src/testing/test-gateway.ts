@@ -68,8 +68,8 @@ export interface TestGateway {
   token: string;
   dataDir: string;
   operator(): Promise<TestPeer>;
-  /** Stops the gateway and starts a new one on the same data dir (and port 0). */
-  restart(): Promise<void>;
+  /** Stops the gateway and starts a new one on the same data dir (and port 0); `between` runs while it is down. */
+  restart(between?: () => Promise<void>): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -105,8 +105,9 @@ export async function startTestGateway(
       peers.push(peer);
       return peer;
     },
-    async restart() {
+    async restart(between) {
       await harness.gateway.close();
+      await between?.();
       harness.gateway = await start();
     },
     async close() {
