@@ -21,6 +21,7 @@ import {
   TOOL_NAMES,
   type ToolCaller,
   type ToolDefinition,
+  type TranscriptEntry,
   toolLevel,
 } from "@switchboard/core";
 import { openFileStore } from "@switchboard/store-fs";
@@ -68,6 +69,17 @@ function sameSecret(a: string, b: string): boolean {
   const left = Buffer.from(a);
   const right = Buffer.from(b);
   return left.length === right.length && timingSafeEqual(left, right);
+}
+
+const historyJsonCache = new WeakMap<TranscriptEntry, string>();
+
+function historyJsonOf(item: TranscriptEntry): string {
+  let json = historyJsonCache.get(item);
+  if (json === undefined) {
+    json = JSON.stringify(toHistoryMessage(item));
+    historyJsonCache.set(item, json);
+  }
+  return json;
 }
 
 /** Glob over session keys where `*` matches any run of characters. */
@@ -395,16 +407,18 @@ export class Gateway {
   async assignRun(record: RunRecord, worker: Connection, deadline: number | undefined): Promise<void> {
     const entry = await this.sessions.require(record.sessionKey);
     const recent = await this.sessions.recentMessages(entry, 21);
-    const history = recent
+    // Transcript entries never change once written, so each one's history JSON is built once.
+    const historyJson = `[${recent
       .filter((item) => item.runId !== record.runId)
       .slice(-20)
-      .map(toHistoryMessage);
+      .map(historyJsonOf)
+      .join(",")}]`;
     const tools =
       record.origin === "summarize" ? { list: [], json: "[]" } : this.definitionsFor(this.toolsFor(entry));
     // `run.assigned` goes to one worker only and is never replayed (a reconnecting worker gets its
     // runs reassigned), so it takes a seq but stays out of the replay ring. The tool definitions are
     // the bulk of the frame and identical per tool set: their JSON is built once and spliced in.
-    const payload: Omit<EventPayload<"run.assigned">, "tools"> = {
+    const payload: Omit<EventPayload<"run.assigned">, "tools" | "history"> = {
       runId: record.runId,
       sessionKey: record.sessionKey,
       agentId: record.agentId,
@@ -414,13 +428,12 @@ export class Gateway {
         provenance: record.provenance ?? { kind: "user" },
         context: record.context ?? "",
       },
-      history,
       ...(entry.model ? { model: entry.model } : {}),
       ...(deadline ? { deadline } : {}),
       attempt: record.attempts,
     };
     const seq = this.bus.allocateSeq();
-    const payloadJson = `{"tools":${tools.json},${JSON.stringify(payload).slice(1)}`;
+    const payloadJson = `{"tools":${tools.json},"history":${historyJson},${JSON.stringify(payload).slice(1)}`;
     worker.sendText(`{"type":"event","event":"run.assigned","seq":${seq},"payload":${payloadJson}}`);
   }
 

@@ -287,7 +287,7 @@ describe("sessions_send", () => {
     await gw.gateway.flows.idle();
     expect(workers[0]!.runs.some((r) => r.input.context.includes("announce step"))).toBe(false);
     // A chat session without a known route gets no announce either, and the skip is on record.
-    await create("agent:research:inbox");
+    await create("agent:research:inbox", { chatType: "direct" });
     await tool("main", "sessions_send", {
       sessionKey: "agent:research:inbox",
       message: "note",

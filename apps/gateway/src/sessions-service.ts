@@ -3,6 +3,7 @@ import {
   type ChatType,
   type Config,
   channelLevel,
+  chatTypeFromKey,
   classifyKey,
   deriveChannel,
   escalateTaint,
@@ -160,10 +161,9 @@ export class SessionsService {
     return undefined;
   }
 
-  /** Sessions of outside chats (groups, channels, direct chats) as opposed to internal ones. */
+  /** Sessions of outside chats (groups, channels, direct chats: a chat type, explicit or in the key). */
   isChannelBound(entry: SessionEntry): boolean {
-    const kind = this.kind(entry);
-    return kind === "group" || kind === "other";
+    return (entry.chatType ?? chatTypeFromKey(entry.key)) !== undefined;
   }
 
   /** Classification of data arriving on this session's own channel. */
