@@ -4,6 +4,7 @@
 // With `snapshotEvery`, the store is opened here (to lower the snapshot threshold) and handed to
 // the gateway; otherwise the gateway opens the file store itself, as in production.
 import { monitorEventLoopDelay } from "node:perf_hooks";
+import { collectGarbage } from "./collect-garbage.mjs";
 import { loadCore, loadGateway, loadStoreFs, setting } from "./modules.mjs";
 
 const options = JSON.parse(setting("BENCH_GATEWAY_OPTIONS") ?? "{}");
@@ -52,15 +53,7 @@ try {
       loopDelay.reset();
       return {};
     },
-    async gc() {
-      if (typeof globalThis.gc === "function") {
-        for (let i = 0; i < 3; i++) {
-          globalThis.gc();
-          await new Promise((resolve) => setTimeout(resolve, 50));
-        }
-      }
-      return { collected: typeof globalThis.gc === "function" };
-    },
+    gc: collectGarbage,
     async close() {
       loopDelay.disable();
       await gateway.close();

@@ -1,6 +1,7 @@
 // Child-process entry for the store-alone figures (B3, B6): imports only @switchboard/store-fs,
 // opens the file store on a data dir, answers one `sessions.list({limit: 50})`, then reports ready
 // and answers the parent over IPC. Options come as JSON in BENCH_STORE_OPTIONS: { dataDir }.
+import { collectGarbage } from "./collect-garbage.mjs";
 import { loadStoreFs, setting } from "./modules.mjs";
 
 const options = JSON.parse(setting("BENCH_STORE_OPTIONS") ?? "{}");
@@ -19,15 +20,7 @@ try {
       const memory = process.memoryUsage();
       return { rss: memory.rss, heapUsed: memory.heapUsed, store: await store.stats() };
     },
-    async gc() {
-      if (typeof globalThis.gc === "function") {
-        for (let i = 0; i < 3; i++) {
-          globalThis.gc();
-          await new Promise((resolve) => setTimeout(resolve, 50));
-        }
-      }
-      return { collected: typeof globalThis.gc === "function" };
-    },
+    gc: collectGarbage,
     async close() {
       await store.close();
       setImmediate(() => process.exit(0));
