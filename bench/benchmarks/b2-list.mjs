@@ -108,24 +108,35 @@ export async function run(params) {
   try {
     const peer = await Peer.connect(gateway.url, { token: gateway.token });
     const activeMinutes = activeMinutesFor(largest.manifest);
-    for (const [name, request, info] of [
-      ["limit 50", { limit: LIMIT }],
-      [`limit 50, activeMinutes ${activeMinutes}`, { limit: LIMIT, activeMinutes }],
+    const tool = (args) => ({ tool: "sessions_list", args, as: "main" });
+    for (const [name, request, info, method = "sessions.list"] of [
+      ["sessions.list limit 50", { limit: LIMIT }],
+      [`sessions.list limit 50, activeMinutes ${activeMinutes}`, { limit: LIMIT, activeMinutes }],
       // Informational: the agents' main sessions, 3 rows in the whole index (a full scan).
-      ["limit 50, kinds [main] (full scan)", { limit: LIMIT, kinds: ["main"] }, true],
+      ["sessions.list limit 50, kinds [main] (full scan)", { limit: LIMIT, kinds: ["main"] }, true],
+      // The agent-facing tool: visibility and taint are checked on every row it counts as hidden.
+      ["tool sessions_list limit 50", tool({ limit: LIMIT }), false, "tools.invoke"],
+      [
+        `tool sessions_list limit 50, activeMinutes ${activeMinutes}`,
+        tool({ limit: LIMIT, activeMinutes }),
+        false,
+        "tools.invoke",
+      ],
     ]) {
-      const list = () => peer.call("sessions.list", request);
+      const list = () => peer.call(method, request);
       const first = now();
       const sample = await list();
       const firstMs = now() - first;
-      if (!info && sample.sessions.length !== LIMIT)
-        throw new Error(`gateway sessions.list returned ${sample.sessions.length} rows`);
+      if (!info && sample.sessions?.length !== LIMIT)
+        throw new Error(
+          `gateway ${name} returned ${sample.sessions?.length} rows: ${JSON.stringify(sample).slice(0, 200)}`,
+        );
       const result = await repeated(params.reps, async () =>
         median(await timeEach(list, { count: listsPerRep, warmup: 10 })),
       );
       figures.push(
         figure({
-          label: `gateway sessions.list ${name} (WS), ${params.largestSessionCount.toLocaleString("en-US")} sessions`,
+          label: `gateway ${name} (WS), ${params.largestSessionCount.toLocaleString("en-US")} sessions`,
           value: result.value,
           reps: result.reps,
           unit: "ms",

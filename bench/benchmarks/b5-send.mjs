@@ -23,7 +23,9 @@ const MAX_CONNECTIONS = 8;
 // measures the ping-pong flow rather than the send. The announce step still runs (the worker skips it).
 const CONFIG = {
   agents: { list: [{ id: "main", default: true }] },
-  session: { agentToAgent: { maxPingPongTurns: 0 } },
+  // The per-session send budget (default 30 a minute) guards against runaway agents; a benchmark
+  // sending thousands a second from one session is not one, so it gets the largest budget.
+  session: { agentToAgent: { maxPingPongTurns: 0, budgetPerMinute: 1_000_000 } },
 };
 
 const sendFrame = (index, n) => ({

@@ -152,22 +152,30 @@ export async function run(params) {
 
     // Under load.
     const activeMinutes = Math.ceil((Date.now() - dataset.manifest.generatedAt) / 60_000) + 60 * 24;
-    // A mix of 10: newest first (4), recently active (3), cron jobs (2, 1 row in 20 matches) and the
-    // agents' main sessions (1: 3 rows match, so the whole index is scanned).
+    // A mix of 12: newest first (4), recently active (3), cron jobs (2, 1 row in 20 matches), the
+    // agents' main sessions (1: 3 rows match, so the whole index is scanned) and the agents' own
+    // sessions_list tool (2).
     const listShapes = [
       ["limit 50", { limit: 50 }, 4],
       [`activeMinutes ${activeMinutes}`, { limit: 50, activeMinutes }, 3],
       ["kinds [cron]", { limit: 50, kinds: ["cron"] }, 2],
       ["kinds [main] (full scan)", { limit: 50, kinds: ["main"] }, 1],
+      // The agent-facing tool, with its visibility and taint checks per row.
+      [
+        "tool sessions_list limit 50",
+        { tool: "sessions_list", args: { limit: 50 }, as: "main" },
+        2,
+        "tools.invoke",
+      ],
     ].filter(([name]) => setting("BENCH_B7_LIST_FULL_SCAN") !== "0" || !name.includes("full scan"));
-    const listQueries = listShapes.flatMap(([name, query, weight]) =>
-      Array.from({ length: weight }, () => ({ name, query })),
+    const listQueries = listShapes.flatMap(([name, query, weight, method = "sessions.list"]) =>
+      Array.from({ length: weight }, () => ({ name, query, method })),
     );
     const listLatencies = Object.fromEntries(listShapes.map(([name]) => [name, []]));
     const list = async (n) => {
-      const { name, query } = listQueries[n % listQueries.length];
+      const { name, query, method } = listQueries[n % listQueries.length];
       const t0 = now();
-      await lister.call("sessions.list", query);
+      await lister.call(method, query);
       listLatencies[name].push(now() - t0);
     };
     const before = (await gateway.stats()).store;

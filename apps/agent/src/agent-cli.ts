@@ -1,7 +1,8 @@
 import { parseArgs } from "node:util";
-import { type Config, defaultConfig, SwitchboardError } from "@switchboard/core";
+import { loadConfigFile } from "@switchboard/config-loader";
+import { type Config, defaultConfig } from "@switchboard/core";
 import pino, { type Logger } from "pino";
-import { loadConfigFile } from "./config-file";
+import { EXIT, EXIT_INTERRUPTED, exitCodeFor } from "./exit-codes";
 import { type RunningAgentWorker, startAgentWorker } from "./worker";
 
 export const AGENT_CLI_USAGE = `Usage: switchboard-agent [options]
@@ -19,7 +20,8 @@ Options:
   -h, --help            show this help
 
 Stops on SIGINT/SIGTERM after finishing (or failing) its current runs; a second signal exits at once.
-Exit codes: 0 stopped cleanly, 1 runtime failure (gateway unreachable, token refused), 2 usage or config error.`;
+Exit codes (the same for every Switchboard binary): 0 stopped cleanly, 1 failure (gateway unreachable,
+connection lost for good), 2 usage or config error, 3 refused by the gateway (wrong token, FORBIDDEN).`;
 
 const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const;
 
@@ -117,7 +119,7 @@ export function parseAgentCliArgs(
   return args;
 }
 
-/** `switchboard-agent`: returns the process exit code (0 clean stop, 1 runtime failure, 2 usage/config). */
+/** `switchboard-agent`: returns the process exit code (see `EXIT`). */
 export async function runAgentCli(argv: string[], io: AgentCliIO = {}): Promise<number> {
   const env = io.env ?? process.env;
   const stderr = io.stderr ?? process.stderr;
@@ -127,11 +129,11 @@ export async function runAgentCli(argv: string[], io: AgentCliIO = {}): Promise<
     args = parseAgentCliArgs(argv, env);
   } catch (error) {
     stderr.write(`switchboard-agent: ${(error as Error).message}\n\n${AGENT_CLI_USAGE}\n`);
-    return 2;
+    return EXIT.usage;
   }
   if (!args) {
     stdout.write(`${AGENT_CLI_USAGE}\n`);
-    return 0;
+    return EXIT.ok;
   }
 
   let config: Config;
@@ -146,7 +148,7 @@ export async function runAgentCli(argv: string[], io: AgentCliIO = {}): Promise<
     }
   } catch (error) {
     stderr.write(`switchboard-agent: ${(error as Error).message}\n`);
-    return 2;
+    return EXIT.usage;
   }
 
   const logger =
@@ -165,10 +167,12 @@ export async function runAgentCli(argv: string[], io: AgentCliIO = {}): Promise<
       ...(args.concurrency !== undefined ? { concurrency: args.concurrency } : {}),
     });
   } catch (error) {
-    const bad = error instanceof SwitchboardError && error.code === "INVALID_REQUEST";
+    const exitCode = exitCodeFor(error);
     const message = (error as Error).message;
-    stderr.write(`switchboard-agent: ${message}${bad || message.includes(url) ? "" : ` (gateway ${url})`}\n`);
-    return bad ? 2 : 1;
+    const where = exitCode === EXIT.usage || message.includes(url) ? "" : ` (gateway ${url})`;
+    const refused = exitCode === EXIT.refused ? "the gateway refused the worker: " : "";
+    stderr.write(`switchboard-agent: ${refused}${message}${where}\n`);
+    return exitCode;
   }
 
   const stopRequested = (io.untilStopped ?? untilSignal)(worker);
@@ -177,13 +181,24 @@ export async function runAgentCli(argv: string[], io: AgentCliIO = {}): Promise<
     worker.closed.then(() => "closed" as const),
   ]);
   if (outcome === "closed") {
-    stderr.write("switchboard-agent: the connection to the gateway closed for good\n");
-    return 1;
+    // A closed client's ready() rejects with the reason it closed (e.g. a token revoked meanwhile).
+    const reason = await worker.client.ready().then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    const exitCode = exitCodeFor(reason);
+    const why = reason instanceof Error ? `: ${reason.message}` : "";
+    stderr.write(
+      exitCode === EXIT.refused
+        ? `switchboard-agent: the gateway refused the worker${why}\n`
+        : `switchboard-agent: the connection to the gateway closed for good${why}\n`,
+    );
+    return exitCode === EXIT.usage ? EXIT.failure : exitCode;
   }
   logger.info({ activeRuns: worker.activeRuns }, "stopping: finishing current runs");
   await worker.stop();
   logger.info("stopped");
-  return 0;
+  return EXIT.ok;
 }
 
 function defaultUrl(config: Config): string {
@@ -197,7 +212,7 @@ function untilSignal(): Promise<NodeJS.Signals> {
     const onSignal = (signal: NodeJS.Signals) => {
       process.off("SIGINT", onSignal);
       process.off("SIGTERM", onSignal);
-      const again = () => process.exit(130);
+      const again = () => process.exit(EXIT_INTERRUPTED);
       process.once("SIGINT", again);
       process.once("SIGTERM", again);
       resolve(signal);

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 import { runAgentCli } from "./agent-cli";
+import { EXIT } from "./exit-codes";
 
 runAgentCli(process.argv.slice(2)).then(
   (code) => {
@@ -10,6 +11,6 @@ runAgentCli(process.argv.slice(2)).then(
     process.stderr.write(
       `switchboard-agent: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
     );
-    process.exit(1);
+    process.exit(EXIT.failure);
   },
 );

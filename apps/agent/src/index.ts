@@ -1,5 +1,5 @@
 export * from "./agent-cli";
-export * from "./config-file";
+export { EXIT as AGENT_EXIT, EXIT_INTERRUPTED } from "./exit-codes";
 export * from "./logger";
 export * from "./model/abortable-sleep";
 export * from "./model/create-model-provider";

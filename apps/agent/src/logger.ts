@@ -1,13 +1,9 @@
-/**
- * The few logging calls the agent makes. pino's logger satisfies it; libraries stay silent unless a
- * logger is passed in.
- */
-export interface AgentLogger {
-  debug(details: Record<string, unknown>, message?: string): void;
-  warn(details: Record<string, unknown>, message?: string): void;
-}
+import type { Logger } from "@switchboard/core";
 
-export const silentLogger: AgentLogger = {
-  debug() {},
-  warn() {},
-};
+/**
+ * The agent logs through core's fields-first `Logger`; a pino logger satisfies it as it is.
+ * Libraries stay silent unless a logger is passed in.
+ */
+export type AgentLogger = Logger;
+
+export { silentLogger } from "@switchboard/core";

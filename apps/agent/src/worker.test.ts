@@ -6,6 +6,7 @@ import { parseConfig } from "@switchboard/core";
 import pino from "pino";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { parseAgentCliArgs, runAgentCli } from "./agent-cli";
+import { EXIT } from "./exit-codes";
 import { servedAgents, startAgentWorker } from "./worker";
 
 const silent = pino({ level: "silent" });
@@ -190,6 +191,49 @@ describe("switchboard-agent CLI", () => {
     });
     expect(code).toBe(2);
     expect(unknown.toString()).toContain('agents: "ghost" is not configured');
+  });
+
+  it("uses the one exit-code table of every Switchboard binary (the switchboard CLI imports it)", () => {
+    expect(EXIT).toEqual({ ok: 0, failure: 1, usage: 2, refused: 3 });
+  });
+
+  it("exits 3 when the gateway refuses the token", async () => {
+    const stderr = output();
+    const code = await runAgentCli(["--token", "wrong", "--url", fake.url], {
+      env: {},
+      stderr,
+      logger: silent,
+    });
+    expect(code).toBe(3);
+    expect(stderr.toString()).toContain("the gateway refused the worker: unknown token");
+    // Waiting for the gateway does not wait out a refusal.
+    const waiting = output();
+    expect(
+      await runAgentCli(["--token", "wrong", "--url", fake.url, "--wait"], {
+        env: {},
+        stderr: waiting,
+        logger: silent,
+      }),
+    ).toBe(3);
+  });
+
+  it("exits 3 when the token is refused on a later reconnect", async () => {
+    await fake.close();
+    const tokens: Record<string, "agent"> = { "worker-token": "agent" };
+    fake = await FakeGateway.start({ tokens });
+    const stderr = output();
+    const code = await runAgentCli(["--token", "worker-token", "--url", fake.url], {
+      env: {},
+      stderr,
+      logger: silent,
+      untilStopped: () => {
+        delete tokens["worker-token"];
+        fake.dropConnections();
+        return new Promise(() => {});
+      },
+    });
+    expect(code).toBe(3);
+    expect(stderr.toString()).toContain("the gateway refused the worker");
   });
 
   it("exits 1 when the gateway is unreachable", async () => {

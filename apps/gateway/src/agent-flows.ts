@@ -18,40 +18,34 @@ import type { Logger } from "pino";
 import type { AuditService } from "./audit-service";
 import type { OutputDelivery } from "./output-delivery";
 import type { PolicyService } from "./policy-service";
+import type { CallBudget } from "./ports/call-budget";
+import { type ChainPosition, chainPositionOf, type WaitGraph } from "./ports/wait-graph";
 import type { RunScheduler, WaitResult } from "./run-scheduler";
 import type { SessionsService } from "./sessions-service";
 
 export const REPLY_SKIP = "REPLY_SKIP";
 export const ANNOUNCE_SKIP = "ANNOUNCE_SKIP";
 
-interface ChainPosition {
-  chainId: string;
-  /** Hop the new message will carry. */
-  hop: number;
-}
-
 /**
  * The agent-to-agent flows (agent-to-agent.md): send → wait → reply-back loop → announce, and
  * spawn → run → announce. Every step is labelled and checked like a send.
  */
 export class AgentFlows {
-  /**
-   * Who is blocked waiting on whom right now (waiter → target → count), across all chains: two
-   * chains can dead-lock each other through the sessions' lanes just as one chain can.
-   */
-  private readonly waitsFor = new Map<string, Map<string, number>>();
   private readonly background = new Set<Promise<unknown>>();
   private archiveTimer: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly config: Config,
-    private readonly store: Store,
+    /** Run records only: sessions and transcripts are written through `sessions` (its per-key lock). */
+    private readonly store: Pick<Store, "runs">,
     private readonly sessions: SessionsService,
     private readonly policy: PolicyService,
     private readonly scheduler: RunScheduler,
     private readonly output: OutputDelivery,
     private readonly audit: AuditService,
     private readonly log: Logger,
+    private readonly budget: CallBudget,
+    private readonly waits: WaitGraph,
   ) {
     scheduler.onRunEnded((record) => this.onRunEnded(record));
   }
@@ -75,46 +69,12 @@ export class AgentFlows {
 
   /** Where a call from this run sits in an agent-to-agent chain. */
   chainPosition(caller: ToolCaller): ChainPosition {
-    const record = caller.runId ? this.scheduler.get(caller.runId)?.record : undefined;
-    const provenance = record?.provenance;
-    if (provenance?.kind === "agent") return { chainId: provenance.chainId, hop: provenance.hop + 1 };
-    const flowChain = record?.flow?.chainId;
-    if (typeof flowChain === "string") return { chainId: flowChain, hop: Number(record?.flow?.hop ?? 0) + 1 };
-    return { chainId: randomUUID(), hop: 1 };
+    return chainPositionOf(caller.runId ? this.scheduler.get(caller.runId)?.record : undefined);
   }
 
-  /**
-   * The wait cycle that `caller` waiting on `target` would close (e.g. `[A, B, A]`), or undefined.
-   * A self-wait is a cycle too.
-   */
+  /** The wait cycle that `caller` waiting on `target` would close, if it waits at all. */
   cycleFor(callerKey: string, targetKey: string, waits: boolean): string[] | undefined {
-    if (!waits) return undefined;
-    if (targetKey === callerKey) return [callerKey, targetKey];
-    // Depth-first from the target along current waits: reaching the caller closes a cycle.
-    const path: string[] = [];
-    const seen = new Set<string>();
-    const visit = (key: string): boolean => {
-      if (key === callerKey) return true;
-      if (seen.has(key)) return false;
-      seen.add(key);
-      path.push(key);
-      for (const next of this.waitsFor.get(key)?.keys() ?? []) if (visit(next)) return true;
-      path.pop();
-      return false;
-    };
-    return visit(targetKey) ? [callerKey, ...path, callerKey] : undefined;
-  }
-
-  private markWaiting(waiter: string, target: string): () => void {
-    const targets = this.waitsFor.get(waiter) ?? new Map<string, number>();
-    targets.set(target, (targets.get(target) ?? 0) + 1);
-    this.waitsFor.set(waiter, targets);
-    return () => {
-      const count = (targets.get(target) ?? 1) - 1;
-      if (count <= 0) targets.delete(target);
-      else targets.set(target, count);
-      if (targets.size === 0 && this.waitsFor.get(waiter) === targets) this.waitsFor.delete(waiter);
-    };
+    return waits ? this.waits.cycleFor(callerKey, targetKey) : undefined;
   }
 
   // ---- sessions_send -------------------------------------------------------------------------
@@ -132,7 +92,13 @@ export class AgentFlows {
       caller: this.policy.facts(callerEntry),
       target: this.policy.facts(targetEntry),
       text: message,
-      facts: { origin: "tool", hop: position.hop, chainId: position.chainId, ...(cycle ? { cycle } : {}) },
+      facts: {
+        origin: "tool",
+        hop: position.hop,
+        chainId: position.chainId,
+        budgetUsed: this.budget.used(callerEntry.key, "send"),
+        ...(cycle ? { cycle } : {}),
+      },
     };
   }
 
@@ -157,7 +123,7 @@ export class AgentFlows {
     // Check for a wait cycle and mark the caller as waiting in one synchronous step, before any
     // await: two sends racing towards each other must not both pass the check.
     const cycle = this.cycleFor(callerEntry.key, targetEntry.key, waits);
-    const release = waits && !cycle ? this.markWaiting(callerEntry.key, targetEntry.key) : () => undefined;
+    const release = waits && !cycle ? this.waits.wait(callerEntry.key, targetEntry.key) : () => undefined;
     let decision: Awaited<ReturnType<PolicyService["enforce"]>>;
     try {
       decision = await this.policy.enforce(
@@ -172,6 +138,7 @@ export class AgentFlows {
       release();
       return { status: "forbidden", error: decision.message };
     }
+    this.budget.record(callerEntry.key, "send");
     const text = decision.text ?? message;
 
     let result: WaitResult;
@@ -204,12 +171,17 @@ export class AgentFlows {
       release();
     }
     if (result.status === "ok") {
+      // The reply is the target's data: it reaches the caller only within its clearance, and taking
+      // it in raises the caller's taint (labels-and-policy.md, no read-up).
+      const taken = await this.takeIn(caller, targetEntry.key, `reply from ${targetEntry.key}`);
       return {
         status: "ok",
         runId: record.runId,
         sessionKey: targetEntry.key,
-        reply: result.reply ?? "",
+        reply: taken.withheld ? "" : (result.reply ?? ""),
         delivery,
+        dataLabel: taken.level,
+        ...(taken.withheld ? { withheld: taken.withheld } : {}),
       };
     }
     if (
@@ -231,6 +203,35 @@ export class AgentFlows {
       error: result.error ?? "run failed",
       delivery,
     };
+  }
+
+  /**
+   * Takes data of session `fromKey` (a reply, a summary) into the caller's session, at `fromKey`'s
+   * current taint: above the caller's clearance it is withheld (the decision is audited as a
+   * PRE_HISTORY block), otherwise the caller's taint rises to it. Both sides are read fresh, since
+   * a run may have raised either while the caller waited.
+   */
+  async takeIn(
+    caller: ToolCaller,
+    fromKey: string,
+    reason: string,
+  ): Promise<{ level: Level; withheld?: string }> {
+    const callerEntry = await this.sessions.require(caller.sessionKey);
+    const from = await this.sessions.get(fromKey);
+    if (!from) return { level: callerEntry.taint, withheld: `${fromKey} no longer exists` };
+    if (from.key === callerEntry.key) return { level: from.taint };
+    const decision = await this.policy.enforce(
+      {
+        hook: "PRE_HISTORY",
+        caller: this.policy.facts(callerEntry),
+        target: this.policy.facts(from),
+        facts: { origin: "gateway" },
+      },
+      caller.operator,
+    );
+    if (decision.action === "BLOCK") return { level: from.taint, withheld: `withheld: ${decision.message}` };
+    await this.sessions.raiseTaint(callerEntry.key, from.taint, reason, from.key);
+    return { level: from.taint };
   }
 
   /** Writes a message from one session into another: raises the target's taint and starts a run. */
@@ -289,6 +290,7 @@ export class AgentFlows {
     if (first.status !== "ok" || !first.reply?.trim()) return;
     const roundOneReply = first.reply;
     let latest = roundOneReply;
+    let latestFrom = targetKey;
     const turns = this.config.session.agentToAgent.maxPingPongTurns;
     const requester = await this.sessions.get(requesterKey);
     if (turns > 0 && requester && requesterKey !== targetKey) {
@@ -332,6 +334,26 @@ export class AgentFlows {
         const reply = step.reply?.trim() ?? "";
         if (step.status !== "ok" || reply === "" || reply === REPLY_SKIP) break;
         latest = step.reply!;
+        latestFrom = speakerKey;
+      }
+    }
+    if (latestFrom !== targetKey) {
+      // The announce runs in the target with the latest reply in its context: a reply that came from
+      // the requester is a message into the target, checked and labelled like one, or left out.
+      const requesterNow = await this.sessions.get(latestFrom);
+      const targetNow = await this.sessions.get(targetKey);
+      if (!requesterNow || !targetNow) return;
+      const decision = await this.policy.enforce({
+        hook: "PRE_SEND",
+        caller: this.policy.facts(requesterNow),
+        target: this.policy.facts(targetNow),
+        text: latest,
+        facts: { origin: "gateway", chainId: position.chainId, hop: position.hop },
+      });
+      if (decision.action === "BLOCK") latest = roundOneReply;
+      else {
+        latest = decision.text ?? latest;
+        await this.sessions.raiseTaint(targetKey, requesterNow.taint, `reply from ${latestFrom}`, latestFrom);
       }
     }
     await this.announce(primary, requesterKey, targetKey, request, roundOneReply, latest, position);
@@ -419,6 +441,7 @@ export class AgentFlows {
     targetAgentId: string,
     childKey: string,
     task: string,
+    position: ChainPosition,
   ): PolicyContext {
     const childClearance = this.childClearance(callerEntry, targetAgentId);
     return {
@@ -435,7 +458,13 @@ export class AgentFlows {
         spawnDepth: (callerEntry.spawnDepth ?? 0) + 1,
       },
       text: task,
-      facts: { origin: "tool", activeChildren: this.activeChildren(callerEntry.key) },
+      facts: {
+        origin: "tool",
+        activeChildren: this.activeChildren(callerEntry.key),
+        hop: position.hop,
+        chainId: position.chainId,
+        budgetUsed: this.budget.used(callerEntry.key, "spawn"),
+      },
     };
   }
 
@@ -468,11 +497,15 @@ export class AgentFlows {
     }
     const childUuid = randomUUID();
     const childKey = makeSubagentKey(targetAgentId, childUuid);
+    // A spawn continues the chain of the run that asked for it (and its announce continues it
+    // further), so spawn → announce → spawn ends at maxHops.
+    const position = this.chainPosition(caller);
     const decision = await this.policy.enforce(
-      this.spawnContext(callerEntry, targetAgentId, childKey, request.task),
+      this.spawnContext(callerEntry, targetAgentId, childKey, request.task, position),
       caller.operator,
     );
     if (decision.action === "BLOCK") return { status: "forbidden", error: decision.message };
+    this.budget.record(callerEntry.key, "spawn");
 
     let modelApplied: boolean | undefined;
     let warning: string | undefined;
@@ -495,7 +528,6 @@ export class AgentFlows {
       "Reply with your findings; your reply is reported back to the requester automatically.",
       "You cannot use session tools (list, history, send, spawn).",
     ].join("\n");
-    const runId = randomUUID();
     const { record } = await this.deliverMessage(callerEntry, child, decision.text ?? request.task, {
       origin: "spawn",
       lane: "subagent",
@@ -503,10 +535,11 @@ export class AgentFlows {
         kind: "agent",
         fromSessionKey: callerEntry.key,
         fromRunId: caller.runId ?? "operator",
-        chainId: runId,
-        hop: 0,
+        chainId: position.chainId,
+        hop: position.hop,
         step: "send",
       },
+      flow: { chainId: position.chainId, hop: position.hop },
       context,
       actor: caller.operator,
       ...(request.runTimeoutSeconds > 0 ? { timeoutSeconds: request.runTimeoutSeconds } : {}),
@@ -595,7 +628,7 @@ export class AgentFlows {
       "Findings:",
       findings,
       "",
-      `Stats: runtime ${(runtimeMs / 1000).toFixed(1)}s • tokens ${tokens}${record.usage ? ` (in ${record.usage.inputTokens} / out ${record.usage.outputTokens})` : ""} • session ${spawn.childKey} • sessionId ${spawn.childSessionId} • transcript ${this.store.transcripts.locate(spawn.childSessionId)}`,
+      `Stats: runtime ${(runtimeMs / 1000).toFixed(1)}s • tokens ${tokens}${record.usage ? ` (in ${record.usage.inputTokens} / out ${record.usage.outputTokens})` : ""} • session ${spawn.childKey} • sessionId ${spawn.childSessionId} • transcript ${this.sessions.transcriptPathOf(spawn.childSessionId)}`,
     ].join("\n");
     const childFacts = child
       ? this.policy.facts(child)
@@ -630,6 +663,9 @@ export class AgentFlows {
           `If you want to remain silent, reply exactly "${ANNOUNCE_SKIP}".`,
         ].join("\n"),
         provenance: { kind: "subagent", childSessionKey: spawn.childKey, runId: record.runId },
+        ...(typeof record.flow?.chainId === "string"
+          ? { flow: { chainId: record.flow.chainId, hop: Number(record.flow.hop ?? 0) } }
+          : {}),
         label,
         idempotencyKey: spawn.announce.idempotencyKey,
         timeoutSeconds: this.stepTimeoutSeconds,
@@ -678,9 +714,7 @@ export class AgentFlows {
       if (!run.spawn || run.spawn.cleanup === "delete" || (run.endedAt ?? 0) > endedBefore) continue;
       const child = await this.sessions.get(run.spawn.childKey);
       if (!child || child.archivedAt || this.scheduler.activeRunFor(child.key)) continue;
-      await this.store.transcripts.archive(child.sessionId, "archive");
-      await this.sessions.update(child.key, (entry) => ({ ...entry, archivedAt: Date.now() }), "archived");
-      archived += 1;
+      if (await this.sessions.archive(child.key, child.sessionId)) archived += 1;
     }
     return archived;
   }

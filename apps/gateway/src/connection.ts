@@ -20,6 +20,8 @@ export class Connection {
   /** Highest event seq delivered, so replay and live delivery never send the same event twice. */
   lastEventSeq = 0;
   subscribed = false;
+  /** Requests handed to the gateway and not yet answered (bounded by `limits.maxInFlight`). */
+  inFlight = 0;
   private corked = false;
   /** Events published while a replay is being sent are held here, then flushed in order. */
   subscriptionFilter: ((event: import("./event-bus").BusEvent) => boolean) | undefined;
@@ -87,6 +89,16 @@ export class Connection {
     }
     // A peer that never reads would keep the close handshake pending forever.
     setTimeout(() => this.socket.terminate(), 1000).unref();
+  }
+
+  /**
+   * Closes with `code` and stops reading: a hostile peer keeps streaming while the close handshake is
+   * pending, and whatever is read would be buffered. ws's own `pause` is used because it also keeps its
+   * receiver from resuming the socket when it drains.
+   */
+  refuse(code: number, reason: string): void {
+    this.close(code, reason);
+    this.socket.pause();
   }
 
   terminate(): void {

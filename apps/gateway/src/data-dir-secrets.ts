@@ -1,9 +1,113 @@
 import { randomBytes } from "node:crypto";
+import { statSync } from "node:fs";
 import { chmod, mkdir, readFile, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { userInfo } from "node:os";
+import { dirname, join } from "node:path";
+import { SwitchboardError } from "@switchboard/core";
+import type { Secrets } from "./ports/secrets";
+
+const DATA_DIR_MODE = 0o700;
+const SECRET_MODE = 0o600;
+
+const REASONS: Record<string, string> = {
+  EACCES: "permission denied",
+  EPERM: "operation not permitted",
+  EEXIST: "a file is in the way",
+  ENOTDIR: "a file is in the way",
+  ENOSPC: "no space left on the device",
+  EDQUOT: "disk quota exceeded",
+  EROFS: "read-only file system",
+};
+
+const VERBS: Record<string, string> = {
+  mkdir: "create",
+  open: "open",
+  read: "read",
+  write: "write",
+  rename: "rename",
+  unlink: "remove",
+  fsync: "flush",
+};
+
+const CHANGE_DIR = "or choose another data dir (--data-dir, SWITCHBOARD_HOME or gateway.dataDir)";
+
+function currentUser(): string {
+  try {
+    return userInfo().username;
+  } catch {
+    return "the user running switchboard";
+  }
+}
+
+/** The nearest existing ancestor of `path` (or `path` itself) that is not a directory. */
+function blockingFile(path: string): string | undefined {
+  for (let current = path; ; current = dirname(current)) {
+    try {
+      return statSync(current).isDirectory() ? undefined : current;
+    } catch {
+      // Missing: look further up.
+    }
+    if (dirname(current) === current) return undefined;
+  }
+}
+
+/**
+ * A file-system failure while creating or securing the data dir, in words that name the problem and
+ * the fix (raw errno text like `EPERM: operation not permitted, chmod '…'` tells neither), or
+ * undefined when `error` is no such failure.
+ */
+export function dataDirProblem(error: unknown, dataDir: string): SwitchboardError | undefined {
+  const { code, syscall, path } = (error ?? {}) as NodeJS.ErrnoException;
+  if (code === undefined || !(code in REASONS)) return undefined;
+  // EACCES from listen/bind is about the port, not the data dir.
+  if (syscall === "listen" || syscall === "bind" || syscall === "connect") return undefined;
+  const target = path ?? dataDir;
+  const verb =
+    syscall === "chmod"
+      ? `set permissions ${(target === dataDir ? DATA_DIR_MODE : SECRET_MODE).toString(8).padStart(4, "0")} on`
+      : (VERBS[syscall ?? ""] ?? "use");
+  const what = `cannot ${verb} ${target}: ${REASONS[code]} (${code})`;
+  let fix: string;
+  switch (code) {
+    case "EACCES":
+    case "EPERM": {
+      const user = currentUser();
+      fix = `the data dir must be owned and writable by the user running switchboard (${user}): chown -R ${user} ${dataDir}, ${CHANGE_DIR}`;
+      break;
+    }
+    case "EEXIST":
+    case "ENOTDIR": {
+      const file = blockingFile(target) ?? target;
+      fix = `${file} is a file, not a directory: move it away ${CHANGE_DIR}`;
+      break;
+    }
+    case "ENOSPC":
+    case "EDQUOT":
+      fix = `free some space on that disk ${CHANGE_DIR}`;
+      break;
+    default:
+      fix = `choose a data dir on a writable file system (--data-dir, SWITCHBOARD_HOME or gateway.dataDir)`;
+  }
+  return new SwitchboardError("UNAVAILABLE", `${what}; ${fix}`, {
+    cause: error,
+    details: { code, path: target, dataDir },
+  });
+}
 
 /** Reads a secret file from the data dir, creating it (mode 0600) on first start. */
 async function readOrCreate(
+  dataDir: string,
+  name: string,
+  create: () => Buffer,
+): Promise<{ value: Buffer; created: boolean }> {
+  try {
+    return await readOrCreateRaw(dataDir, name, create);
+  } catch (error) {
+    throw dataDirProblem(error, dataDir) ?? error;
+  }
+}
+
+async function readOrCreateRaw(
   dataDir: string,
   name: string,
   create: () => Buffer,
@@ -14,17 +118,17 @@ async function readOrCreate(
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
   }
-  await mkdir(dataDir, { recursive: true, mode: 0o700 });
+  await mkdir(dataDir, { recursive: true, mode: DATA_DIR_MODE });
   const value = create();
   try {
-    await writeFile(path, value, { mode: 0o600, flag: "wx" });
+    await writeFile(path, value, { mode: SECRET_MODE, flag: "wx" });
   } catch (error) {
     // Another starter won the race: use what it wrote.
     if ((error as NodeJS.ErrnoException).code === "EEXIST")
       return { value: await readFile(path), created: false };
     throw error;
   }
-  await chmod(path, 0o600);
+  await chmod(path, SECRET_MODE);
   return { value, created: true };
 }
 
@@ -38,4 +142,17 @@ export async function operatorToken(dataDir: string): Promise<{ token: string; c
 export async function auditKey(dataDir: string): Promise<Uint8Array> {
   const { value } = await readOrCreate(dataDir, "audit.key", () => randomBytes(32));
   return new Uint8Array(value);
+}
+
+/** {@link Secrets} as files in the data dir, created (mode 0600) on first start. */
+export class DataDirSecrets implements Secrets {
+  constructor(private readonly dataDir: string) {}
+
+  async operatorToken(): Promise<string> {
+    return (await operatorToken(this.dataDir)).token;
+  }
+
+  auditKey(): Promise<Uint8Array> {
+    return auditKey(this.dataDir);
+  }
 }

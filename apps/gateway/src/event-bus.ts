@@ -1,67 +1,116 @@
-import type { EventName, EventPayload } from "@switchboard/core";
+import type { EventName, EventPayload, MetaStore } from "@switchboard/core";
+import type { BusEvent, EventLog, EventScope, EventSubscriber } from "./ports/event-log";
 
-export interface BusEvent {
-  event: string;
-  seq: number;
-  payload: Record<string, unknown>;
-  /** Session the event concerns (for per-role filtering). */
-  sessionKey?: string;
-  /** Agent the event concerns (workers see events of the agents they serve). */
-  agentId?: string;
-  /** When set, only this connection may receive the event (e.g. `run.assigned`). */
-  connectionId?: string;
+export type { BusEvent, EventSubscriber } from "./ports/event-log";
+
+/** Durable ceiling of handed-out seq numbers: a restart starts above it. */
+export const SEQ_RESERVED_KEY = "events.seq.reserved";
+/** The periodic high-water mark of older versions; read once so an upgrade never goes back. */
+const LEGACY_SEQ_KEY = "events.seq";
+/**
+ * Numbers reserved per durable write. At several thousand events/s a block lasts minutes, and it is
+ * extended when half used, so the write lands long before the block runs out.
+ */
+export const DEFAULT_SEQ_BLOCK = 1_000_000;
+/** Events held while the reservation cannot be extended (storage failing) before the oldest are dropped. */
+const MAX_PENDING = 65_536;
+const RETRY_DELAY_MS = 1_000;
+
+export interface SeqReservation {
+  /** The highest seq that may be handed out (durably recorded). */
+  reservedUpTo: number;
+  /** Size of each extension. */
+  block: number;
+  /** Records a new ceiling durably; resolves once it would survive kill -9. */
+  persist(upTo: number): Promise<void>;
+  onError?(error: unknown, pending: number): void;
 }
 
-export interface EventSubscriber {
-  /** Returns false when the event must not be delivered to this subscriber. */
-  accepts(event: BusEvent): boolean;
-  deliver(event: BusEvent): void;
-}
+type Pending =
+  | { kind: "publish"; entry: Omit<BusEvent, "seq"> }
+  | { kind: "direct"; send: (seq: number) => void };
 
 /**
- * Global event sequence with a bounded replay window. `seq` starts from a persisted base so it keeps
- * increasing across restarts, and a client resuming with `after` never sees a repeated number.
+ * Global event sequence with a bounded replay window. `seq` never goes back or repeats, whatever a
+ * crash interrupts: numbers are handed out only below a durably reserved ceiling, and a restart
+ * starts above it. Should the ceiling be reached before its extension is durable, events wait (in
+ * order) rather than take unreserved numbers.
  */
-export class EventBus {
+export class EventBus implements EventLog {
   private readonly ring: BusEvent[];
   private ringStart = 0;
   private ringSize = 0;
   private seq: number;
   private readonly subscribers = new Set<EventSubscriber>();
+  private readonly pending: Pending[] = [];
+  private extending: Promise<void> | undefined;
+  private retryTimer: NodeJS.Timeout | undefined;
+  private dropped = 0;
 
   constructor(
     private readonly capacity = 16_384,
     initialSeq = 0,
+    private readonly reservation?: SeqReservation,
   ) {
     this.ring = new Array(capacity);
     this.seq = initialSeq;
   }
 
+  /**
+   * A bus whose numbering continues above everything a previous process (even one killed mid-write)
+   * may have handed out; the first block is reserved before this resolves.
+   */
+  static async open(
+    meta: MetaStore,
+    options: {
+      capacity?: number;
+      block?: number;
+      onError?: (error: unknown, pending: number) => void;
+    } = {},
+  ): Promise<EventBus> {
+    const block = options.block ?? DEFAULT_SEQ_BLOCK;
+    const read = async (key: string) => {
+      const value = Number((await meta.get(key)) ?? 0);
+      return Number.isSafeInteger(value) && value > 0 ? value : 0;
+    };
+    // The clock floor keeps a data dir whose meta was lost above the numbers clients saw before.
+    const last = Math.max(await read(SEQ_RESERVED_KEY), await read(LEGACY_SEQ_KEY), Date.now());
+    const reservedUpTo = last + block;
+    await meta.set(SEQ_RESERVED_KEY, String(reservedUpTo));
+    return new EventBus(options.capacity ?? 16_384, last, {
+      reservedUpTo,
+      block,
+      persist: (upTo) => meta.set(SEQ_RESERVED_KEY, String(upTo)),
+      ...(options.onError ? { onError: options.onError } : {}),
+    });
+  }
+
+  /** The seq of the last event handed out. */
   get currentSeq(): number {
     return this.seq;
   }
 
-  /** A seq for an event sent directly to one peer, outside the replay window. */
-  allocateSeq(): number {
-    this.seq += 1;
-    return this.seq;
+  /** Events waiting for a durable reservation (0 unless storage is failing). */
+  get pendingCount(): number {
+    return this.pending.length;
   }
 
-  publish<E extends EventName>(
-    event: E,
-    payload: EventPayload<E>,
-    scope: { sessionKey?: string; agentId?: string; connectionId?: string } = {},
-  ): BusEvent {
-    this.seq += 1;
-    const entry: BusEvent = { event, seq: this.seq, payload: payload as Record<string, unknown>, ...scope };
-    const index = (this.ringStart + this.ringSize) % this.capacity;
-    this.ring[index] = entry;
-    if (this.ringSize < this.capacity) this.ringSize += 1;
-    else this.ringStart = (this.ringStart + 1) % this.capacity;
-    for (const subscriber of this.subscribers) {
-      if (subscriber.accepts(entry)) subscriber.deliver(entry);
+  /**
+   * Calls `send` with a fresh seq for a frame sent directly to one peer (outside the replay window),
+   * in order with published events: at once, unless numbering waits for a reservation.
+   */
+  withSeq(send: (seq: number) => void): void {
+    if (this.pending.length === 0 && this.take()) {
+      send(this.seq);
+      return;
     }
-    return entry;
+    this.hold({ kind: "direct", send });
+  }
+
+  publish<E extends EventName>(event: E, payload: EventPayload<E>, scope: EventScope = {}): void {
+    const entry = { event, payload: payload as Record<string, unknown>, ...scope };
+    if (this.pending.length === 0 && this.take()) this.emit(entry, this.seq);
+    else this.hold({ kind: "publish", entry });
   }
 
   /** Events with `seq > after` still in the window, oldest first. */
@@ -77,5 +126,79 @@ export class EventBus {
   subscribe(subscriber: EventSubscriber): () => void {
     this.subscribers.add(subscriber);
     return () => this.subscribers.delete(subscriber);
+  }
+
+  /** Stops retrying a failed reservation (shutdown); held events stay undelivered. */
+  stop(): void {
+    clearTimeout(this.retryTimer);
+    this.retryTimer = undefined;
+  }
+
+  /** Advances `seq` if the next number is reserved; starts an extension when half the block is used. */
+  private take(): boolean {
+    const reservation = this.reservation;
+    if (!reservation) {
+      this.seq += 1;
+      return true;
+    }
+    if (this.seq >= reservation.reservedUpTo) {
+      this.extend();
+      return false;
+    }
+    this.seq += 1;
+    if (reservation.reservedUpTo - this.seq < reservation.block / 2) this.extend();
+    return true;
+  }
+
+  private emit(fields: Omit<BusEvent, "seq">, seq: number): void {
+    const entry = fields as BusEvent;
+    entry.seq = seq;
+    const index = (this.ringStart + this.ringSize) % this.capacity;
+    this.ring[index] = entry;
+    if (this.ringSize < this.capacity) this.ringSize += 1;
+    else this.ringStart = (this.ringStart + 1) % this.capacity;
+    for (const subscriber of this.subscribers) {
+      if (subscriber.accepts(entry)) subscriber.deliver(entry);
+    }
+  }
+
+  private hold(item: Pending): void {
+    if (this.pending.length >= MAX_PENDING) {
+      // Storage has refused the reservation for a long time: bounded memory beats a crash.
+      this.pending.shift();
+      this.dropped += 1;
+    }
+    this.pending.push(item);
+    this.extend();
+  }
+
+  private extend(): void {
+    const reservation = this.reservation;
+    if (!reservation || this.extending || this.retryTimer) return;
+    const upTo = Math.max(this.seq, reservation.reservedUpTo) + reservation.block;
+    this.extending = reservation.persist(upTo).then(
+      () => {
+        this.extending = undefined;
+        reservation.reservedUpTo = Math.max(reservation.reservedUpTo, upTo);
+        this.drain();
+      },
+      (error: unknown) => {
+        this.extending = undefined;
+        reservation.onError?.(error, this.pending.length + this.dropped);
+        this.retryTimer = setTimeout(() => {
+          this.retryTimer = undefined;
+          if (this.pending.length > 0) this.extend();
+        }, RETRY_DELAY_MS);
+        this.retryTimer.unref();
+      },
+    );
+  }
+
+  private drain(): void {
+    while (this.pending.length > 0 && this.take()) {
+      const item = this.pending.shift()!;
+      if (item.kind === "publish") this.emit(item.entry, this.seq);
+      else item.send(this.seq);
+    }
   }
 }

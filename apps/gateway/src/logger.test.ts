@@ -1,3 +1,8 @@
+import { spawnSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { openFileStore } from "@switchboard/store-fs";
 import { describe, expect, it } from "vitest";
 import { createAppLogger, formatLine } from "./logger";
 
@@ -62,5 +67,32 @@ describe("redaction of child bindings", () => {
       .info("x");
     expect(lines[0]).not.toContain("bound-secret");
     expect(lines[0]).toContain('"component":"x"');
+  });
+});
+
+describe("pino as the store's logger", () => {
+  it("keeps the store's fields and the child's bindings", async () => {
+    const dataDir = await fs.promises.mkdtemp(path.join(os.tmpdir(), "sb-store-log-"));
+    try {
+      // A lock left by a process that is gone makes the store log a takeover with the old pid.
+      const gone = Number(
+        spawnSync(process.execPath, ["-e", "process.stdout.write(String(process.pid))"]).stdout,
+      );
+      fs.writeFileSync(path.join(dataDir, "LOCK"), JSON.stringify({ pid: gone }));
+      const { lines, destination } = capture();
+      const log = createAppLogger({ level: "info", destination });
+      const store = await openFileStore({
+        dataDir,
+        fsyncMode: "none",
+        logger: log.child({ component: "store" }),
+      });
+      await store.close();
+      const takeover = lines.find((line) => line.includes("took over the data dir lock"));
+      expect(JSON.parse(takeover!)).toMatchObject({ level: 40, component: "store" });
+      // The base binding is this process's pid; the store's own field names the gone one.
+      expect(takeover).toContain(`"pid":${gone},`);
+    } finally {
+      await fs.promises.rm(dataDir, { recursive: true, force: true });
+    }
   });
 });

@@ -1,8 +1,8 @@
 import { randomUUID } from "node:crypto";
-import type { SessionEntry } from "@switchboard/core";
+import type { PolicyContext, SessionEntry } from "@switchboard/core";
 import type { AuditService } from "./audit-service";
-import type { EventBus } from "./event-bus";
 import type { PolicyService } from "./policy-service";
+import type { EventLog } from "./ports/event-log";
 import type { SessionsService } from "./sessions-service";
 
 export type OutputResult =
@@ -20,8 +20,22 @@ export class OutputDelivery {
     private readonly sessions: SessionsService,
     private readonly policy: PolicyService,
     private readonly audit: AuditService,
-    private readonly bus: EventBus,
+    private readonly bus: EventLog,
   ) {}
+
+  /** The PRE_OUTPUT context of `text` leaving `entry` for a route (shared with `message` simulation). */
+  outputContext(entry: SessionEntry, route: { channel: string; to: string }, text: string): PolicyContext {
+    return {
+      hook: "PRE_OUTPUT",
+      caller: this.policy.facts(entry),
+      recipient: {
+        channel: route.channel,
+        to: route.to,
+        level: this.policy.channelLevel(route.channel, route.to),
+      },
+      text,
+    };
+  }
 
   async deliver(
     entry: SessionEntry,
@@ -41,19 +55,7 @@ export class OutputDelivery {
       );
       return { status: "no-route", error: `no delivery route for ${entry.key}` };
     }
-    const decision = await this.policy.enforce(
-      {
-        hook: "PRE_OUTPUT",
-        caller: this.policy.facts(entry),
-        recipient: {
-          channel: route.channel,
-          to: route.to,
-          level: this.policy.channelLevel(route.channel, route.to),
-        },
-        text,
-      },
-      options.actor,
-    );
+    const decision = await this.policy.enforce(this.outputContext(entry, route, text), options.actor);
     if (decision.action === "BLOCK") {
       await this.recordEvent(
         entry,

@@ -1,6 +1,7 @@
 import {
   type Config,
   createPolicyEngine,
+  type DiscoveryFilter,
   type Level,
   type PolicyContext,
   type PolicyDecision,
@@ -10,7 +11,7 @@ import {
   validatePolicyRules,
 } from "@switchboard/core";
 import type { AuditService } from "./audit-service";
-import type { EventBus } from "./event-bus";
+import type { EventLog } from "./ports/event-log";
 import type { SessionsService } from "./sessions-service";
 
 /** The gateway's one door to core's policy engine: builds facts, evaluates, records blocks and redactions. */
@@ -21,7 +22,7 @@ export class PolicyService {
     config: Config,
     private readonly sessions: SessionsService,
     private readonly audit: AuditService,
-    private readonly bus: EventBus,
+    private readonly bus: EventLog,
   ) {
     const agents = config.agents.list;
     this.engine = createPolicyEngine({
@@ -44,9 +45,15 @@ export class PolicyService {
       maxSpawnDepth: config.agents.defaults.subagents.maxSpawnDepth,
       maxChildren: config.agents.defaults.subagents.maxChildren,
       maxHops: config.session.agentToAgent.maxHops,
+      budgetPerMinute: config.session.agentToAgent.budgetPerMinute,
       sandboxVisibility: config.agents.defaults.sandbox.sessionToolsVisibility,
       hookBudgetMs: config.policy.hookBudgetMs,
     });
+  }
+
+  /** `sessions_list` visibility for one caller (core's compiled discovery, equal to `evaluate`). */
+  discovery(caller: SessionEntry): DiscoveryFilter {
+    return this.engine.discovery(this.facts(caller));
   }
 
   facts(entry: SessionEntry): SessionFacts {

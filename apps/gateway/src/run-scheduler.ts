@@ -12,7 +12,12 @@ import {
 } from "@switchboard/core";
 import type { Logger } from "pino";
 import type { Connection } from "./connection";
-import type { EventBus } from "./event-bus";
+import type { ActiveRun as ActiveRunOf, ActiveRuns } from "./ports/active-runs";
+import type { EventLog } from "./ports/event-log";
+import type { RunLanes } from "./ports/run-lanes";
+import type { RunWaiters } from "./ports/run-waiters";
+import type { WorkerRegistry } from "./ports/worker-registry";
+import type { RunDispatcher } from "./run-assignment";
 import type { SessionsService } from "./sessions-service";
 
 export interface RunSpec {
@@ -41,13 +46,7 @@ export interface WaitResult {
   endedAt?: number;
 }
 
-interface ActiveRun {
-  record: RunRecord;
-  worker?: Connection;
-  timer?: NodeJS.Timeout;
-  deadline?: number;
-  waiters: Set<(record: RunRecord) => void>;
-}
+type ActiveRun = ActiveRunOf<Connection>;
 
 export type RunEndedListener = (record: RunRecord) => void | Promise<void>;
 
@@ -57,25 +56,25 @@ export type RunEndedListener = (record: RunRecord) => void | Promise<void>;
  * runs that ended before a restart.
  */
 export class RunScheduler {
-  private readonly active = new Map<string, ActiveRun>();
-  private readonly lanes = new Map<string, string[]>();
-  private readonly busyLanes = new Map<string, string>();
-  private readonly workers = new Map<string, Set<Connection>>();
-  private readonly workerLoad = new Map<Connection, Set<string>>();
-  private readonly inflightIdempotency = new Map<string, Promise<RunRecord>>();
   private readonly endedListeners: RunEndedListener[] = [];
   private stopping = false;
+  /** Retries writing ended runs whose final record the store refused (disk full). */
+  private unsavedTimer: NodeJS.Timeout | undefined;
 
   constructor(
-    private readonly store: Store,
+    /** Run records, and transcript reads to repair a recovered run's input. */
+    private readonly store: Pick<Store, "runs" | "transcripts">,
     private readonly sessions: SessionsService,
-    private readonly bus: EventBus,
+    private readonly bus: EventLog,
     private readonly log: Logger,
-    private readonly assign: (
-      record: RunRecord,
-      worker: Connection,
-      deadline: number | undefined,
-    ) => Promise<void>,
+    /** Hands a run to the worker picked for it (builds and sends `run.assigned`). */
+    private readonly assign: RunDispatcher,
+    private readonly waiters: RunWaiters,
+    private readonly lanes: RunLanes,
+    /** Runs not ended yet, idempotent creations in flight, run ends not durable yet. */
+    private readonly active: ActiveRuns<Connection>,
+    /** Worker connections, their slots and the lanes starved for one. */
+    private readonly workers: WorkerRegistry<Connection>,
   ) {}
 
   onRunEnded(listener: RunEndedListener): void {
@@ -87,17 +86,42 @@ export class RunScheduler {
     const unfinished = await this.store.runs.list({ statuses: ["queued", "running"] });
     unfinished.sort((a, b) => a.createdAt - b.createdAt);
     for (const record of unfinished) {
-      if (record.status === "running") {
-        await this.finish(record, "error", { error: "gateway restarted" });
-        continue;
+      // One bad run must never keep the gateway from starting: it ends `error` with the reason.
+      try {
+        if (record.status === "running") {
+          await this.finish(record, "error", { error: "gateway restarted" });
+          continue;
+        }
+        const gone = await this.sessionGone(record);
+        if (gone) {
+          await this.finish(record, "error", { error: gone });
+          continue;
+        }
+        await this.repairInput(record);
+        const active: ActiveRun = { record };
+        this.active.add(active);
+        this.armTimeout(active);
+        this.queue(record);
+      } catch (error) {
+        this.log.error({ err: error, runId: record.runId }, "could not recover a run; ending it");
+        this.active.delete(record.runId);
+        await this.finish(record, "error", {
+          error: `could not be recovered after a restart: ${(error as Error).message}`,
+        }).catch((finishError) =>
+          this.log.error({ err: finishError, runId: record.runId }, "could not end an unrecoverable run"),
+        );
       }
-      await this.repairInput(record);
-      const active: ActiveRun = { record, waiters: new Set() };
-      this.active.set(record.runId, active);
-      this.armTimeout(active);
-      this.queue(record);
     }
-    for (const laneKey of this.lanes.keys()) this.pump(laneKey);
+    for (const laneKey of this.lanes.laneKeys()) this.pump(laneKey);
+  }
+
+  /** Why a run can no longer start in its session (reset, deleted or archived since it was queued). */
+  private async sessionGone(record: RunRecord): Promise<string | undefined> {
+    const entry = await this.sessions.get(record.sessionKey);
+    if (!entry) return `session ${record.sessionKey} was deleted or archived before the run started`;
+    if (entry.sessionId !== record.sessionId)
+      return `session ${record.sessionKey} was reset before the run started`;
+    return undefined;
   }
 
   get(runId: string): ActiveRun | undefined {
@@ -108,16 +132,16 @@ export class RunScheduler {
     if (this.stopping)
       throw new SwitchboardError("UNAVAILABLE", "gateway is shutting down", { retryable: true });
     if (spec.idempotencyKey) {
-      const inflight = this.inflightIdempotency.get(spec.idempotencyKey);
+      const inflight = this.active.creating(spec.idempotencyKey);
       if (inflight) return { record: await inflight, existing: true };
       const stored = await this.store.runs.getByIdempotencyKey(spec.idempotencyKey);
       if (stored) return { record: this.active.get(stored.runId)?.record ?? stored, existing: true };
       const creating = this.create(spec);
-      this.inflightIdempotency.set(spec.idempotencyKey, creating);
+      this.active.startCreating(spec.idempotencyKey, creating);
       try {
         return { record: await creating, existing: false };
       } finally {
-        this.inflightIdempotency.delete(spec.idempotencyKey);
+        this.active.doneCreating(spec.idempotencyKey);
       }
     }
     return { record: await this.create(spec), existing: false };
@@ -148,9 +172,22 @@ export class RunScheduler {
     // The run record goes first: a crash between the two writes leaves a run whose input is
     // missing (recovery writes it), never an input without a run (a retry would duplicate it).
     await this.store.runs.put(record);
-    if (spec.recordInput !== false) await this.recordInput(record, spec.label);
-    const active: ActiveRun = { record, waiters: new Set() };
-    this.active.set(runId, active);
+    if (spec.recordInput !== false) {
+      try {
+        await this.recordInput(record, spec.label);
+      } catch (error) {
+        // Rolled back: the caller gets the error and no run is left waiting for an input that
+        // was never written (the record ends `error`, so a restart does not start it either).
+        await this.finish(record, "error", {
+          error: `the input could not be recorded: ${(error as Error).message}`,
+        }).catch((finishError) =>
+          this.log.error({ err: finishError, runId }, "could not roll back a run without input"),
+        );
+        throw error;
+      }
+    }
+    const active: ActiveRun = { record };
+    this.active.add(active);
     this.armTimeout(active);
     this.queue(record);
     this.pump(laneKeyOf(record));
@@ -196,95 +233,110 @@ export class RunScheduler {
   }
 
   private queue(record: RunRecord): void {
-    const laneKey = laneKeyOf(record);
-    const queue = this.lanes.get(laneKey) ?? [];
-    queue.push(record.runId);
-    this.lanes.set(laneKey, queue);
+    this.lanes.enqueue(laneKeyOf(record), record.runId);
   }
 
   /** True when a worker serving this agent is connected. */
   hasWorker(agentId: string): boolean {
-    return (this.workers.get(agentId)?.size ?? 0) > 0;
+    return this.workers.count(agentId) > 0;
   }
 
   workerCount(agentId: string): number {
-    return this.workers.get(agentId)?.size ?? 0;
+    return this.workers.count(agentId);
   }
 
-  addWorker(connection: Connection, agentIds: Iterable<string>): void {
-    for (const agentId of agentIds) {
-      const set = this.workers.get(agentId) ?? new Set();
-      set.add(connection);
-      this.workers.set(agentId, set);
-    }
-    this.workerLoad.set(connection, new Set());
-    for (const laneKey of [...this.lanes.keys()]) this.pump(laneKey);
+  /** A connected worker; with `concurrency` it never holds more runs at once, the rest stay queued here. */
+  addWorker(connection: Connection, agentIds: Iterable<string>, concurrency?: number): void {
+    this.workers.add(connection, agentIds, concurrency);
+    for (const laneKey of this.lanes.laneKeys()) this.pump(laneKey);
   }
 
   /** A worker went away: its runs are reassigned once to another worker of the agent, else fail. */
   async removeWorker(connection: Connection): Promise<void> {
-    for (const set of this.workers.values()) set.delete(connection);
-    const held = this.workerLoad.get(connection) ?? new Set();
-    this.workerLoad.delete(connection);
+    const held = this.workers.remove(connection);
     for (const runId of held) {
       const active = this.active.get(runId);
       if (!active || active.worker !== connection) continue;
       active.worker = undefined;
-      const next = this.pickWorker(active.record.agentId);
-      if (next && active.record.attempts < 2) {
+      try {
+        if (active.record.attempts >= 2 || !this.hasWorker(active.record.agentId)) {
+          await this.finish(active.record, "error", { error: "worker disconnected" });
+          continue;
+        }
+        const next = this.pickWorker(active.record.agentId);
         this.log.info({ runId }, "worker disconnected mid-run; reassigning");
-        await this.dispatch(active, next);
-      } else {
-        await this.finish(active.record, "error", { error: "worker disconnected" });
+        if (next) await this.dispatch(active, next);
+        else await this.requeueFront(active);
+      } catch (error) {
+        this.log.error({ err: error, runId }, "could not reassign the run of a disconnected worker");
+        await this.finish(active.record, "error", { error: "worker disconnected" }).catch(() => undefined);
       }
     }
+  }
+
+  /** Every other worker is busy: the run waits at the head of its lane for the next free slot. */
+  private async requeueFront(active: ActiveRun): Promise<void> {
+    const record = active.record;
+    const laneKey = laneKeyOf(record);
+    if (this.lanes.holder(laneKey) === record.runId) this.lanes.release(laneKey, record.runId);
+    record.status = "queued";
+    this.lanes.enqueue(laneKey, record.runId, true);
+    await this.store.runs.put(record);
+    this.pump(laneKey);
   }
 
   private pickWorker(agentId: string): Connection | undefined {
-    let best: Connection | undefined;
-    let bestLoad = Number.POSITIVE_INFINITY;
-    for (const connection of this.workers.get(agentId) ?? []) {
-      if (!connection.isOpen) continue;
-      const load = this.workerLoad.get(connection)?.size ?? 0;
-      if (load < bestLoad) {
-        best = connection;
-        bestLoad = load;
-      }
-    }
-    return best;
+    return this.workers.pick(agentId);
   }
 
   private pump(laneKey: string): void {
-    if (this.busyLanes.has(laneKey) || this.stopping) return;
-    const queue = this.lanes.get(laneKey);
-    if (!queue || queue.length === 0) {
-      this.lanes.delete(laneKey);
-      return;
-    }
-    const runId = queue[0]!;
+    if (this.lanes.holder(laneKey) !== undefined || this.stopping) return;
+    const runId = this.lanes.next(laneKey);
+    if (runId === undefined) return;
     const active = this.active.get(runId);
     if (!active) {
-      queue.shift();
+      this.lanes.skip(laneKey);
       this.pump(laneKey);
       return;
     }
     const worker = this.pickWorker(active.record.agentId);
-    if (!worker) return;
-    queue.shift();
-    this.busyLanes.set(laneKey, runId);
+    if (!worker) {
+      this.workers.starve(active.record.agentId, laneKey);
+      return;
+    }
+    this.lanes.claim(laneKey, runId);
     void this.dispatch(active, worker).catch((error) => {
       this.log.error({ err: error, runId }, "dispatch failed");
-      void this.finish(active.record, "error", { error: `dispatch failed: ${(error as Error).message}` });
+      void this.finish(active.record, "error", {
+        error: `dispatch failed: ${(error as Error).message}`,
+      }).catch((finishError) => this.log.error({ err: finishError, runId }, "could not end the run"));
     });
+  }
+
+  /** A worker slot came free: lanes that waited for one get it, oldest first. */
+  private pumpStarved(agentIds: Iterable<string>): void {
+    for (const agentId of agentIds) {
+      for (const laneKey of this.workers.starvedLanes(agentId)) {
+        if (!this.pickWorker(agentId)) break;
+        this.workers.unstarve(agentId, laneKey);
+        this.pump(laneKey);
+      }
+    }
   }
 
   private async dispatch(active: ActiveRun, worker: Connection): Promise<void> {
     const record = active.record;
+    // The slot is taken before the first await, so concurrent pumps see the worker's true load.
+    active.worker = worker;
+    this.workers.take(worker, record.runId);
+    const gone = await this.sessionGone(record);
+    if (gone) {
+      await this.finish(record, "error", { error: gone });
+      return;
+    }
     record.status = "running";
     record.startedAt ??= Date.now();
     record.attempts += 1;
-    active.worker = worker;
-    this.workerLoad.get(worker)?.add(record.runId);
     await this.store.runs.put(record);
     if (TERMINAL_RUN_STATUSES.includes(record.status)) return;
     this.bus.publish(
@@ -336,14 +388,11 @@ export class RunScheduler {
     if (outcome.usage) record.usage = outcome.usage;
     const active = this.active.get(record.runId);
     if (active?.timer) clearTimeout(active.timer);
-    if (active?.worker) this.workerLoad.get(active.worker)?.delete(record.runId);
+    const freedWorker = active?.worker;
+    if (freedWorker) this.workers.release(freedWorker, record.runId);
     const laneKey = laneKeyOf(record);
-    if (this.busyLanes.get(laneKey) === record.runId) this.busyLanes.delete(laneKey);
-    else {
-      const queue = this.lanes.get(laneKey);
-      const index = queue?.indexOf(record.runId) ?? -1;
-      if (queue && index >= 0) queue.splice(index, 1);
-    }
+    // A lane emptied by timeouts while no worker came must not linger in the starved set.
+    if (this.lanes.release(laneKey, record.runId)) this.workers.unstarve(record.agentId, laneKey);
 
     try {
       if (status === "ok" && outcome.reply !== undefined && record.origin !== "summarize") {
@@ -381,7 +430,17 @@ export class RunScheduler {
       this.log.warn({ err: error, runId: record.runId }, "could not record run end in transcript");
     }
 
-    await this.store.runs.put(record);
+    // The end is announced, waiters woken and the lane freed even when the store refuses the write
+    // (disk full): the caller still hears about the failure, and nothing waits forever.
+    let persistError: unknown;
+    try {
+      await this.store.runs.put(record);
+    } catch (error) {
+      persistError = error;
+      this.log.error({ err: error, runId: record.runId }, "could not persist the end of a run; retrying");
+      this.active.keepUnsaved(record);
+      this.retryUnsaved();
+    }
     this.active.delete(record.runId);
     this.bus.publish(
       "run.ended",
@@ -395,8 +454,9 @@ export class RunScheduler {
       },
       { sessionKey: record.sessionKey, agentId: record.agentId },
     );
-    for (const waiter of active?.waiters ?? []) waiter(record);
+    this.waiters.ended(record);
     this.pump(laneKey);
+    if (freedWorker) this.pumpStarved(this.workers.agentsOf(freedWorker) ?? [record.agentId]);
     for (const listener of this.endedListeners) {
       try {
         await listener(record);
@@ -404,13 +464,28 @@ export class RunScheduler {
         this.log.error({ err: error, runId: record.runId }, "run-ended listener failed");
       }
     }
+    if (persistError !== undefined) throw persistError;
+  }
+
+  private retryUnsaved(): void {
+    if (this.unsavedTimer) return;
+    this.unsavedTimer = setTimeout(() => {
+      this.unsavedTimer = undefined;
+      void (async () => {
+        for (const record of this.active.unsavedRecords()) {
+          await this.store.runs.put(record);
+          this.active.saved(record.runId);
+        }
+      })().catch(() => this.retryUnsaved());
+    }, UNSAVED_RETRY_MS);
+    this.unsavedTimer.unref();
   }
 
   /** Waits for a run's end up to `timeoutMs`; answers at once for ended runs (also across restarts). */
   async wait(runId: string, timeoutMs: number, signal?: AbortSignal): Promise<WaitResult> {
     const active = this.active.get(runId);
     if (!active) {
-      const stored = await this.store.runs.get(runId);
+      const stored = this.active.unsaved(runId) ?? (await this.store.runs.get(runId));
       if (!stored) throw new SwitchboardError("NOT_FOUND", `run not found: ${runId}`, { details: { runId } });
       if (!TERMINAL_RUN_STATUSES.includes(stored.status)) {
         // Ended between the two lookups, or not yet active after recovery: poll once via the store.
@@ -418,57 +493,54 @@ export class RunScheduler {
       }
       return toWaitResult(stored);
     }
-    return new Promise<WaitResult>((resolve) => {
-      const done = (record: RunRecord) => {
-        clearTimeout(timer);
-        signal?.removeEventListener("abort", onAbort);
-        active.waiters.delete(done);
-        resolve(toWaitResult(record));
-      };
-      const onAbort = () => {
-        clearTimeout(timer);
-        active.waiters.delete(done);
-        resolve({ runId, status: "timeout", error: "wait aborted" });
-      };
-      const timer = setTimeout(() => {
-        active.waiters.delete(done);
-        signal?.removeEventListener("abort", onAbort);
-        resolve({ runId, status: "timeout", error: `run still in progress after waiting ${timeoutMs} ms` });
-      }, timeoutMs);
-      timer.unref();
-      signal?.addEventListener("abort", onAbort, { once: true });
-      active.waiters.add(done);
-    });
+    const outcome = await this.waiters.wait(runId, timeoutMs, signal);
+    if ("ended" in outcome) return toWaitResult(outcome.ended);
+    return { runId, status: "timeout", error: outcome.stopped };
   }
 
   /** Spawned runs of a requester that have not ended yet (for `maxChildren`). */
   activeSpawnsOf(requesterKey: string): number {
     let count = 0;
-    for (const active of this.active.values())
+    for (const active of this.active.all())
       if (active.record.spawn?.requesterKey === requesterKey) count += 1;
     return count;
   }
 
+  /** Runs of a session waiting in its lanes (for session_status: "queued, no worker"). */
+  queuedFor(sessionKey: string): number {
+    return this.lanes.queuedUnder(`${sessionKey}|`);
+  }
+
   /** The run currently executing on a session, if any (for session_status). */
   activeRunFor(sessionKey: string): RunRecord | undefined {
-    for (const [laneKey, runId] of this.busyLanes) {
-      if (laneKey.startsWith(`${sessionKey}|`)) return this.active.get(runId)?.record;
-    }
-    return undefined;
+    const runId = this.lanes.holderUnder(`${sessionKey}|`);
+    return runId === undefined ? undefined : this.active.get(runId)?.record;
   }
 
   /** Stop dispatching; runs still active end `error` so nothing waits forever. */
   async stop(): Promise<void> {
     this.stopping = true;
-    for (const active of [...this.active.values()]) {
+    clearTimeout(this.unsavedTimer);
+    for (const record of this.active.unsavedRecords()) {
+      const runId = record.runId;
+      await this.store.runs.put(record).then(
+        () => this.active.saved(runId),
+        (error) => this.log.error({ err: error, runId }, "the end of a run is not durable"),
+      );
+    }
+    for (const active of this.active.all()) {
       if (active.record.status === "running") {
-        await this.finish(active.record, "error", { error: "gateway shutting down" });
+        await this.finish(active.record, "error", { error: "gateway shutting down" }).catch((error) =>
+          this.log.error({ err: error, runId: active.record.runId }, "could not end a run at shutdown"),
+        );
       } else if (active.timer) {
         clearTimeout(active.timer);
       }
     }
   }
 }
+
+const UNSAVED_RETRY_MS = 2_000;
 
 function laneKeyOf(record: Pick<RunRecord, "sessionKey" | "lane" | "origin">): string {
   // Summaries are isolated runs: they must never queue behind (or block) the session's own lanes.

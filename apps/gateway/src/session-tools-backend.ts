@@ -3,7 +3,9 @@ import {
   type Config,
   displayKey,
   type HistoryMessage,
+  type Level,
   type MessageResult,
+  maxLevel,
   type PolicyContext,
   type SessionEntry,
   type SessionRow,
@@ -28,6 +30,13 @@ import type { OutputDelivery } from "./output-delivery";
 import type { PolicyService } from "./policy-service";
 import type { RunScheduler } from "./run-scheduler";
 import type { SessionsService } from "./sessions-service";
+import type { ToolGate } from "./tool-catalog";
+import {
+  downstreamContext,
+  parseToolCall,
+  type ToolPolicyContexts,
+  toolPolicyContexts,
+} from "./tool-policy-contexts";
 
 export function toHistoryMessage(entry: TranscriptEntry): HistoryMessage {
   return {
@@ -51,14 +60,27 @@ const isMessage = (includeTools: boolean) => (entry: TranscriptEntry) =>
 export class SessionToolsBackend implements ToolBackend {
   constructor(
     private readonly config: Config,
-    private readonly store: Store,
+    /** Reads only: writes go through `sessions` (its per-key lock). */
+    private readonly store: Pick<Store, "sessions" | "transcripts">,
     private readonly sessions: SessionsService,
     private readonly policy: PolicyService,
     private readonly scheduler: RunScheduler,
     private readonly flows: AgentFlows,
     private readonly output: OutputDelivery,
     private readonly isAgentConnected: (agentId: string) => boolean,
-  ) {}
+    /** Tool availability, shared with real calls so simulation answers as a call would. */
+    private readonly toolGate: ToolGate,
+  ) {
+    this.contexts = toolPolicyContexts({
+      target: (caller, input) => this.target(caller, input),
+      readContext: (callerEntry, target) => this.readContext(callerEntry, target),
+      messageContext: (callerEntry, request) => this.messageContext(callerEntry, request),
+      flows,
+    });
+  }
+
+  /** Each tool's downstream policy context (what `simulate` evaluates after PRE_TOOL_CALL). */
+  private readonly contexts: ToolPolicyContexts;
 
   private callerEntry(caller: ToolCaller): Promise<SessionEntry> {
     return this.sessions.require(caller.sessionKey);
@@ -69,6 +91,14 @@ export class SessionToolsBackend implements ToolBackend {
     const entry = await this.sessions.get(key);
     if (!entry || entry.archivedAt) throw new SwitchboardError("NOT_FOUND", `session not found: ${input}`);
     return entry;
+  }
+
+  /**
+   * The hook of reading another session (history, status, summary): PRE_HISTORY. Reading one's own
+   * session hits none. Shared by the real calls and their simulation (tool-policy-contexts).
+   */
+  readContext(callerEntry: SessionEntry, target: SessionEntry): PolicyContext | undefined {
+    return target.key === callerEntry.key ? undefined : this.historyContext(callerEntry, target);
   }
 
   historyContext(callerEntry: SessionEntry, target: SessionEntry, discovery = false): PolicyContext {
@@ -133,24 +163,38 @@ export class SessionToolsBackend implements ToolBackend {
   async listSessions(
     caller: ToolCaller,
     query: { kinds?: string[]; limit: number; activeMinutes?: number; messageLimit: number },
-  ): Promise<{ sessions: SessionRow[]; hidden: number }> {
+  ): Promise<{ sessions: SessionRow[]; hidden: number; dataLabel?: Level }> {
     const callerEntry = await this.callerEntry(caller);
+    // Built-in visibility goes to the store as data (a networked store filters in its query); the
+    // engine runs per row, here in the gateway, only when user rules on PRE_HISTORY may still hide it.
+    const discovery = this.policy.discovery(callerEntry);
     const result = await this.store.sessions.list(
       {
         limit: query.limit,
+        mainKey: this.sessions.mainKey,
         ...(query.kinds ? { kinds: query.kinds } : {}),
         ...(query.activeMinutes ? { activeSince: Date.now() - query.activeMinutes * 60_000 } : {}),
       },
       {
-        classify: this.sessions.classify,
-        visible: (entry) =>
-          entry.key === callerEntry.key ||
-          this.policy.evaluate(this.historyContext(callerEntry, entry, true)).action !== "BLOCK",
+        visibility: discovery.visibility,
+        ...(discovery.exact
+          ? {}
+          : {
+              residual: (entry: SessionEntry) =>
+                this.policy.evaluate(this.historyContext(callerEntry, entry, true)).action !== "BLOCK",
+            }),
       },
     );
+    // Previews are other sessions' data; discovery shows only rows within the caller's taint, so the
+    // result's label is their highest taint and taking it in raises nothing.
+    const dataLabel =
+      query.messageLimit > 0 && result.entries.length > 0
+        ? maxLevel(...result.entries.map((entry) => entry.taint))
+        : undefined;
     return {
       sessions: await this.rowsWithMessages(result.entries, callerEntry.key, query.messageLimit),
       hidden: result.hidden,
+      ...(dataLabel ? { dataLabel } : {}),
     };
   }
 
@@ -160,8 +204,9 @@ export class SessionToolsBackend implements ToolBackend {
   ): Promise<SessionsHistoryResult | ToolFailure> {
     const callerEntry = await this.callerEntry(caller);
     const target = await this.target(caller, query.sessionKey);
-    if (target.key !== callerEntry.key) {
-      const decision = await this.policy.enforce(this.historyContext(callerEntry, target), caller.operator);
+    const readHook = this.readContext(callerEntry, target);
+    if (readHook) {
+      const decision = await this.policy.enforce(readHook, caller.operator);
       if (decision.action === "BLOCK") return { status: "forbidden", error: decision.message };
     }
     const read = await this.store.transcripts.read(target.sessionId, {
@@ -184,6 +229,7 @@ export class SessionToolsBackend implements ToolBackend {
       sessionId: target.sessionId,
       messages: read.entries.map(toHistoryMessage),
       truncated: read.truncated,
+      dataLabel: target.taint,
       ...(read.nextBefore !== undefined ? { nextBefore: read.nextBefore } : {}),
     };
   }
@@ -208,8 +254,9 @@ export class SessionToolsBackend implements ToolBackend {
   ): Promise<SessionStatusResult | ToolFailure> {
     const callerEntry = await this.callerEntry(caller);
     const target = query.sessionKey ? await this.target(caller, query.sessionKey) : callerEntry;
-    if (target.key !== callerEntry.key) {
-      const decision = await this.policy.enforce(this.historyContext(callerEntry, target), caller.operator);
+    const readHook = this.readContext(callerEntry, target);
+    if (readHook) {
+      const decision = await this.policy.enforce(readHook, caller.operator);
       if (decision.action === "BLOCK") return { status: "forbidden", error: decision.message };
       await this.sessions.raiseTaint(
         callerEntry.key,
@@ -218,11 +265,12 @@ export class SessionToolsBackend implements ToolBackend {
         target.key,
       );
     }
-    return this.statusOf(target, callerEntry.key);
+    return { ...(await this.statusOf(target, callerEntry.key)), dataLabel: target.taint };
   }
 
   async statusOf(target: SessionEntry, callerKey: string | undefined): Promise<SessionStatusResult> {
     const active = this.scheduler.activeRunFor(target.key);
+    const queuedRuns = this.scheduler.queuedFor(target.key);
     const children = (
       await this.store.sessions.list({ spawnedBy: target.key, limit: 50, includeArchived: true })
     ).entries;
@@ -258,6 +306,7 @@ export class SessionToolsBackend implements ToolBackend {
             },
           }
         : {}),
+      ...(queuedRuns > 0 ? { queuedRuns } : {}),
       ...(childRows.length ? { children: childRows } : {}),
     };
   }
@@ -283,13 +332,9 @@ export class SessionToolsBackend implements ToolBackend {
     callerEntry: SessionEntry,
     request: { channel: string; to: string; text: string },
   ): PolicyContext {
-    const channel = request.channel.toLowerCase();
-    return {
-      hook: "PRE_OUTPUT",
-      caller: this.policy.facts(callerEntry),
-      recipient: { channel, to: request.to, level: this.policy.channelLevel(channel, request.to) },
-      text: request.text,
-    };
+    // The route `deliver` takes for an explicit channel and recipient.
+    const route = { channel: request.channel.toLowerCase(), to: request.to };
+    return this.output.outputContext(callerEntry, route, request.text);
   }
 
   async message(
@@ -324,94 +369,14 @@ export class SessionToolsBackend implements ToolBackend {
     };
   }
 
-  /**
-   * The downstream hook a tool call would hit, built exactly as the real call builds it.
-   * Returns undefined for tools with no downstream hook, or a failure when the target is unknown.
-   */
-  async downstreamContext(
-    caller: ToolCaller,
-    callerEntry: SessionEntry,
-    tool: string,
-    args: Record<string, unknown>,
-  ): Promise<PolicyContext | ToolFailure | undefined> {
-    const str = (value: unknown) => (typeof value === "string" ? value : undefined);
-    try {
-      switch (tool) {
-        case "sessions_send": {
-          const key = str(args.sessionKey);
-          if (!key) return { status: "error", error: "sessionKey: required" };
-          const target = await this.target(caller, key);
-          const timeout = typeof args.timeoutSeconds === "number" ? args.timeoutSeconds : 30;
-          return this.flows.sendContext(
-            callerEntry,
-            target,
-            str(args.message) ?? "",
-            this.flows.chainPosition(caller),
-            timeout > 0,
-          );
-        }
-        case "sessions_history":
-        case "session_status": {
-          const key = str(args.sessionKey);
-          if (!key)
-            return tool === "session_status" ? undefined : { status: "error", error: "sessionKey: required" };
-          const target = await this.target(caller, key);
-          if (target.key === callerEntry.key) return undefined;
-          return this.historyContext(callerEntry, target);
-        }
-        case "summarize": {
-          const key = str(args.sessionKey);
-          if (!key) return undefined;
-          const target = await this.target(caller, key);
-          return target.key === callerEntry.key ? undefined : this.historyContext(callerEntry, target);
-        }
-        case "sessions_spawn": {
-          const agentId = (str(args.agentId) ?? callerEntry.agentId).toLowerCase();
-          return this.flows.spawnContext(
-            callerEntry,
-            agentId,
-            `agent:${agentId}:subagent:00000000-0000-4000-8000-000000000000`,
-            str(args.task) ?? "",
-          );
-        }
-        case "message":
-          return this.messageContext(callerEntry, {
-            channel: str(args.channel) ?? "",
-            to: str(args.to) ?? "",
-            text: str(args.text) ?? "",
-          });
-        default:
-          return undefined;
-      }
-    } catch (error) {
-      if (error instanceof SwitchboardError) {
-        return {
-          status:
-            error.code === "NOT_FOUND" ? "not_found" : error.code === "FORBIDDEN" ? "forbidden" : "error",
-          error: error.message,
-        };
-      }
-      throw error;
-    }
-  }
-
-  /** Set by the gateway: the PRE_TOOL_CALL gate (tool availability + rules) shared with real calls. */
-  toolGate:
-    | ((
-        callerEntry: SessionEntry,
-        tool: string,
-        args: Record<string, unknown>,
-      ) => { allowed: boolean; message?: string })
-    | undefined;
-
   async simulate(
     caller: ToolCaller,
     request: { toolName: string; args: Record<string, unknown> },
   ): Promise<SimulateResult | ToolFailure> {
     const callerEntry = await this.callerEntry(caller);
     const evaluated: SimulateResult["evaluated"] = [];
-    const gate = this.toolGate?.(callerEntry, request.toolName, request.args);
-    if (gate && !gate.allowed) {
+    const gate = this.toolGate(callerEntry, request.toolName);
+    if (!gate.allowed) {
       evaluated.push({ ruleId: "tools.available", matched: true, action: "deny" });
       return {
         status: "ok",
@@ -435,7 +400,9 @@ export class SessionToolsBackend implements ToolBackend {
     );
     let decision = first;
     if (first.action !== "BLOCK") {
-      const downstream = await this.downstreamContext(caller, callerEntry, request.toolName, request.args);
+      const call = await parseToolCall(request.toolName, request.args, caller);
+      if (call && "status" in call) return call;
+      const downstream = call && (await downstreamContext(this.contexts, caller, callerEntry, call));
       if (downstream && "status" in downstream) return downstream;
       if (downstream) {
         const second = this.policy.evaluate(downstream, true);
@@ -469,8 +436,9 @@ export class SessionToolsBackend implements ToolBackend {
   ): Promise<SummarizeResult> {
     const callerEntry = await this.callerEntry(caller);
     const target = request.sessionKey ? await this.target(caller, request.sessionKey) : callerEntry;
-    if (target.key !== callerEntry.key) {
-      const decision = await this.policy.enforce(this.historyContext(callerEntry, target), caller.operator);
+    const readHook = this.readContext(callerEntry, target);
+    if (readHook) {
+      const decision = await this.policy.enforce(readHook, caller.operator);
       if (decision.action === "BLOCK") return { status: "forbidden", error: decision.message };
     }
     const read = await this.store.transcripts.read(target.sessionId, {
@@ -496,10 +464,15 @@ export class SessionToolsBackend implements ToolBackend {
       recordInput: false,
     });
     const result = await this.scheduler.wait(record.runId, 120_000, caller.signal);
-    if (target.key !== callerEntry.key) {
-      await this.sessions.raiseTaint(callerEntry.key, target.taint, `summary of ${target.key}`, target.key);
+    if (result.status === "ok") {
+      const taken = await this.flows.takeIn(caller, target.key, `summary of ${target.key}`);
+      return {
+        status: "ok",
+        summary: taken.withheld ? "" : (result.reply ?? ""),
+        dataLabel: taken.level,
+        ...(taken.withheld ? { withheld: taken.withheld } : {}),
+      };
     }
-    if (result.status === "ok") return { status: "ok", summary: result.reply ?? "" };
     return {
       status: result.status === "timeout" ? "timeout" : "error",
       error: result.error ?? "summary run failed",

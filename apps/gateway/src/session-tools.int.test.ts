@@ -678,10 +678,11 @@ describe("labels and simulation", () => {
     await gw.gateway.flows.idle();
     // …but the lab's announce cannot go out to the PUBLIC discord channel.
     expect(workers[0]!.runs.some((r) => r.input.context.includes("announce step"))).toBe(true);
-    const blocked = events.events.find(
+    // Events reach the subscriber over its socket, possibly after the flow settled on the gateway.
+    const blocked = await events.waitForEvent(
       (e) => e.event === "policy.blocked" && e.payload.hook === "PRE_OUTPUT",
     );
-    expect(blocked?.payload.message).toBe(
+    expect(blocked.payload.message).toBe(
       "write-down blocked: session taint CONFIDENTIAL cannot flow to discord:lab (classification PUBLIC)",
     );
     expect(events.events.some((e) => e.event === "delivery" && e.payload.channel === "discord")).toBe(false);
@@ -695,7 +696,7 @@ describe("labels and simulation", () => {
     expect(await op.call("sessions.status", { sessionKey: child.childSessionKey as string })).toMatchObject({
       taint: "CONFIDENTIAL",
     });
-    await op.call("sessions.patch", { key: "main", clearance: "PUBLIC" });
+    await op.call("sessions.patch", { key: "main", clearance: "PUBLIC", force: true });
     await op.call("agent.wait", { runId: child.runId as string, timeoutMs: 5000 });
     await gw.gateway.flows.idle();
     const audit = await op.call<{ entries: Array<{ kind: string; data: Record<string, unknown> }> }>(
@@ -759,5 +760,28 @@ describe("labels and simulation", () => {
     const realRead = await tool("main", "sessions_history", { sessionKey: "agent:main:webchat:dm:carol" });
     expect(realRead.status).toBe("ok");
     expect(await op.call("sessions.status", { sessionKey: "main" })).toMatchObject({ taint: "CONFIDENTIAL" });
+  });
+});
+
+describe("sub-agent archiver", () => {
+  it("archives a finished kept child once, through the sessions service, and skips it after", async () => {
+    await setup();
+    await create("main");
+    const child = await tool("main", "sessions_spawn", { task: "say hi", agentId: "main" });
+    expect(child.status).toBe("accepted");
+    const waited = await op.call<{ status: string }>("agent.wait", { runId: child.runId as string });
+    expect(waited.status).toBe("ok");
+    await gw.gateway.flows.idle();
+    const childKey = child.childSessionKey as string;
+    const before = await gw.gateway.store.sessions.get(childKey);
+    expect(before?.archivedAt).toBeUndefined();
+
+    // Only runs that ended before the cut-off are swept.
+    expect(await gw.gateway.flows.archiveSweep(0)).toBe(0);
+    expect(await gw.gateway.flows.archiveSweep(Date.now() + 1)).toBe(1);
+    const after = await gw.gateway.store.sessions.get(childKey);
+    expect(after?.archivedAt).toBeGreaterThan(0);
+    expect(after?.sessionId).toBe(before?.sessionId);
+    expect(await gw.gateway.flows.archiveSweep(Date.now() + 1)).toBe(0);
   });
 });

@@ -5,12 +5,14 @@ import {
   channelLevel,
   chatTypeFromKey,
   classifyKey,
+  deleteSession,
   deriveChannel,
   escalateTaint,
   isUuid,
   type KeyContext,
   type Level,
   mainKeyFor,
+  resetSessionTranscript,
   resolveClearance,
   resolveKeyInput,
   type SessionEntry,
@@ -22,42 +24,9 @@ import {
 } from "@switchboard/core";
 import type { Logger } from "pino";
 import type { AuditService } from "./audit-service";
-import type { EventBus } from "./event-bus";
-import { KeyedMutex } from "./keyed-mutex";
-
-/** Bounded LRU of each hot session's newest message entries (what `run.assigned.history` needs). */
-class RecentMessages {
-  static readonly depth = 24;
-  private readonly bySession = new Map<string, TranscriptEntry[]>();
-
-  constructor(private readonly maxSessions = 2048) {}
-
-  get(sessionId: string): TranscriptEntry[] | undefined {
-    const entries = this.bySession.get(sessionId);
-    if (entries) {
-      this.bySession.delete(sessionId);
-      this.bySession.set(sessionId, entries);
-    }
-    return entries;
-  }
-
-  /** Seeds the cache from a tail read; a read cut short by its byte cap is not cached. */
-  fill(sessionId: string, entries: TranscriptEntry[], truncated: boolean): void {
-    if (truncated) return;
-    this.bySession.set(sessionId, entries.slice(-RecentMessages.depth));
-    if (this.bySession.size > this.maxSessions) {
-      const oldest = this.bySession.keys().next().value;
-      if (oldest !== undefined) this.bySession.delete(oldest);
-    }
-  }
-
-  add(sessionId: string, written: TranscriptEntry[]): void {
-    const entries = this.bySession.get(sessionId);
-    if (!entries) return;
-    for (const item of written) if (item.type === "message") entries.push(item);
-    if (entries.length > RecentMessages.depth) entries.splice(0, entries.length - RecentMessages.depth);
-  }
-}
+import type { EventLog } from "./ports/event-log";
+import type { RecentMessagesCache } from "./ports/recent-messages";
+import type { SessionLocks } from "./ports/session-locks";
 
 export interface CreateSessionOptions {
   channel?: string;
@@ -73,15 +42,14 @@ export interface CreateSessionOptions {
 
 /** The sessions index, transcripts and label state, with every read-modify-write serialised per key. */
 export class SessionsService {
-  private readonly locks = new KeyedMutex();
-  private readonly recent = new RecentMessages();
-
   constructor(
     private readonly store: Store,
     private readonly config: Config,
-    private readonly bus: EventBus,
+    private readonly bus: EventLog,
     private readonly audit: AuditService,
     private readonly log: Logger,
+    private readonly locks: SessionLocks,
+    private readonly recent: RecentMessagesCache,
   ) {}
 
   get mainKey(): string {
@@ -247,15 +215,35 @@ export class SessionsService {
       const entry = await this.require(key);
       const next = change({ ...entry });
       if (!next) return entry;
-      next.updatedAt = Math.max(Date.now(), entry.updatedAt);
-      await this.store.sessions.put(next);
-      this.bus.publish(
-        "session.updated",
-        { key, sessionId: next.sessionId, reason },
-        { sessionKey: key, agentId: next.agentId },
-      );
-      return next;
+      return this.write(entry, next, reason);
     });
+  }
+
+  /**
+   * Archives a finished session: its transcript moves to the archive and its row is marked, both
+   * under the key's lock so no append lands in between. False when the session is gone, was reset
+   * (another `sessionId`) or is archived already.
+   */
+  async archive(key: string, sessionId: string): Promise<boolean> {
+    return this.withLock(key, async () => {
+      const entry = await this.store.sessions.get(key);
+      if (!entry || entry.archivedAt || entry.sessionId !== sessionId) return false;
+      await this.store.transcripts.archive(entry.sessionId, "archive");
+      await this.write(entry, { ...entry, archivedAt: Date.now() }, "archived");
+      return true;
+    });
+  }
+
+  /** Writes a changed row (caller holds the key's lock) and tells subscribers. */
+  private async write(entry: SessionEntry, next: SessionEntry, reason: string): Promise<SessionEntry> {
+    next.updatedAt = Math.max(Date.now(), entry.updatedAt);
+    await this.store.sessions.put(next);
+    this.bus.publish(
+      "session.updated",
+      { key: next.key, sessionId: next.sessionId, reason },
+      { sessionKey: next.key, agentId: next.agentId },
+    );
+    return next;
   }
 
   /**
@@ -325,7 +313,7 @@ export class SessionsService {
     const cached = this.recent.get(entry.sessionId);
     if (cached) return cached.slice(-limit);
     const read = await this.store.transcripts.read(entry.sessionId, {
-      limit: RecentMessages.depth,
+      limit: this.recent.depth,
       maxBytes: 256 * 1024,
       filter: (item) => item.type === "message",
     });
@@ -333,17 +321,25 @@ export class SessionsService {
     return read.entries.slice(-limit);
   }
 
-  /** New sessionId, taint back to PUBLIC, settings kept, old transcript archived. */
+  /**
+   * New sessionId, taint back to PUBLIC, settings kept, old transcript archived. Crash-atomic
+   * (see core's `resetSessionTranscript`): a kill at any step leaves the key on the old or the new
+   * transcript, never on a missing one.
+   */
   async reset(key: string): Promise<SessionEntry> {
     return this.withLock(key, async () => {
       const entry = await this.require(key);
-      await this.store.transcripts.archive(entry.sessionId, "reset");
       const now = Date.now();
       const next: SessionEntry = { ...entry, sessionId: randomUUID(), taint: "PUBLIC", updatedAt: now };
       delete next.totalTokens;
       delete next.contextTokens;
-      await this.store.transcripts.create({ sessionId: next.sessionId, key, createdAt: now });
-      await this.store.sessions.put(next);
+      const { archiveError } = await resetSessionTranscript(this.store, entry.sessionId, next, now);
+      if (archiveError) {
+        this.log.error(
+          { err: archiveError, sessionId: entry.sessionId },
+          "old transcript not archived; the next start archives it",
+        );
+      }
       this.bus.publish(
         "session.updated",
         { key, sessionId: next.sessionId, reason: "reset" },
@@ -356,9 +352,14 @@ export class SessionsService {
   async delete(key: string, mode: "archive" | "remove" = "archive"): Promise<void> {
     await this.withLock(key, async () => {
       const entry = await this.require(key);
-      if (mode === "remove") await this.store.transcripts.remove(entry.sessionId);
-      else await this.store.transcripts.archive(entry.sessionId, "delete");
-      await this.store.sessions.delete(key);
+      // Crash-atomic like `reset`: the row goes first, so a kill can only leave an unreferenced transcript.
+      const { archiveError } = await deleteSession(this.store, entry, mode);
+      if (archiveError) {
+        this.log.error(
+          { err: archiveError, sessionId: entry.sessionId },
+          "old transcript not archived; the next start archives it",
+        );
+      }
       this.bus.publish(
         "session.updated",
         { key, sessionId: entry.sessionId, reason: "deleted" },
@@ -372,7 +373,11 @@ export class SessionsService {
   }
 
   transcriptPath(entry: SessionEntry): string {
-    return this.store.transcripts.locate(entry.sessionId);
+    return this.transcriptPathOf(entry.sessionId);
+  }
+
+  transcriptPathOf(sessionId: string): string {
+    return this.store.transcripts.locate(sessionId);
   }
 
   get logger(): Logger {

@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { Socket } from "node:net";
 import {
   CloseCodes,
   type ConnectParams,
@@ -15,12 +16,28 @@ import {
 import type { Logger } from "pino";
 import { WebSocketServer } from "ws";
 import { Connection, type ConnectionIdentity } from "./connection";
+import { ConnectionCaps, peerAddress, SOCKET_SLACK } from "./transport/connection-caps";
+import { defaultMaxConnections, RESERVED_FILES, readOpenFileLimit } from "./transport/fd-limit";
+import { warnThrottle } from "./transport/warn-throttle";
 
 export interface TransportLimits {
   maxPayload: number;
   maxBufferedBytes: number;
   heartbeatMs: number;
+  /** Also the idle limit of a TCP socket that has not upgraded yet (and of its HTTP headers). */
   handshakeTimeoutMs: number;
+  maxPreConnectBytes: number;
+  /** Absent: sized under the open-file limit. */
+  maxConnections?: number | undefined;
+  maxConnectionsPerAddress: number;
+  maxInFlight: number;
+}
+
+/** `GET /healthz`: `ok: false` (with `degraded` reasons) answers HTTP 503 so probes see a degraded gateway. */
+export interface HealthReport {
+  ok?: boolean;
+  degraded?: unknown[];
+  [key: string]: unknown;
 }
 
 export interface TransportHandlers {
@@ -31,7 +48,7 @@ export interface TransportHandlers {
   /** After the connect response went out: the peer is ready for events (workers get runs from here on). */
   onReady(connection: Connection): void;
   onClose(connection: Connection): void;
-  health(): Record<string, unknown>;
+  health(): HealthReport;
 }
 
 export interface Transport {
@@ -65,15 +82,70 @@ export async function startTransport(options: {
   const { limits, handlers, log } = options;
   const connections = new Set<Connection>();
 
-  const http: Server = createServer((req: IncomingMessage, res: ServerResponse) => {
-    if (req.method === "GET" && (req.url === "/healthz" || req.url?.startsWith("/healthz?"))) {
-      res.writeHead(200, { "content-type": "application/json" });
-      res.end(JSON.stringify({ ok: true, ...handlers.health() }));
+  const fileLimit = readOpenFileLimit();
+  const maxConnections = limits.maxConnections ?? defaultMaxConnections(fileLimit);
+  const caps = new ConnectionCaps(maxConnections, limits.maxConnectionsPerAddress);
+  const warnRefused = warnThrottle(log);
+  const warnPreConnect = warnThrottle(log);
+  if (fileLimit && maxConnections + SOCKET_SLACK + RESERVED_FILES > fileLimit.soft) {
+    log.warn(
+      { openFiles: fileLimit, maxConnections },
+      `limits.maxConnections (${maxConnections}) is close to the open-file limit (${fileLimit.soft}); ` +
+        "raise the hard limit (ulimit -Hn, or LimitNOFILE= under systemd) or lower the cap",
+    );
+  } else {
+    log.debug({ openFiles: fileLimit ?? "unknown", maxConnections }, "connection cap");
+  }
+
+  // Raw sockets that never finish an HTTP request (silent, half-open, or dribbling headers) would hold a
+  // descriptor for ever: headers get the handshake window, checked at least every second; a body (HTTP
+  // routes) gets longer, for slow links.
+  const http: Server = createServer(
+    {
+      headersTimeout: limits.handshakeTimeoutMs,
+      requestTimeout: Math.max(limits.handshakeTimeoutMs, 30_000),
+      connectionsCheckingInterval: Math.min(1000, limits.handshakeTimeoutMs),
+    },
+    (req: IncomingMessage, res: ServerResponse) => {
+      if (req.method === "GET" && (req.url === "/healthz" || req.url?.startsWith("/healthz?"))) {
+        const report = healthReport();
+        res.writeHead(report.ok ? 200 : 503, {
+          "content-type": "application/json",
+          "cache-control": "no-store",
+        });
+        res.end(JSON.stringify(report));
+        return;
+      }
+      res.writeHead(404, { "content-type": "application/json" });
+      res.end(JSON.stringify({ ok: false, error: "not found" }));
+    },
+  );
+  // Backstop for sockets that never reach the WebSocket caps (which answer with a close code).
+  http.maxConnections = maxConnections + SOCKET_SLACK;
+  http.on("connection", (tcp: Socket) => {
+    const address = peerAddress(tcp);
+    if (!caps.admitSocket(address)) {
+      tcp.destroy();
       return;
     }
-    res.writeHead(404, { "content-type": "application/json" });
-    res.end(JSON.stringify({ ok: false, error: "not found" }));
+    tcp.once("close", () => caps.releaseSocket(address));
+    // A socket that sends nothing at all: with no 'timeout' listener on the server, Node destroys it.
+    // Cleared once a request or upgrade arrives (ws does so itself), so a long response such as a
+    // stream is not cut; keep-alive idling then has Node's keepAliveTimeout.
+    tcp.setTimeout(limits.handshakeTimeoutMs);
   });
+  http.on("request", (req: IncomingMessage) => req.socket.setTimeout(0));
+
+  function healthReport(): HealthReport & { ok: boolean } {
+    let report: HealthReport;
+    try {
+      report = handlers.health();
+    } catch (error) {
+      log.error({ err: error }, "health check failed");
+      report = { ok: false, degraded: ["health check failed"] };
+    }
+    return { ...report, ok: report.ok !== false };
+  }
 
   // ws's own limit is a hard backstop well above ours, so a frame just over `maxPayload` gets a
   // PAYLOAD_TOO_LARGE answer instead of a bare close.
@@ -86,11 +158,41 @@ export async function startTransport(options: {
   // ws re-emits the HTTP server's errors (e.g. EADDRINUSE); the listen promise below reports those.
   wss.on("error", (error) => log.debug({ err: error }, "websocket server error"));
 
-  wss.on("connection", (socket) => {
+  wss.on("connection", (socket, request) => {
     const id = randomUUID();
     const connection = new Connection(id, socket, log.child({ connectionId: id }), limits.maxBufferedBytes);
+    const tcp = request.socket;
+    const address = peerAddress(tcp);
+    const refusal = caps.admitPeer(address);
+    if (refusal) {
+      warnRefused({ address }, refusal);
+      connection.refuse(CloseCodes.connectionLimit, refusal);
+      return;
+    }
     connections.add(connection);
     let alive = true;
+
+    // ws buffers a whole frame before emitting it, and its maxPayload is fixed per server, so a peer that
+    // has not authenticated could make us hold megabytes. Counting the raw bytes it sends until `connect`
+    // succeeds bounds that to a socket read or two (64 KiB each) per peer, and covers many small frames
+    // too. This listener runs after ws's own, so the chunk that completes `connect` already counts as
+    // "ready": only a client that floods before its connect is answered can trip it.
+    let preConnectBytes = 0;
+    const guardPreConnect = (chunk: Buffer) => {
+      if (connection.state !== "handshake") {
+        tcp.off("data", guardPreConnect);
+        return;
+      }
+      preConnectBytes += chunk.length;
+      if (preConnectBytes <= limits.maxPreConnectBytes) return;
+      tcp.off("data", guardPreConnect);
+      warnPreConnect({ address, bytes: preConnectBytes }, "too much data before connect, closing");
+      connection.refuse(
+        CloseCodes.messageTooBig,
+        `more than ${limits.maxPreConnectBytes} bytes before connect (limits.maxPreConnectBytes)`,
+      );
+    };
+    tcp.on("data", guardPreConnect);
 
     const handshakeTimer = setTimeout(() => {
       if (connection.state === "handshake") connection.close(CloseCodes.handshakeTimeout, "connect timeout");
@@ -149,6 +251,8 @@ export async function startTransport(options: {
     });
 
     socket.on("close", () => {
+      caps.releasePeer(address);
+      tcp.off("data", guardPreConnect);
       clearTimeout(handshakeTimer);
       clearInterval(heartbeat);
       connection.markClosed();
@@ -239,6 +343,22 @@ export async function startTransport(options: {
       connection.send(errorFrame(frame.id, invalidRequestFromZod(params.error, "params")));
       return;
     }
+    // Refusing (rather than pausing the socket) keeps a worker's run.complete from queueing behind its own
+    // long tools.invoke calls; the error is retryable and names the limit.
+    if (connection.inFlight >= limits.maxInFlight) {
+      connection.send(
+        errorFrame(
+          frame.id,
+          new SwitchboardError(
+            "RATE_LIMITED",
+            `too many requests in flight on this connection (limits.maxInFlight = ${limits.maxInFlight}); wait for answers before sending more`,
+            { retryable: true },
+          ),
+        ),
+      );
+      return;
+    }
+    connection.inFlight++;
     try {
       const result = await handlers.handle(method, params.data, connection);
       connection.send({ type: "res", id: frame.id, ok: true, result });
@@ -249,6 +369,8 @@ export async function startTransport(options: {
         connection.log.error({ err: error, method }, "method failed");
         connection.send(errorFrame(frame.id, new SwitchboardError("INTERNAL", "internal error")));
       }
+    } finally {
+      connection.inFlight--;
     }
   }
 

@@ -2,6 +2,7 @@ import {
   type EventPayload,
   formatPath,
   formatZodIssues,
+  isSwitchboardError,
   type MethodParams,
   type MethodResult,
   SwitchboardError,
@@ -11,6 +12,7 @@ import { z } from "zod";
 import { type ConnectionState, SwitchboardClient } from "./client";
 import { describeError } from "./client-errors";
 import type { ClientOptions } from "./client-options";
+import { DeltaBuffer } from "./delta-buffer";
 import { type Logger, silentLogger } from "./logger";
 
 /** A run as the gateway assigned it: message, provenance, context, recent history, tools, deadline. */
@@ -33,7 +35,11 @@ export interface RunContext {
     args?: Record<string, unknown>,
     options?: { toolCallId?: string; timeoutMs?: number },
   ): Promise<MethodResult<"tools.invoke">>;
-  /** `run.progress` for this run, e.g. `progress("text-delta", { text })`. */
+  /**
+   * `run.progress` for this run, e.g. `progress("text-delta", { text })`. Text deltas are coalesced
+   * (see `progressIntervalMs`): the call resolves once the delta is buffered, and everything buffered
+   * is sent before any other progress, tool call, completion or failure of the run.
+   */
   progress(kind: RunProgressKind, data?: RunProgressData): Promise<void>;
 }
 
@@ -41,8 +47,15 @@ export interface RunContext {
 export type RunHandler = (run: AssignedRun, context: RunContext) => RunReply | Promise<RunReply>;
 
 export const AgentWorkerOptionsSchema = z.object({
-  /** Runs handled at once; further assigned runs wait in arrival order (default 4). */
-  concurrency: z.number().int().min(1).max(1024).default(4),
+  /**
+   * Runs handled at once (default: the client's announced concurrency, else 4). It is announced to
+   * the gateway in `connect`, which never assigns more at a time and keeps the rest queued there.
+   */
+  concurrency: z.number().int().min(1).max(1024).optional(),
+  /** Text deltas of a run are joined and sent at most this often (0 sends each delta at once; default 50). */
+  progressIntervalMs: z.number().int().min(0).max(60_000).default(50),
+  /** A run's buffered text deltas are sent at once when they reach this many characters (default 16 384). */
+  progressMaxChars: z.number().int().min(1).max(262_144).default(16_384),
   /** How long `stop()` lets running handlers finish before aborting them (default 10 s). */
   stopGraceMs: z.number().int().min(0).max(3_600_000).default(10_000),
   /** After aborting, how long `stop()` waits for handlers to settle before failing their runs itself. */
@@ -54,6 +67,9 @@ export type AgentWorkerOptions = z.input<typeof AgentWorkerOptionsSchema> & { lo
 
 /** `run.fail`'s `error` is at most this long (the protocol schema). */
 const MAX_ERROR_LENGTH = 10_000;
+const DEFAULT_CONCURRENCY = 4;
+/** Report failures after which the gateway no longer holds the run for us: no fallback helps. */
+const RUN_GONE_CODES: ReadonlySet<string> = new Set(["UNAVAILABLE", "FORBIDDEN", "NOT_FOUND"]);
 
 interface ActiveRun {
   readonly run: AssignedRun;
@@ -63,6 +79,7 @@ interface ActiveRun {
   /** Reported to the gateway (or given up because the gateway no longer holds it for us). */
   settled: boolean;
   done: Promise<void> | undefined;
+  deltas: DeltaBuffer | undefined;
 }
 
 /**
@@ -73,7 +90,7 @@ export class AgentWorker {
   readonly client: SwitchboardClient;
   readonly agentIds: ReadonlySet<string>;
   private readonly handler: RunHandler;
-  private readonly options: z.output<typeof AgentWorkerOptionsSchema>;
+  private readonly options: z.output<typeof AgentWorkerOptionsSchema> & { concurrency: number };
   private readonly logger: Logger;
   private readonly runs = new Map<string, ActiveRun>();
   private readonly queue: ActiveRun[] = [];
@@ -121,8 +138,15 @@ export class AgentWorker {
     this.client = client;
     this.agentIds = new Set(agentIds);
     this.handler = handler;
-    this.options = parsed.data;
+    const concurrency = parsed.data.concurrency ?? client.concurrency ?? DEFAULT_CONCURRENCY;
+    this.options = { ...parsed.data, concurrency };
     this.logger = logger ?? silentLogger;
+    if (!client.announceConcurrency(concurrency)) {
+      this.logger.warn(
+        { concurrency },
+        "the client connected before the worker was created: the gateway learns its concurrency on the next reconnect",
+      );
+    }
     this.detach.push(
       client.on("run.assigned", (event) => this.onAssigned(event.payload)),
       client.onStateChange((state) => this.onConnectionState(state)),
@@ -195,6 +219,7 @@ export class AgentWorker {
       started: false,
       settled: false,
       done: undefined,
+      deltas: undefined,
     };
     if (this.stopping) {
       void this.report(active, { ok: false, error: "the agent worker is stopping" });
@@ -233,6 +258,7 @@ export class AgentWorker {
     }
     for (const active of this.runs.values()) {
       active.settled = true;
+      active.deltas?.discard();
       active.controller.abort(reason);
     }
   }
@@ -272,12 +298,29 @@ export class AgentWorker {
   private context(active: ActiveRun): RunContext {
     const { runId } = active.run;
     const client = this.client;
+    const deltas = new DeltaBuffer(
+      (text) => client.run.progress({ runId, kind: "text-delta", text }).then(() => undefined),
+      this.options.progressIntervalMs,
+      this.options.progressMaxChars,
+      (error) =>
+        this.logger.warn({ runId, error: describeError(error) }, "could not report the run's text deltas"),
+    );
+    active.deltas = deltas;
+    const flushDeltas = () => {
+      deltas
+        .flush()
+        .catch((error: unknown) =>
+          this.logger.warn({ runId, error: describeError(error) }, "could not report the run's text deltas"),
+        );
+    };
     return {
       runId,
       signal: active.controller.signal,
       client,
-      invokeTool: (name, args = {}, options = {}) =>
-        client.tools.invoke(
+      invokeTool: (name, args = {}, options = {}) => {
+        // The gateway reports the tool call as progress: the text before it must arrive first.
+        flushDeltas();
+        return client.tools.invoke(
           {
             tool: name,
             args,
@@ -288,8 +331,14 @@ export class AgentWorker {
             signal: active.controller.signal,
             ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}),
           },
-        ),
+        );
+      },
       progress: async (kind, data = {}) => {
+        if (kind === "text-delta" && isPlainDelta(data)) {
+          await deltas.add(data.text);
+          return;
+        }
+        flushDeltas();
         await client.run.progress({ ...data, runId, kind });
       },
     };
@@ -302,6 +351,12 @@ export class AgentWorker {
     if (active.settled) return;
     active.settled = true;
     const { runId } = active.run;
+    // Deltas still buffered go out first: issued before the end, they arrive before it.
+    active.deltas
+      ?.flush()
+      .catch((error: unknown) =>
+        this.logger.warn({ runId, error: describeError(error) }, "could not report the run's text deltas"),
+      );
     try {
       if (outcome.ok)
         await this.client.run.complete({
@@ -315,13 +370,42 @@ export class AgentWorker {
         { runId, error: describeError(error) },
         `could not report the run's ${outcome.ok ? "completion" : "failure"}`,
       );
+      if (outcome.ok && !(isSwitchboardError(error) && RUN_GONE_CODES.has(error.code))) {
+        // The completion cannot be delivered (e.g. a reply above the frame limit): fail the run now
+        // rather than leave the caller waiting until its deadline.
+        await this.client.run
+          .fail({
+            runId,
+            error: undeliveredReplyError(error, outcome.reply.reply).slice(0, MAX_ERROR_LENGTH),
+          })
+          .catch((failError: unknown) =>
+            this.logger.warn(
+              { runId, error: describeError(failError) },
+              "could not report the run's failure",
+            ),
+          );
+      }
     }
   }
 
   private clearRun(active: ActiveRun): void {
     clearTimeout(active.deadlineTimer);
+    active.deltas?.discard();
     this.runs.delete(active.run.runId);
   }
+}
+
+function isPlainDelta(data: RunProgressData): data is { text: string } {
+  return typeof data.text === "string" && Object.keys(data).every((key) => key === "text");
+}
+
+function undeliveredReplyError(error: unknown, reply: string): string {
+  if (isSwitchboardError(error) && error.code === "PAYLOAD_TOO_LARGE") {
+    const limit = (error.details as { maxPayload?: number } | undefined)?.maxPayload;
+    const bytes = new TextEncoder().encode(reply).length;
+    return `the reply (${bytes} bytes) is too large to deliver: run.complete must fit the gateway's frame limit (limits.maxPayload${limit !== undefined ? `, ${limit} bytes` : ""})`;
+  }
+  return `the reply could not be delivered: ${describeError(error)}`;
 }
 
 /** Where `serve` gets its connection: an existing role-`agent` client, or options to open one. */
@@ -342,7 +426,12 @@ export async function serve(
     await connection.ready();
     return worker;
   }
-  const clientOptions: ClientOptions = { ...connection, role: "agent", agents: [...agentIds] };
+  const clientOptions: ClientOptions = {
+    ...connection,
+    role: "agent",
+    agents: [...agentIds],
+    concurrency: options.concurrency ?? DEFAULT_CONCURRENCY,
+  };
   const client = new SwitchboardClient(clientOptions, { failFast: true });
   // Listen before the handshake completes: a run can be assigned in the same packet as its answer.
   const worker = new AgentWorker(client, agentIds, handler, { logger: connection.logger, ...options });

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import type { SwitchboardClient, TypedEvent } from "./client";
 import { FakeGateway } from "./testing/fake-gateway";
-import { deferred, untilState, useFakeGateway } from "./testing/fixtures";
+import { deferred, until, untilState, useFakeGateway } from "./testing/fixtures";
 
 const SESSION = "agent:alpha:main";
 
@@ -207,6 +207,44 @@ describe("events", () => {
     emitUpdate(fixture.gateway, "after restart");
     await events.until(4);
     expect(events.seen.at(-1)).toEqual({ seq: 1, reason: "after restart" });
+  });
+
+  it("after a restart with a new epoch, replays what the new gateway published before the resubscribe", async () => {
+    const client = await fixture.connect("operator");
+    const events = collect(client);
+    await client.subscribe();
+    for (const reason of ["a", "b", "c"]) emitUpdate(fixture.gateway, reason);
+    await events.until(3);
+
+    fixture.gateway.dropConnections();
+    fixture.gateway.resetEventLog({ newEpoch: true });
+    // Published by the restarted gateway while the client was still away, under a lower seq.
+    emitUpdate(fixture.gateway, "early in the new epoch");
+    await untilState(client, "reconnecting");
+    await client.ready();
+    emitUpdate(fixture.gateway, "live");
+    await events.until(5);
+    expect(events.seen.slice(3)).toEqual([
+      { seq: 1, reason: "early in the new epoch" },
+      { seq: 2, reason: "live" },
+    ]);
+    expect(client.lastEventSeq).toBe(2);
+  });
+
+  it("delivers run.assigned whatever its seq: it is addressed to the connection, not resumed", async () => {
+    const worker = await fixture.connect("agent", { agents: ["alpha"] });
+    const assigned: string[] = [];
+    worker.on("run.assigned", (event) => assigned.push(event.payload.runId));
+    await worker.subscribe();
+    for (const reason of ["a", "b", "c"]) emitUpdate(fixture.gateway, reason, "agent:alpha:main");
+    await until(() => worker.lastEventSeq === 3);
+    // Numbering that went back (e.g. a gateway restarted without durable seqs), same connection.
+    fixture.gateway.resetEventLog();
+    const run = fixture.gateway.startRun("agent:alpha:main", "hello");
+    await until(() => assigned.length === 1);
+    expect(assigned).toEqual([run.runId]);
+    // The addressed frame did not move the stream's cursor.
+    expect(worker.lastEventSeq).toBe(3);
   });
 
   it("ends an iterator whose consumer falls too far behind with an error", async () => {

@@ -35,6 +35,11 @@ export const ClientOptionsSchema = z
     clientVersion: z.string().max(64).default(SDK_VERSION),
     /** Agent ids served by this connection (role `agent` only, required there). */
     agents: z.array(z.string().min(1).max(64)).min(1).max(256).optional(),
+    /**
+     * Runs this worker executes at once (role `agent` only), announced in `connect`: the gateway
+     * never assigns more at a time and keeps the rest queued. An `AgentWorker` sets it for you.
+     */
+    concurrency: z.number().int().min(1).max(1024).optional(),
     /** The session this connection acts for (role `client` only). */
     sessionKey: z.string().min(1).max(512).optional(),
     requestTimeoutMs: Timeout.default(30_000),
@@ -64,6 +69,9 @@ export const ClientOptionsSchema = z
     }
     if (value.role !== "agent" && value.agents !== undefined) {
       context.addIssue({ code: "custom", path: ["agents"], message: "is only allowed for role agent" });
+    }
+    if (value.role !== "agent" && value.concurrency !== undefined) {
+      context.addIssue({ code: "custom", path: ["concurrency"], message: "is only allowed for role agent" });
     }
     if (value.role !== "client" && value.sessionKey !== undefined) {
       context.addIssue({ code: "custom", path: ["sessionKey"], message: "is only allowed for role client" });

@@ -6,6 +6,7 @@ import {
   type EventName,
   formatZodIssues,
   isMethodName,
+  isSwitchboardError,
   METHOD_ROLES,
   type MethodName,
   type MethodParams,
@@ -148,6 +149,9 @@ export class SwitchboardClient {
   private closing: Promise<void> | undefined;
   private closeError: SwitchboardError | undefined;
   private nextRequestId = 0;
+  #concurrency: number | undefined;
+  /** A `connect` carrying the current concurrency has been sent. */
+  private handshakeSent = false;
 
   private readonly pending = new Map<string, PendingCall>();
   private readonly subscriptions = new Map<string, Subscription>();
@@ -163,6 +167,7 @@ export class SwitchboardClient {
     this.logger = this.options.logger ?? silentLogger;
     this.WebSocketImpl = this.options.WebSocket ?? (WebSocket as unknown as WebSocketConstructor);
     this.failFast = start.failFast ?? false;
+    this.#concurrency = this.options.concurrency;
     this.dispatcher = new EventDispatcher(this.logger);
 
     const namespaces = buildNamespaces((method, params, callOptions) =>
@@ -200,6 +205,30 @@ export class SwitchboardClient {
   /** The agent ids this connection serves (role `agent`). */
   get agentIds(): readonly string[] {
     return this.options.agents ?? [];
+  }
+
+  /** Runs at once announced to the gateway in `connect` (role `agent`); unlimited when undefined. */
+  get concurrency(): number | undefined {
+    return this.#concurrency;
+  }
+
+  /**
+   * Sets the concurrency announced in `connect` (role `agent`). Returns true when the current
+   * connection uses it; otherwise it takes effect from the next (re)connect.
+   */
+  announceConcurrency(concurrency: number): boolean {
+    if (this.options.role !== "agent") {
+      throw new SwitchboardError(
+        "INVALID_REQUEST",
+        "concurrency: only a role agent connection announces one",
+      );
+    }
+    if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 1024) {
+      throw new SwitchboardError("INVALID_REQUEST", "concurrency: must be a whole number from 1 to 1024");
+    }
+    if (this.#concurrency === concurrency) return true;
+    this.#concurrency = concurrency;
+    return !this.handshakeSent;
   }
 
   /** The gateway that answered the handshake. */
@@ -339,7 +368,7 @@ export class SwitchboardClient {
         return result;
       } catch (error) {
         const droppedInFlight =
-          error instanceof SwitchboardError && error.code === "UNAVAILABLE" && error.retryable === true;
+          isSwitchboardError(error) && error.code === "UNAVAILABLE" && error.retryable === true;
         if (droppedInFlight && this.#state !== "closed") continue;
         throw error;
       }
@@ -481,8 +510,10 @@ export class SwitchboardClient {
       auth: { token: options.token },
       role: options.role,
       ...(options.agents ? { agents: options.agents } : {}),
+      ...(this.#concurrency !== undefined ? { concurrency: this.#concurrency } : {}),
       ...(options.sessionKey ? { sessionKey: options.sessionKey } : {}),
     };
+    this.handshakeSent = true;
     try {
       const raw = await this.rawRequest(session, "connect", params, options.connectTimeoutMs);
       const parsed = ConnectResultSchema.safeParse(raw);
@@ -497,13 +528,15 @@ export class SwitchboardClient {
   private async onHandshake(session: SocketSession, result: ConnectResult): Promise<void> {
     clearTimeout(session.connectTimer);
     const reconnected = this.everOpened;
+    const previousEpoch = this.handshakeResult?.server.instanceId;
+    const newEpoch = previousEpoch !== undefined && previousEpoch !== result.server.instanceId;
     this.handshakeResult = result;
     this.attempt = 0;
     this.everOpened = true;
     this.startHeartbeat(session, result.limits.heartbeatMs);
 
     for (const subscription of this.subscriptions.values()) {
-      await this.resubscribe(session, subscription);
+      await this.resubscribe(session, subscription, newEpoch);
       if (session.ended) return;
     }
     if (session.ended || this.#state === "closed") return;
@@ -515,32 +548,47 @@ export class SwitchboardClient {
     );
   }
 
-  private async resubscribe(session: SocketSession, subscription: Subscription): Promise<void> {
-    const after = this.dispatcher.cursor ?? subscription.after;
-    const params: Record<string, unknown> = {};
-    if (subscription.sessionKey !== undefined) params.sessionKey = subscription.sessionKey;
-    if (after !== undefined) params.after = after;
+  private async resubscribe(
+    session: SocketSession,
+    subscription: Subscription,
+    newEpoch: boolean,
+  ): Promise<void> {
+    let after = this.dispatcher.cursor ?? subscription.after;
+    let replayedEpoch = false;
+    const base: Record<string, unknown> = {};
+    if (subscription.sessionKey !== undefined) base.sessionKey = subscription.sessionKey;
     try {
-      const raw = await this.rawRequest(session, "events.subscribe", params, this.options.requestTimeoutMs);
-      const parsed = Methods["events.subscribe"].result.safeParse(raw);
-      if (!parsed.success) {
-        this.logger.warn(
-          { error: invalidResult("events.subscribe result", parsed.error).message },
-          "resubscribe failed",
-        );
+      for (;;) {
+        const params = after === undefined ? base : { ...base, after };
+        const raw = await this.rawRequest(session, "events.subscribe", params, this.options.requestTimeoutMs);
+        const parsed = Methods["events.subscribe"].result.safeParse(raw);
+        if (!parsed.success) {
+          this.logger.warn(
+            { error: invalidResult("events.subscribe result", parsed.error).message },
+            "resubscribe failed",
+          );
+          return;
+        }
+        const cursor = this.dispatcher.cursor;
+        if (cursor !== undefined && parsed.data.seq < cursor) {
+          // The gateway's sequence went backwards (a gateway without durable seq reservations, or a
+          // data dir restored from a backup): the old cursor would swallow every new event.
+          this.logger.warn(
+            { cursor, gatewaySeq: parsed.data.seq },
+            "the gateway's event sequence restarted; events from before the restart cannot be replayed",
+          );
+          this.dispatcher.cursor = undefined;
+          if (newEpoch && !replayedEpoch) {
+            // A new epoch's window holds only events of the new numbering: replay all of it.
+            after = 0;
+            replayedEpoch = true;
+            continue;
+          }
+          this.dispatcher.cursor = parsed.data.seq;
+        } else if (after === undefined || replayedEpoch) {
+          this.dispatcher.advanceTo(parsed.data.seq);
+        }
         return;
-      }
-      const cursor = this.dispatcher.cursor;
-      if (cursor !== undefined && parsed.data.seq < cursor) {
-        // The gateway's sequence went backwards: it restarted without its event log. Waiting for
-        // seq to pass the old mark would swallow every new event, so resume from its new head.
-        this.logger.warn(
-          { cursor, gatewaySeq: parsed.data.seq },
-          "the gateway's event sequence restarted; events from before the restart cannot be replayed",
-        );
-        this.dispatcher.cursor = parsed.data.seq;
-      } else if (after === undefined) {
-        this.dispatcher.advanceTo(parsed.data.seq);
       }
     } catch (error) {
       if (session.ended) return;

@@ -25,6 +25,8 @@ export interface EventsOptions<E extends EventName> {
 }
 
 const DEFAULT_EVENT_HIGH_WATER_MARK = 10_000;
+/** Events addressed to one connection (protocol.md): outside the resumable stream. */
+const ADDRESSED_EVENTS: ReadonlySet<string> = new Set(["run.assigned"]);
 
 interface EventConsumer {
   readonly queue: EventQueue<TypedEvent>;
@@ -80,12 +82,16 @@ export class EventDispatcher {
   }
 
   dispatch(frame: EventFrame): void {
-    // seq is the gateway-wide order, so anything not past the cursor has been delivered already.
-    if (this.cursor !== undefined && frame.seq <= this.cursor) {
+    if (ADDRESSED_EVENTS.has(frame.event)) {
+      // Sent to this connection alone and never replayed: no resume filter applies, and it does
+      // not move the cursor of the subscribed stream (the agent worker de-duplicates by runId).
+    } else if (this.cursor !== undefined && frame.seq <= this.cursor) {
+      // seq is the gateway-wide order, so anything not past the cursor has been delivered already.
       this.logger.debug({ seq: frame.seq, cursor: this.cursor }, "dropping an already delivered event");
       return;
+    } else {
+      this.cursor = frame.seq;
     }
-    this.cursor = frame.seq;
     if (!Object.hasOwn(Events, frame.event)) {
       this.logger.debug({ event: frame.event }, "ignoring an event this SDK version does not know");
       return;

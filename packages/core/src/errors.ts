@@ -33,6 +33,13 @@ export interface SwitchboardErrorOptions {
 }
 
 /**
+ * Brand of every SwitchboardError. `Symbol.for` is shared by the whole realm, so an error thrown by
+ * one copy of core (a bundled CLI, a second install in node_modules, dist next to sources in tests)
+ * is still recognised by another copy, where a plain `instanceof` would say no.
+ */
+const SWITCHBOARD_ERROR_BRAND: unique symbol = Symbol.for("switchboard.error") as never;
+
+/**
  * The one base error of the project. Local failures (bad config, bad key, store errors) and
  * failures that will cross the wire share it, so a caller can always switch on `code`.
  */
@@ -47,6 +54,19 @@ export class SwitchboardError extends Error {
     this.code = code;
     this.details = options.details;
     this.retryable = options.retryable;
+    // Non-enumerable so it never shows in logs, equality checks or spreads.
+    Object.defineProperty(this, SWITCHBOARD_ERROR_BRAND, { value: true });
+  }
+
+  /**
+   * `instanceof SwitchboardError` honours the brand, so it works across module copies. Subclasses
+   * keep the ordinary prototype check: a brand says "some SwitchboardError", not which subclass.
+   */
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    // biome-ignore lint/complexity/noThisInStatic: the class on the right of instanceof, maybe a subclass
+    const target = this;
+    if (target === SwitchboardError) return isSwitchboardError(value);
+    return Function.prototype[Symbol.hasInstance].call(target, value);
   }
 
   /** The wire form; `cause` stays local so stack traces and internals never leave the process. */
@@ -65,8 +85,13 @@ export class SwitchboardError extends Error {
   }
 }
 
+/** True for a SwitchboardError from any copy of core (see the brand above). */
 export function isSwitchboardError(value: unknown): value is SwitchboardError {
-  return value instanceof SwitchboardError;
+  return (
+    typeof value === "object" &&
+    value !== null &&
+    (value as { [SWITCHBOARD_ERROR_BRAND]?: unknown })[SWITCHBOARD_ERROR_BRAND] === true
+  );
 }
 
 /** Turns a zod error into one readable line per issue: `path.to[1].field: reason`. */

@@ -1,34 +1,44 @@
+import fs from "node:fs";
 import path from "node:path";
 import { SwitchboardError } from "@switchboard/core";
-import { closeFile, openFile, syncData, syncDirectory, writeAllAt } from "./fs-io";
+import { closeFile, openFile, syncData, syncDirectory, truncateFile, writeAllAt } from "./fs-io";
+import { storageError } from "./storage-errors";
+import type { StoreHealthTracker } from "./store-health";
 
 interface PendingWrite {
   buffer: Buffer;
   resolve: () => void;
   reject: (error: unknown) => void;
+  onFail?: () => void;
 }
 
 export interface AppendLogOptions {
   /** fdatasync after each batch (false only for tests and throwaway data). */
   durable: boolean;
-  /** Names the file in error messages. */
+  /** Names the file's part of the store in health reports (`sessions journal`, `commit log`). */
   label: string;
+  health?: StoreHealthTracker;
 }
 
 /**
  * An append-only file with group commit: writes that arrive while a batch is being written and
  * synced wait and go out together in the next batch, so one fdatasync covers many appends.
  * `append` resolves once its bytes are written and (when durable) synced.
+ *
+ * A failed batch (disk full, I/O error) rejects every write queued so far, then the file is cut
+ * back to its last acknowledged byte before anything else is written, so a half-written batch can
+ * never be read back as valid. Later appends work again as soon as the cause is gone.
  */
 export class AppendLog {
-  /** Bytes written (all of them visible to readers). */
+  /** Bytes acknowledged (all of them visible to readers). */
   size: number;
   /** Bytes written plus bytes queued: where the next `append` will land. */
   reservedSize: number;
   batches = 0;
   private queue: PendingWrite[] = [];
   private flushing: Promise<void> | undefined;
-  private failure: unknown;
+  /** Set after a failed batch until the file is cut back to `size`. */
+  private needsRepair = false;
   private closed = false;
 
   private constructor(
@@ -43,13 +53,25 @@ export class AppendLog {
 
   /** Opens an existing file for appending at `size` (its verified end). */
   static async openAt(filePath: string, size: number, options: AppendLogOptions): Promise<AppendLog> {
-    const fd = await openFile(filePath, "r+");
-    return new AppendLog(filePath, fd, size, options);
+    try {
+      const fd = await openFile(filePath, "r+");
+      return new AppendLog(filePath, fd, size, options);
+    } catch (error) {
+      throw storageError(error, "opening", filePath);
+    }
   }
 
-  /** Creates a new file holding `firstLine` and makes it and its directory entry durable. */
+  /**
+   * Creates a new file holding `firstLine` and makes it and its directory entry durable. On
+   * failure the file is removed again, so a retry can create it.
+   */
   static async create(filePath: string, firstLine: string, options: AppendLogOptions): Promise<AppendLog> {
-    const fd = await openFile(filePath, "wx+");
+    let fd: number;
+    try {
+      fd = await openFile(filePath, "wx+");
+    } catch (error) {
+      throw storageError(error, "creating", filePath);
+    }
     const header = Buffer.from(`${firstLine}\n`);
     try {
       await writeAllAt(fd, [header], 0);
@@ -59,7 +81,8 @@ export class AppendLog {
       }
     } catch (error) {
       await closeFile(fd).catch(() => undefined);
-      throw error;
+      await fs.promises.rm(filePath, { force: true }).catch(() => undefined);
+      throw storageError(error, "creating", filePath);
     }
     return new AppendLog(filePath, fd, header.length, options);
   }
@@ -68,14 +91,19 @@ export class AppendLog {
     return this.fd;
   }
 
-  append(data: string | Buffer): Promise<void> {
-    if (this.failure !== undefined) return Promise.reject(this.broken());
-    if (this.closed)
+  /**
+   * Queues `data`. `onFail` runs synchronously when the write fails, before any other code: the
+   * failed writes of a batch call theirs newest first, so callers can undo in-memory changes in
+   * reverse order.
+   */
+  append(data: string | Buffer, onFail?: () => void): Promise<void> {
+    if (this.closed) {
       return Promise.reject(new SwitchboardError("UNAVAILABLE", `${this.options.label} is closed`));
+    }
     const buffer = typeof data === "string" ? Buffer.from(data) : data;
     this.reservedSize += buffer.length;
     return new Promise<void>((resolve, reject) => {
-      this.queue.push({ buffer, resolve, reject });
+      this.queue.push({ buffer, resolve, reject, ...(onFail ? { onFail } : {}) });
       if (!this.flushing) this.flushing = this.flush();
     });
   }
@@ -92,42 +120,57 @@ export class AppendLog {
     await closeFile(this.fd);
   }
 
-  private broken(): SwitchboardError {
-    return new SwitchboardError(
-      "UNAVAILABLE",
-      `${this.options.label} failed earlier and takes no more writes`,
-      {
-        cause: this.failure,
-      },
-    );
-  }
-
   private async flush(): Promise<void> {
     try {
       while (this.queue.length > 0) {
         const batch = this.queue;
         this.queue = [];
         try {
+          if (this.needsRepair) await this.repair();
           const buffers = batch.map((item) => item.buffer);
           const total = buffers.reduce((sum, buffer) => sum + buffer.length, 0);
           await writeAllAt(this.fd, buffers, this.size);
-          this.size += total;
+          // Until synced the batch is not acknowledged: a failed sync cuts it off again.
+          this.needsRepair = true;
           if (this.options.durable) await syncData(this.fd);
+          this.needsRepair = false;
+          this.size += total;
           this.batches++;
+          this.options.health?.ok(this.options.label);
           for (const item of batch) item.resolve();
         } catch (error) {
-          // The file may now end in a partial batch; nothing more is written until a restart
-          // repairs the tail, so no later entry can follow torn bytes.
-          this.failure = error;
-          const wrapped = new SwitchboardError("UNAVAILABLE", `${this.options.label}: write failed`, {
-            cause: error,
-          });
-          for (const item of [...batch, ...this.queue]) item.reject(wrapped);
-          this.queue = [];
+          this.fail(batch, error);
+          // Cut the partial batch off now; when that fails too, the next batch tries first.
+          await this.repair().catch(() => undefined);
         }
       }
     } finally {
       this.flushing = undefined;
     }
+  }
+
+  private fail(batch: PendingWrite[], error: unknown): void {
+    const failed = [...batch, ...this.queue];
+    this.queue = [];
+    this.reservedSize = this.size;
+    this.needsRepair = true;
+    const wrapped = storageError(error, "writing", this.filePath);
+    const rejection =
+      wrapped instanceof SwitchboardError
+        ? wrapped
+        : new SwitchboardError("UNAVAILABLE", `${this.options.label}: writing ${this.filePath} failed`, {
+            cause: error,
+          });
+    this.options.health?.fail(this.options.label, rejection);
+    for (let index = failed.length - 1; index >= 0; index--) failed[index]!.onFail?.();
+    for (const item of failed) item.reject(rejection);
+  }
+
+  /** Cuts the file back to its last acknowledged byte (and syncs that). */
+  private async repair(): Promise<void> {
+    if (!this.needsRepair) return;
+    await truncateFile(this.fd, this.size);
+    if (this.options.durable) await syncData(this.fd);
+    this.needsRepair = false;
   }
 }

@@ -12,6 +12,7 @@ import { AppendLog } from "./append-log";
 import { closeFile, fileSize, isNotFound, openFile, syncData, truncateFile } from "./fs-io";
 import { findIntactEnd, parseJsonLine, readFirstLine, scanBackward, scanForward } from "./line-scan";
 import type { StoreLogger } from "./logger";
+import type { StoreHealthTracker } from "./store-health";
 
 export const AUDIT_FORMAT_VERSION = 1;
 export const AUDIT_FILE = "audit.jsonl";
@@ -58,10 +59,19 @@ export class FileAuditLog implements AuditStore {
     this.total = first === undefined || last === undefined ? 0 : last.index - first + 1;
   }
 
-  static async open(options: { dir: string; durable: boolean; logger: StoreLogger }): Promise<FileAuditLog> {
+  static async open(options: {
+    dir: string;
+    durable: boolean;
+    logger: StoreLogger;
+    health?: StoreHealthTracker;
+  }): Promise<FileAuditLog> {
     await fs.promises.mkdir(options.dir, { recursive: true, mode: 0o700 });
     const filePath = path.join(options.dir, AUDIT_FILE);
-    const logOptions = { durable: options.durable, label: "audit log" };
+    const logOptions = {
+      durable: options.durable,
+      label: "audit log",
+      ...(options.health ? { health: options.health } : {}),
+    };
     const header = JSON.stringify({ type: "audit", version: AUDIT_FORMAT_VERSION });
     let fd: number;
     try {
@@ -92,10 +102,13 @@ export class FileAuditLog implements AuditStore {
       const intact = await findIntactEnd(fd, dataStart, size, isIntactAuditLine);
       intactEnd = intact.end;
       if (intactEnd < size) {
-        options.logger.warn(`cut a torn tail of ${size - intactEnd} bytes from the audit log`, {
-          path: filePath,
-          bytes: size - intactEnd,
-        });
+        options.logger.warn(
+          {
+            path: filePath,
+            bytes: size - intactEnd,
+          },
+          `cut a torn tail of ${size - intactEnd} bytes from the audit log`,
+        );
         await truncateFile(fd, intactEnd);
         if (options.durable) await syncData(fd);
       }
@@ -116,6 +129,7 @@ export class FileAuditLog implements AuditStore {
   async append(records: readonly AuditRecord[]): Promise<void> {
     const valid = validateAuditBatch(records, this.lastRecord?.index);
     if (valid.length === 0) return;
+    const before = { first: this.firstIndex, last: this.lastRecord, total: this.total };
     let offset = this.log.reservedSize;
     let text = "";
     for (const record of valid) {
@@ -129,7 +143,16 @@ export class FileAuditLog implements AuditStore {
     }
     this.lastRecord = valid.at(-1);
     this.total += valid.length;
-    await this.log.append(text);
+    // A failed write leaves the log where it was, so the chain continues from the last durable record.
+    await this.log.append(text, () => {
+      this.firstIndex = before.first;
+      this.lastRecord = before.last;
+      this.total = before.total;
+      const firstFailed = valid[0]!.index;
+      for (const marks of [this.marks, this.liveMarks]) {
+        while (marks && marks.length > 0 && marks.at(-1)!.index >= firstFailed) marks.pop();
+      }
+    });
   }
 
   async last(): Promise<AuditRecord | undefined> {

@@ -5,6 +5,7 @@ import { AppendLog } from "./append-log";
 import { closeFile, fileSize, isNotFound, openFile, syncDirectory } from "./fs-io";
 import { parseJsonLine, readFirstLine, scanForward } from "./line-scan";
 import type { StoreLogger } from "./logger";
+import type { StoreHealthTracker } from "./store-health";
 
 /**
  * The commit log (write-ahead log) behind transcript appends. Every append is written to its
@@ -116,6 +117,7 @@ export interface CommitLogOptions {
   durable: boolean;
   segmentBytes: number;
   logger: StoreLogger;
+  health?: StoreHealthTracker;
   /** Makes one transcript's written bytes durable (checkpoint of a rotated segment). */
   syncTranscript: (sessionId: string) => Promise<void>;
 }
@@ -145,18 +147,20 @@ export class CommitLog {
     const log = await AppendLog.create(path.join(options.dir, segmentName(number)), header, {
       durable: options.durable,
       label: "commit log",
+      ...(options.health ? { health: options.health } : {}),
     });
     return { number, log, dirty: new Set() };
   }
 
   /**
    * Records an append whose bytes are already written to its transcript: `records` (the
-   * commit-log lines) go into the current segment; resolves once they are durable.
+   * commit-log lines) go into the current segment; resolves once they are durable. `onFail` runs
+   * synchronously when the write fails (see `AppendLog.append`).
    */
-  commit(sessionId: string, records: string): Promise<void> {
+  commit(sessionId: string, records: string, onFail?: () => void): Promise<void> {
     const segment = this.current;
     segment.dirty.add(sessionId);
-    const durable = segment.log.append(records);
+    const durable = segment.log.append(records, onFail);
     if (segment.log.reservedSize >= this.options.segmentBytes) this.rotate();
     return durable;
   }
@@ -191,9 +195,13 @@ export class CommitLog {
       await this.checkpoint(previous);
     })()
       .catch((error: unknown) => {
-        this.options.logger.error("commit-log checkpoint failed; its segment is kept for the next start-up", {
-          error: String(error),
-        });
+        this.options.health?.fail("commit log", error);
+        this.options.logger.error(
+          {
+            error: String(error),
+          },
+          "commit-log checkpoint failed; its segment is kept for the next start-up",
+        );
       })
       .finally(() => {
         this.rotating = undefined;

@@ -1,8 +1,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
-import { build } from "esbuild";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { bundleChild } from "../test/bundle-child";
 import { tempDir } from "../test/helpers";
 import { checkDataDir } from "./doctor";
 import { openFileStore } from "./file-store";
@@ -14,8 +13,6 @@ import { openFileStore } from "./file-store";
  */
 
 const ROUNDS = 20;
-const here = path.dirname(fileURLToPath(import.meta.url));
-const packageRoot = path.resolve(here, "..");
 
 let workDir: string;
 let removeWorkDir: () => Promise<void>;
@@ -23,18 +20,7 @@ let childScript: string;
 
 beforeAll(async () => {
   ({ dir: workDir, cleanup: removeWorkDir } = await tempDir("sb-crash-"));
-  // The child runs plain JS: bundle the store's sources (and core's) into one ESM file.
-  childScript = path.join(workDir, "crash-child.mjs");
-  await build({
-    entryPoints: [path.join(packageRoot, "test", "crash-child.ts")],
-    bundle: true,
-    platform: "node",
-    format: "esm",
-    target: "node20",
-    outfile: childScript,
-    alias: { "@switchboard/core": path.resolve(packageRoot, "..", "core", "src", "index.ts") },
-    logLevel: "error",
-  });
+  childScript = await bundleChild("crash-child", workDir);
 });
 
 afterAll(async () => {

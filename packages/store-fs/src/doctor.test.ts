@@ -102,7 +102,7 @@ describe("checkDataDir", () => {
         ["warning", "stale-lock", ""],
         ["warning", "torn-tail", torn.sessionId],
         ["warning", "orphan-transcript", orphan],
-        ["warning", "missing-transcript", missing.sessionId],
+        ["error", "missing-transcript", missing.sessionId],
         ["error", "header-mismatch", mismatched.sessionId],
         ["warning", "invalid-file-name", ""],
       ]),

@@ -1,13 +1,20 @@
 import fs from "node:fs";
 import path from "node:path";
-import { parseSessionId, type SessionEntry } from "@switchboard/core";
+import {
+  isLevel,
+  type Level,
+  maxLevel,
+  parseSessionId,
+  type RunRecord,
+  type SessionEntry,
+} from "@switchboard/core";
 import { AUDIT_FILE, auditHeaderProblem, isIntactAuditLine } from "./audit-log";
 import { readPendingCommits } from "./commit-log";
 import { inspectFormatVersion, STORE_FORMAT_VERSION } from "./format-version";
-import { closeFile, fileSize, isNotFound, openFile } from "./fs-io";
-import { readJournaledState } from "./journaled-map";
+import { closeFile, errorCode, fileSize, isNotFound, openFile } from "./fs-io";
+import { IncompleteStateError, readJournaledState } from "./journaled-map";
 import { storeLayout } from "./layout";
-import { findIntactEnd, readFirstLine } from "./line-scan";
+import { findIntactEnd, parseJsonLine, readFirstLine, scanForward } from "./line-scan";
 import { isProcessAlive, LOCK_FILE, readLockPid } from "./lock-file";
 import { checkTranscriptHeader, isIntactEntryLine } from "./transcript-store";
 
@@ -25,7 +32,13 @@ export type DoctorIssueCode =
   | "bad-header"
   | "header-mismatch"
   | "orphan-transcript"
-  | "missing-transcript";
+  | "missing-transcript"
+  | "missing-index"
+  | "incomplete-index"
+  | "damaged-line"
+  | "not-writable"
+  | "orphan-run"
+  | "lowered-taint";
 
 export interface DoctorIssue {
   /** `error`: the store will not open or data is unreadable; `warning`: repaired or tolerated on open; `info`: worth knowing. */
@@ -35,6 +48,9 @@ export interface DoctorIssue {
   path?: string;
   sessionId?: string;
   key?: string;
+  runId?: string;
+  /** What to do about it (for errors and warnings). */
+  fix?: string;
 }
 
 export interface DoctorReport {
@@ -53,6 +69,15 @@ export interface DoctorReport {
 }
 
 const TRANSCRIPT_NAME = /^(.+)\.jsonl$/;
+const REPAIR = "run `switchboard doctor --repair` with the gateway stopped";
+const ACTIVE_RUN_STATUSES = new Set(["queued", "running"]);
+
+/** What the doctor read, for `repairDataDir`. */
+export interface DataDirContents {
+  rows: Map<string, SessionEntry>;
+  runs: RunRecord[];
+  transcriptIds: Set<string>;
+}
 
 /**
  * Scans a data dir and reports problems without changing anything (no repair, no lock, no
@@ -60,7 +85,14 @@ const TRANSCRIPT_NAME = /^(.+)\.jsonl$/;
  * format versions. Safe to run while the gateway is up (the report may then be slightly stale).
  */
 export async function checkDataDir(dataDir: string): Promise<DoctorReport> {
+  return (await inspectDataDir(dataDir)).report;
+}
+
+export async function inspectDataDir(
+  dataDir: string,
+): Promise<{ report: DoctorReport; contents: DataDirContents }> {
   const layout = storeLayout(dataDir);
+  const contents: DataDirContents = { rows: new Map(), runs: [], transcriptIds: new Set() };
   const issues: DoctorIssue[] = [];
   const report: DoctorReport = {
     dataDir: layout.dataDir,
@@ -70,7 +102,7 @@ export async function checkDataDir(dataDir: string): Promise<DoctorReport> {
   };
   const finish = () => {
     report.ok = !issues.some((issue) => issue.severity === "error");
-    return report;
+    return { report, contents };
   };
 
   try {
@@ -131,6 +163,19 @@ export async function checkDataDir(dataDir: string): Promise<DoctorReport> {
   }
 
   const currentSessionIds = new Map<string, string>();
+  const transcriptFiles = (await listDir(layout.transcripts)).filter((name) => name.endsWith(".jsonl"));
+  const indexFiles = (await listDir(layout.sessions)).filter((name) =>
+    /^(journal|snapshot)-\d{12}\.jsonl$/.test(name),
+  );
+  if (indexFiles.length === 0 && transcriptFiles.length > 0 && version.status === "ok") {
+    issues.push({
+      severity: "error",
+      code: "missing-index",
+      message: `the sessions index is gone (${layout.sessions} holds no journal or snapshot) but ${transcriptFiles.length} transcript(s) exist; the store refuses to start`,
+      path: layout.sessions,
+      fix: `restore ${layout.sessions} from a backup, or ${REPAIR} to rebuild the index from the transcripts' headers and taint entries`,
+    });
+  }
   for (const [format, dir] of [
     ["sessions", layout.sessions],
     ["runs", layout.runs],
@@ -144,10 +189,17 @@ export async function checkDataDir(dataDir: string): Promise<DoctorReport> {
         report.counts.sessions = state.values.size;
         for (const row of state.values.values() as Iterable<unknown>) {
           const entry = row as SessionEntry;
-          currentSessionIds.set(String(entry.sessionId).toLowerCase(), entry.key);
+          contents.rows.set(entry.key, entry);
+          if (entry.archivedAt === undefined)
+            currentSessionIds.set(String(entry.sessionId).toLowerCase(), entry.key);
         }
       }
-      if (format === "runs") report.counts.runs = state.values.size;
+      if (format === "runs") {
+        report.counts.runs = state.values.size;
+        contents.runs = [...state.values.values()] as unknown as RunRecord[];
+      }
+      const current = state.journals.at(-1);
+      if (current) await checkWritable(current.path, issues);
       for (const journal of state.journals) {
         if (journal.tornBytes > 0) {
           issues.push({
@@ -159,16 +211,23 @@ export async function checkDataDir(dataDir: string): Promise<DoctorReport> {
         }
       }
     } catch (error) {
+      const incomplete = error instanceof IncompleteStateError;
+      const damaged = (error as { details?: { damaged?: string } }).details?.damaged;
       issues.push({
         severity: "error",
-        code: "damaged-file",
+        code: incomplete ? "incomplete-index" : "damaged-file",
         message: `${format}: ${(error as Error).message}`,
-        path: dir,
+        path: incomplete ? error.missing : (damaged ?? dir),
+        fix:
+          format === "sessions"
+            ? `restore the file from a backup, or ${REPAIR}: it rebuilds the index from what is left and the transcripts' headers and taint entries`
+            : `restore the file from a backup, or ${REPAIR}: it keeps what the readable ${format} files hold (the rest is lost)`,
       });
     }
   }
 
   await checkAudit(path.join(layout.audit, AUDIT_FILE), issues);
+  await checkWritable(path.join(layout.audit, AUDIT_FILE), issues);
 
   try {
     const pending = await readPendingCommits(layout.commitLog);
@@ -198,7 +257,7 @@ export async function checkDataDir(dataDir: string): Promise<DoctorReport> {
     });
   }
 
-  const transcriptIds = new Set<string>();
+  const transcriptIds = contents.transcriptIds;
   for (const name of await listDir(layout.transcripts)) {
     const filePath = path.join(layout.transcripts, name);
     const sessionId = validSessionIdOf(name);
@@ -213,27 +272,58 @@ export async function checkDataDir(dataDir: string): Promise<DoctorReport> {
     }
     transcriptIds.add(sessionId);
     report.counts.transcripts++;
-    await checkTranscript(filePath, sessionId, issues);
+    const raisedTo = await checkTranscript(filePath, sessionId, issues);
+    const owner = currentSessionIds.get(sessionId);
+    const row = owner === undefined ? undefined : contents.rows.get(owner);
+    if (row && isLevel(row.taint) && raisedTo !== undefined && maxLevel(row.taint, raisedTo) !== row.taint) {
+      issues.push({
+        severity: "error",
+        code: "lowered-taint",
+        message: `session ${row.key} has taint ${row.taint}, but its transcript's taint entries raised it to ${raisedTo} (taint never goes down without a reset): the index was edited or lost an update`,
+        path: layout.sessions,
+        sessionId,
+        key: row.key,
+        fix: `${REPAIR}: it raises the taint back to ${raisedTo}`,
+      });
+    }
     if (!currentSessionIds.has(sessionId)) {
       issues.push({
         severity: "warning",
         code: "orphan-transcript",
-        message: `transcript ${sessionId} belongs to no session in the index`,
+        message: `transcript ${sessionId} belongs to no session in the index (left by an interrupted reset or delete)`,
         path: filePath,
         sessionId,
+        fix: `the gateway archives it at its next start; or ${REPAIR}`,
       });
     }
   }
   for (const [sessionId, key] of currentSessionIds) {
     if (!transcriptIds.has(sessionId)) {
       issues.push({
-        severity: "warning",
+        severity: "error",
         code: "missing-transcript",
-        message: `session ${key} points at sessionId ${sessionId}, which has no transcript`,
+        message: `session ${key} points at sessionId ${sessionId}, which has no transcript: its history and sends fail with NOT_FOUND`,
+        path: path.join(layout.transcripts, `${sessionId}.jsonl`),
         sessionId,
         key,
+        fix: `${REPAIR}: it moves the transcript back from archive/ when it is there, else starts an empty one`,
       });
     }
+  }
+  for (const run of contents.runs) {
+    if (!ACTIVE_RUN_STATUSES.has(run.status)) continue;
+    const sessionId = String(run.sessionId).toLowerCase();
+    if (transcriptIds.has(sessionId)) continue;
+    issues.push({
+      severity: "error",
+      code: "orphan-run",
+      message: `run ${run.runId} (${run.status}) is for sessionId ${sessionId} of ${run.sessionKey}, whose transcript is gone (the session was reset or deleted); recovering it stops the gateway's start`,
+      path: layout.runs,
+      runId: run.runId,
+      sessionId,
+      key: run.sessionKey,
+      fix: `${REPAIR}: it marks the run failed ("session was reset or deleted")`,
+    });
   }
   report.counts.archivedTranscripts = (await listDir(layout.archive)).filter((name) =>
     name.endsWith(".jsonl"),
@@ -261,7 +351,13 @@ function validSessionIdOf(name: string): string | undefined {
   }
 }
 
-async function checkTranscript(filePath: string, sessionId: string, issues: DoctorIssue[]): Promise<void> {
+/** Checks one transcript; returns the highest level its taint entries raised the session to. */
+async function checkTranscript(
+  filePath: string,
+  sessionId: string,
+  issues: DoctorIssue[],
+): Promise<Level | undefined> {
+  let raisedTo: Level | undefined;
   let fd: number;
   try {
     fd = await openFile(filePath, "r");
@@ -272,8 +368,9 @@ async function checkTranscript(filePath: string, sessionId: string, issues: Doct
       message: `cannot open: ${(error as Error).message}`,
       path: filePath,
       sessionId,
+      fix: `make it readable by the gateway's user (chmod 600 ${filePath})`,
     });
-    return;
+    return undefined;
   }
   try {
     const headerLine = await readFirstLine(fd);
@@ -284,11 +381,22 @@ async function checkTranscript(filePath: string, sessionId: string, issues: Doct
         : checked.problem.startsWith("header names")
           ? "header-mismatch"
           : "bad-header";
-      issues.push({ severity: "error", code, message: checked.problem, path: filePath, sessionId });
-      return;
+      issues.push({
+        severity: "error",
+        code,
+        message: `${checked.problem}; the session fails on first use`,
+        path: filePath,
+        sessionId,
+        fix:
+          code === "unsupported-version"
+            ? "upgrade Switchboard"
+            : `${REPAIR}: it rewrites the header from the index row (or archives the file when no row points at it)`,
+      });
+      return undefined;
     }
     const size = await fileSize(fd);
-    const intact = await findIntactEnd(fd, headerLine!.length + 1, size, isIntactEntryLine);
+    const dataStart = headerLine!.length + 1;
+    const intact = await findIntactEnd(fd, dataStart, size, isIntactEntryLine);
     if (intact.end < size) {
       issues.push({
         severity: "warning",
@@ -298,8 +406,61 @@ async function checkTranscript(filePath: string, sessionId: string, issues: Doct
         sessionId,
       });
     }
+    const damaged = await damagedLines(fd, dataStart, intact.end, (level) => {
+      raisedTo = raisedTo === undefined ? level : maxLevel(raisedTo, level);
+    });
+    if (damaged.length > 0) {
+      issues.push({
+        severity: "error",
+        code: "damaged-line",
+        message: `${damaged.length} damaged line(s) in the middle of the transcript (first at byte ${damaged[0]}); reads skip them`,
+        path: filePath,
+        sessionId,
+        fix: `${REPAIR}: it drops the damaged lines and keeps the original file in archive/`,
+      });
+    }
   } finally {
     await closeFile(fd);
+  }
+  await checkWritable(filePath, issues, sessionId);
+  return raisedTo;
+}
+
+/** Offsets of the lines in `[start, end)` that are not intact entries. */
+export async function damagedLines(
+  fd: number,
+  start: number,
+  end: number,
+  onTaint?: (raisedTo: Level) => void,
+): Promise<number[]> {
+  const offsets: number[] = [];
+  await scanForward(fd, start, end, (line, lineStart) => {
+    if (!isIntactEntryLine(line)) offsets.push(lineStart);
+    else if (onTaint && line.subarray(0, 16).toString("latin1") === '{"type":"taint",') {
+      const raised = (parseJsonLine(line)?.taint as { to?: unknown } | undefined)?.to;
+      if (isLevel(raised)) onTaint(raised);
+    }
+    return true;
+  });
+  return offsets;
+}
+
+/** Opening for writing changes nothing, and fails the way the gateway's first append would. */
+async function checkWritable(filePath: string, issues: DoctorIssue[], sessionId?: string): Promise<void> {
+  try {
+    await closeFile(await openFile(filePath, "r+"));
+  } catch (error) {
+    if (isNotFound(error)) return;
+    issues.push({
+      severity: "error",
+      code: "not-writable",
+      message: sessionId
+        ? `cannot open for writing (${errorCode(error) ?? (error as Error).message}): the session's history is served read-only and sends to it fail`
+        : `cannot open for writing (${errorCode(error) ?? (error as Error).message}): the gateway cannot start`,
+      path: filePath,
+      ...(sessionId ? { sessionId } : {}),
+      fix: `make it writable by the gateway's user: chattr -i ${filePath}; chmod 600 ${filePath}`,
+    });
   }
 }
 

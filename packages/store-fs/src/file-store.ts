@@ -1,15 +1,26 @@
 import fs from "node:fs";
-import { formatZodIssues, type Store, SwitchboardError } from "@switchboard/core";
+import path from "node:path";
+import {
+  DEFAULT_MAX_ENTRY_BYTES,
+  formatZodIssues,
+  type Store,
+  type StoreHealth,
+  SwitchboardError,
+} from "@switchboard/core";
 import { z } from "zod";
 import { FileAuditLog } from "./audit-log";
 import { ensureFormatVersion } from "./format-version";
-import { DIR_MODE } from "./fs-io";
+import { closeFile, DIR_MODE, openFile, syncData, writeAllAt } from "./fs-io";
+import { IncompleteStateError } from "./journaled-map";
 import { storeLayout } from "./layout";
 import { acquireLock, type LockInfo, releaseLock } from "./lock-file";
 import { type StoreLogger, silentLogger } from "./logger";
 import { FileMetaStore } from "./meta-store";
+import { finishInterruptedRetirements } from "./retire-orphans";
 import { FileRunRegistry } from "./run-registry";
 import { FileSessionIndex } from "./session-index";
+import { storageError } from "./storage-errors";
+import { StoreHealthTracker } from "./store-health";
 import { FileTranscriptStore } from "./transcript-store";
 
 export const FileStoreOptionsSchema = z.object({
@@ -20,11 +31,7 @@ export const FileStoreOptionsSchema = z.object({
   /** Journal records (sessions, runs, meta each) after which a background snapshot is written. */
   snapshotEvery: z.number().int().positive().default(20_000),
   /** Largest serialised transcript entry; bigger ones are refused with PAYLOAD_TOO_LARGE. */
-  maxEntryBytes: z
-    .number()
-    .int()
-    .positive()
-    .default(1024 * 1024),
+  maxEntryBytes: z.number().int().positive().default(DEFAULT_MAX_ENTRY_BYTES),
   /** Transcript files kept open (with their last seq) at once. */
   maxOpenTranscripts: z.number().int().positive().default(256),
   /** Size at which a commit-log segment is rotated and checkpointed. */
@@ -33,6 +40,12 @@ export const FileStoreOptionsSchema = z.object({
     .int()
     .min(4096)
     .default(32 * 1024 * 1024),
+  /**
+   * Archive, at open, transcripts no session row points at. For callers (like the gateway) where
+   * every transcript belongs to a row and a row is switched before its old transcript is archived:
+   * such a transcript is what a crash in the middle of a reset or delete left behind.
+   */
+  archiveOrphanTranscripts: z.boolean().default(false),
   /** Chunk size of backward transcript scans. */
   readChunkBytes: z
     .number()
@@ -57,6 +70,8 @@ export interface FileStoreStats {
   commitBatches: number;
   /** Torn tails cut since open (transcripts, journals, audit log). */
   tornTailsRepaired: number;
+  /** Transcripts an interrupted reset or delete left in place, archived at open. */
+  orphansArchived: number;
   /** Acknowledged entries re-applied from the commit log at open. */
   entriesRestored: number;
   /** Snapshot generation and journal length of each journaled map. */
@@ -87,20 +102,26 @@ export async function openFileStore(options: FileStoreOptions): Promise<FileStor
   const durable = config.fsyncMode === "always";
   const layout = storeLayout(config.dataDir);
 
-  await fs.promises.mkdir(layout.dataDir, { recursive: true, mode: DIR_MODE });
-  await fs.promises.chmod(layout.dataDir, DIR_MODE);
+  try {
+    await fs.promises.mkdir(layout.dataDir, { recursive: true, mode: DIR_MODE });
+    await fs.promises.chmod(layout.dataDir, DIR_MODE);
+  } catch (error) {
+    throw storageError(error, "preparing", layout.dataDir);
+  }
   const lock = await acquireLock(layout.dataDir, durable, logger);
   const opened: Array<{ close(): Promise<void> }> = [];
+  const health = new StoreHealthTracker();
   try {
     await ensureFormatVersion(layout.dataDir, durable);
-    const shared = { durable, snapshotEvery: config.snapshotEvery, logger };
+    await refuseLostIndex(layout.sessions, layout.transcripts);
+    const shared = { durable, snapshotEvery: config.snapshotEvery, logger, health };
     const sessions = await FileSessionIndex.open({ dir: layout.sessions, ...shared });
     opened.push(sessions);
     const runs = await FileRunRegistry.open({ dir: layout.runs, ...shared });
     opened.push(runs);
     const meta = await FileMetaStore.open({ dir: layout.meta, ...shared });
     opened.push(meta);
-    const audit = await FileAuditLog.open({ dir: layout.audit, durable, logger });
+    const audit = await FileAuditLog.open({ dir: layout.audit, durable, logger, health });
     opened.push(audit);
     const transcripts = await FileTranscriptStore.open({
       transcriptsDir: layout.transcripts,
@@ -113,8 +134,12 @@ export async function openFileStore(options: FileStoreOptions): Promise<FileStor
       commitLogSegmentBytes: config.commitLogSegmentBytes,
       readChunkBytes: config.readChunkBytes,
       logger,
+      health,
     });
     opened.push(transcripts);
+    const orphansArchived = config.archiveOrphanTranscripts
+      ? await finishInterruptedRetirements(layout.transcripts, sessions, transcripts, logger)
+      : 0;
 
     let closing: Promise<void> | undefined;
     return {
@@ -139,6 +164,7 @@ export async function openFileStore(options: FileStoreOptions): Promise<FileStor
           tornTailsRepaired:
             transcriptStats.tornTailsRepaired + sessionStats.tornTailsRepaired + runStats.tornTailsRepaired,
           entriesRestored: transcriptStats.entriesRestored,
+          orphansArchived,
           journals: {
             sessions: {
               generation: sessionStats.generation,
@@ -152,6 +178,12 @@ export async function openFileStore(options: FileStoreOptions): Promise<FileStor
             },
           },
         };
+      },
+      async health(): Promise<StoreHealth> {
+        // Nothing retries a write by itself: a probe write tells whether the cause is gone, so
+        // the report turns ok again (and writes are tried again) without waiting for traffic.
+        if (!health.healthy && (await probeWrite(layout.temp, durable))) health.probeSucceeded();
+        return health.report();
       },
       async compact() {
         await Promise.all([sessions.compact(), runs.compact(), meta.compact()]);
@@ -172,4 +204,42 @@ export async function openFileStore(options: FileStoreOptions): Promise<FileStor
     await releaseLock(lock).catch(() => undefined);
     throw error;
   }
+}
+
+/** Writes, syncs and removes a small file; true when all of that worked. */
+async function probeWrite(dir: string, durable: boolean): Promise<boolean> {
+  const probe = path.join(dir, `health-probe.${process.pid}`);
+  try {
+    const fd = await openFile(probe, "w");
+    try {
+      await writeAllAt(fd, [Buffer.alloc(4096)], 0);
+      if (durable) await syncData(fd);
+    } finally {
+      await closeFile(fd);
+    }
+    return true;
+  } catch {
+    return false;
+  } finally {
+    await fs.promises.rm(probe, { force: true }).catch(() => undefined);
+  }
+}
+
+/**
+ * An existing data dir whose sessions index files are all gone would open as an empty index and
+ * silently drop every session: refuse instead (transcripts without any index are the sign).
+ */
+async function refuseLostIndex(sessionsDir: string, transcriptsDir: string): Promise<void> {
+  const indexFiles = (await fs.promises.readdir(sessionsDir).catch(() => [] as string[])).filter((name) =>
+    /^(journal|snapshot)-\d{12}\.jsonl$/.test(name),
+  );
+  if (indexFiles.length > 0) return;
+  const transcripts = (await fs.promises.readdir(transcriptsDir).catch(() => [] as string[])).filter((name) =>
+    name.endsWith(".jsonl"),
+  );
+  if (transcripts.length === 0) return;
+  throw new IncompleteStateError(
+    `sessions index is missing: ${sessionsDir} holds no journal or snapshot, but ${transcripts.length} transcript(s) exist, so every session would be silently lost; restore the index from a backup, or run \`switchboard doctor --repair\` to rebuild it from the transcripts`,
+    sessionsDir,
+  );
 }

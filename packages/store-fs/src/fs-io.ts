@@ -9,14 +9,80 @@ import path from "node:path";
 export const FILE_MODE = 0o600;
 export const DIR_MODE = 0o700;
 
+/** The operations a fault hook can fail (every call that changes a file, or opens one to write). */
+export type FaultOp = "open" | "write" | "sync" | "truncate" | "rename" | "link";
+
+/**
+ * Returns an errno code (e.g. `ENOSPC`) to make that call fail as the OS would, or undefined to
+ * let it run. A test seam: the store's own code paths run unchanged, only the OS answer is faked.
+ */
+export type FaultHook = (op: FaultOp, filePath: string) => string | undefined;
+
+let faultHook: FaultHook | undefined;
+/** Open descriptors and their paths, so faults on descriptor calls can be aimed by path. */
+const descriptorPaths = new Map<number, string>();
+
+/** Installs (or with undefined, removes) the process-wide fault hook. For tests only. */
+export function setFaultHook(hook: FaultHook | undefined): void {
+  faultHook = hook;
+}
+
+function injected(op: FaultOp, target: string | number): NodeJS.ErrnoException | undefined {
+  if (!faultHook) return undefined;
+  const filePath = typeof target === "number" ? (descriptorPaths.get(target) ?? `fd ${target}`) : target;
+  const code = faultHook(op, filePath);
+  if (code === undefined) return undefined;
+  const error: NodeJS.ErrnoException = new Error(`${code}: injected fault, ${op} '${filePath}'`);
+  error.code = code;
+  error.syscall = op;
+  error.path = filePath;
+  return error;
+}
+
 export function openFile(filePath: string, flags: string | number, mode = FILE_MODE): Promise<number> {
+  // Only opens that may write are hookable, so a file can be made unwritable but still readable.
+  const fault = typeof flags === "string" && flags !== "r" ? injected("open", filePath) : undefined;
+  if (fault) return Promise.reject(fault);
   return new Promise((resolve, reject) => {
-    fs.open(filePath, flags, mode, (error, fd) => (error ? reject(error) : resolve(fd)));
+    fs.open(filePath, flags, mode, (error, fd) => {
+      if (error) return reject(error);
+      descriptorPaths.set(fd, filePath);
+      resolve(fd);
+    });
   });
 }
 
 export function closeFile(fd: number): Promise<void> {
+  descriptorPaths.delete(fd);
   return new Promise((resolve, reject) => fs.close(fd, (error) => (error ? reject(error) : resolve())));
+}
+
+/** Synchronous positioned write of the whole buffer (short writes continued). */
+export function writeAllAtSync(fd: number, buffer: Buffer, position: number): void {
+  const fault = injected("write", fd);
+  if (fault) throw fault;
+  let done = 0;
+  while (done < buffer.length) {
+    done += fs.writeSync(fd, buffer, done, buffer.length - done, position + done);
+  }
+}
+
+export function truncateFileSync(fd: number, length: number): void {
+  const fault = injected("truncate", fd);
+  if (fault) throw fault;
+  fs.ftruncateSync(fd, length);
+}
+
+export async function renamePath(from: string, to: string): Promise<void> {
+  const fault = injected("rename", to);
+  if (fault) throw fault;
+  await fs.promises.rename(from, to);
+}
+
+export async function linkPath(existing: string, newPath: string): Promise<void> {
+  const fault = injected("link", newPath);
+  if (fault) throw fault;
+  await fs.promises.link(existing, newPath);
 }
 
 export function fileSize(fd: number): Promise<number> {
@@ -42,6 +108,8 @@ export async function readAt(fd: number, buffer: Buffer, length: number, positio
 
 /** Writes every buffer at `position`, in order, handling short writes. */
 export async function writeAllAt(fd: number, buffers: readonly Buffer[], position: number): Promise<void> {
+  const fault = injected("write", fd);
+  if (fault) throw fault;
   let pending = buffers.filter((buffer) => buffer.length > 0);
   let at = position;
   while (pending.length > 0) {
@@ -64,10 +132,14 @@ export async function writeAllAt(fd: number, buffers: readonly Buffer[], positio
 }
 
 export function syncData(fd: number): Promise<void> {
+  const fault = injected("sync", fd);
+  if (fault) return Promise.reject(fault);
   return new Promise((resolve, reject) => fs.fdatasync(fd, (error) => (error ? reject(error) : resolve())));
 }
 
 export function truncateFile(fd: number, length: number): Promise<void> {
+  const fault = injected("truncate", fd);
+  if (fault) return Promise.reject(fault);
   return new Promise((resolve, reject) =>
     fs.ftruncate(fd, length, (error) => (error ? reject(error) : resolve())),
   );
@@ -108,10 +180,13 @@ export async function writeFileAtomically(
   try {
     await writeAllAt(fd, [Buffer.from(content)], 0);
     if (durable) await syncData(fd);
-  } finally {
-    await closeFile(fd);
+  } catch (error) {
+    await closeFile(fd).catch(() => undefined);
+    await fs.promises.rm(temp, { force: true });
+    throw error;
   }
-  await fs.promises.rename(temp, filePath);
+  await closeFile(fd);
+  await renamePath(temp, filePath);
   if (durable) await syncDirectory(path.dirname(filePath));
 }
 

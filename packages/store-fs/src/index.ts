@@ -1,4 +1,5 @@
 export { checkDataDir, type DoctorIssue, type DoctorIssueCode, type DoctorReport } from "./doctor";
+export { type RepairResult, repairDataDir } from "./doctor-repair";
 export {
   type FileStore,
   type FileStoreOptions,

@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
 import { SwitchboardError } from "@switchboard/core";
@@ -7,17 +8,26 @@ import {
   fileSize,
   isNotFound,
   openFile,
+  renamePath,
   syncData,
   syncDirectory,
   truncateFile,
   writeAllAt,
   yieldToEventLoop,
 } from "./fs-io";
-import { forEachLineText, scanForward } from "./line-scan";
+import { forEachLineText, NEWLINE, scanForward } from "./line-scan";
 import type { StoreLogger } from "./logger";
+import { storageError } from "./storage-errors";
+import type { StoreHealthTracker } from "./store-health";
 
-/** Format version of journal and snapshot files. */
+/** Format version of journal files. */
 export const JOURNAL_FORMAT_VERSION = 1;
+/**
+ * Format version of snapshot files. Version 2 adds a SHA-256 over every line before the end
+ * marker (`{"type":"end","count":N,"sha256":"…"}`), so damage anywhere is detected; version 1
+ * snapshots (count only) are still read.
+ */
+export const SNAPSHOT_FORMAT_VERSION = 2;
 
 const LOAD_CHUNK_BYTES = 1024 * 1024;
 const SNAPSHOT_BATCH = 2000;
@@ -47,8 +57,21 @@ export interface JournaledState<V> {
   leftovers: string[];
 }
 
-function corrupt(message: string): SwitchboardError {
-  return new SwitchboardError("INTERNAL", message);
+function corrupt(message: string, details?: Record<string, unknown>): SwitchboardError {
+  return new SwitchboardError("INTERNAL", message, details ? { details } : {});
+}
+
+/**
+ * The journaled map's files do not add up to its whole state: a snapshot or journal generation
+ * is missing, so loading what is left would silently drop rows.
+ */
+export class IncompleteStateError extends SwitchboardError {
+  constructor(
+    message: string,
+    readonly missing: string,
+  ) {
+    super("INTERNAL", message, { details: { missing } });
+  }
 }
 
 function checkHeader(
@@ -57,6 +80,7 @@ function checkHeader(
   type: string,
   format: string,
 ): Record<string, unknown> {
+  const supported = type === "snapshot" ? SNAPSHOT_FORMAT_VERSION : JOURNAL_FORMAT_VERSION;
   let header: Record<string, unknown> | undefined;
   try {
     header = line ? (JSON.parse(line.toString("utf8")) as Record<string, unknown>) : undefined;
@@ -66,10 +90,10 @@ function checkHeader(
   if (!header || header.type !== type || header.format !== format || typeof header.version !== "number") {
     throw corrupt(`${filePath}: missing or unreadable ${format} ${type} header`);
   }
-  if (header.version > JOURNAL_FORMAT_VERSION) {
+  if (header.version > supported) {
     throw new SwitchboardError(
       "UNAVAILABLE",
-      `${filePath}: ${format} ${type} format version ${header.version} is newer than this Switchboard supports (${JOURNAL_FORMAT_VERSION}); upgrade Switchboard to open this data dir`,
+      `${filePath}: ${format} ${type} format version ${header.version} is newer than this Switchboard supports (${supported}); upgrade Switchboard to open this data dir`,
     );
   }
   return header;
@@ -117,6 +141,26 @@ export async function readJournaledState<V>(
       revive,
     );
   }
+  // Compaction starts journal N before it writes snapshot N, and deletes only older generations:
+  // the journals from the newest snapshot's generation (or from 1) on must all be there.
+  const live = journals.filter(
+    (generation) => snapshotGeneration === undefined || generation >= snapshotGeneration,
+  );
+  let expected = snapshotGeneration ?? 1;
+  for (const generation of live) {
+    if (generation !== expected) {
+      const missing =
+        snapshotGeneration === undefined && expected === 1
+          ? path.join(dir, generationName("snapshot", generation))
+          : path.join(dir, generationName("journal", expected));
+      throw new IncompleteStateError(
+        `${format} index is incomplete: ${missing} is missing, so rows recorded in it would be silently lost; ` +
+          `restore it from a backup, or run \`switchboard doctor --repair\` to rebuild the index`,
+        missing,
+      );
+    }
+    expected++;
+  }
   const replay: JournalFileState[] = [];
   for (const generation of journals) {
     const journalPath = path.join(dir, generationName("journal", generation));
@@ -142,39 +186,76 @@ async function loadSnapshot<V>(
     let trailer: Record<string, unknown> | undefined;
     let count = 0;
     let bad: string | undefined;
-    const result = await forEachLineText(fd, 0, await fileSize(fd), (line) => {
-      if (header === undefined) {
-        header = checkHeader(filePath, Buffer.from(line), "snapshot", format);
+    // Hashes raw bytes in bulk; the last complete line seen is held back, since the end marker
+    // (the file's last line) is not part of what its checksum covers.
+    const hash = createHash("sha256");
+    let heldBack: Buffer | undefined;
+    const hashLines = (bytes: Buffer) => {
+      if (heldBack) hash.update(heldBack);
+      const lastStart = bytes.lastIndexOf(NEWLINE, bytes.length - 2) + 1;
+      hash.update(bytes.subarray(0, lastStart));
+      heldBack = Buffer.from(bytes.subarray(lastStart));
+    };
+    const result = await forEachLineText(
+      fd,
+      0,
+      await fileSize(fd),
+      (line) => {
+        if (header === undefined) {
+          header = checkHeader(filePath, Buffer.from(line), "snapshot", format);
+          return true;
+        }
+        if (trailer !== undefined) {
+          bad = "data after the end marker";
+          return false;
+        }
+        let parsed: Record<string, unknown>;
+        try {
+          parsed = JSON.parse(line);
+        } catch {
+          bad = "an unreadable line";
+          return false;
+        }
+        if (
+          parsed.type === "end" &&
+          typeof parsed.count === "number" &&
+          isTrailerShape(parsed, header.version)
+        ) {
+          trailer = parsed;
+          return true;
+        }
+        const value = revive(parsed as V);
+        values.set(keyOf(value), value);
+        count++;
         return true;
-      }
-      if (trailer !== undefined) {
-        bad = "data after the end marker";
-        return false;
-      }
-      let parsed: Record<string, unknown>;
-      try {
-        parsed = JSON.parse(line);
-      } catch {
-        bad = "an unreadable line";
-        return false;
-      }
-      if (parsed.type === "end" && typeof parsed.count === "number" && Object.keys(parsed).length === 2) {
-        trailer = parsed;
-        return true;
-      }
-      const value = revive(parsed as V);
-      values.set(keyOf(value), value);
-      count++;
-      return true;
-    });
+      },
+      undefined,
+      hashLines,
+    );
+    if (
+      bad === undefined &&
+      trailer !== undefined &&
+      trailer.sha256 !== undefined &&
+      trailer.sha256 !== hash.digest("hex")
+    ) {
+      bad = "checksum mismatch: the file was changed after it was written";
+    }
     if (bad !== undefined || trailer === undefined || trailer.count !== count || result.trailingBytes > 0) {
       throw corrupt(
-        `${filePath}: snapshot is damaged (${bad ?? (trailer === undefined ? "no end marker" : "count mismatch")}); restore it from a backup`,
+        `${filePath}: snapshot is damaged (${bad ?? (trailer === undefined ? "no end marker" : "count mismatch")}); restore it from a backup, or run \`switchboard doctor --repair\` to rebuild it`,
+        { damaged: filePath },
       );
     }
   } finally {
     await closeFile(fd);
   }
+}
+
+/** Version 1 end markers hold only the count; version 2 ones also the checksum. */
+function isTrailerShape(trailer: Record<string, unknown>, version: unknown): boolean {
+  const keys = Object.keys(trailer).length;
+  if (version === 1) return keys === 2;
+  return keys === 3 && typeof trailer.sha256 === "string";
 }
 
 async function replayJournal<V>(
@@ -232,7 +313,8 @@ async function replayJournal<V>(
     );
     if (intactAfterBad) {
       throw corrupt(
-        `${filePath}: damaged record at offset ${badAt} before intact ones; restore it from a backup`,
+        `${filePath}: damaged record at offset ${badAt} before intact ones; restore it from a backup, or run \`switchboard doctor --repair\` to drop the damaged record`,
+        { damaged: filePath, offset: badAt },
       );
     }
     if (!headerSeen && result.end > 0) throw corrupt(`${filePath}: missing journal header`);
@@ -253,6 +335,7 @@ export interface JournaledMapOptions<V> {
   logger: StoreLogger;
   /** Applied to each value read from disk (e.g. to share repeated strings). */
   revive?: (value: V) => V;
+  health?: StoreHealthTracker;
 }
 
 export interface JournaledMapStats {
@@ -278,6 +361,8 @@ export class JournaledMap<V> {
   private journalRecords: number;
   private compacting: Promise<void> | undefined;
   private closed = false;
+  /** Failed journal writes so far: a snapshot taken across one may hold a change that never happened. */
+  private failures = 0;
   private readonly statsCounters = { snapshots: 0, tornTailsRepaired: 0 };
 
   private constructor(
@@ -296,28 +381,43 @@ export class JournaledMap<V> {
   static async open<V>(options: JournaledMapOptions<V>): Promise<JournaledMap<V>> {
     await fs.promises.mkdir(options.dir, { recursive: true, mode: 0o700 });
     const state = await readJournaledState(options.dir, options.format, options.keyOf, options.revive);
-    for (const leftover of state.leftovers) await fs.promises.rm(leftover, { force: true });
+    for (const leftover of state.leftovers) {
+      // Older generations only take space: one that cannot go must not stop the start.
+      await fs.promises.rm(leftover, { force: true }).catch((error: unknown) => {
+        options.logger.warn(
+          {
+            path: leftover,
+            error: String(error),
+          },
+          `cannot remove an old ${options.format} file`,
+        );
+      });
+    }
     let tornTails = 0;
     for (const journal of state.journals) {
       if (journal.tornBytes === 0) continue;
       tornTails++;
       options.logger.warn(
-        `cut a torn tail of ${journal.tornBytes} bytes from the ${options.format} journal`,
         {
           path: journal.path,
           bytes: journal.tornBytes,
         },
+        `cut a torn tail of ${journal.tornBytes} bytes from the ${options.format} journal`,
       );
-      const fd = await openFile(journal.path, "r+");
       try {
-        await truncateFile(fd, journal.validEnd);
-        if (options.durable) await syncData(fd);
-      } finally {
-        await closeFile(fd);
+        const fd = await openFile(journal.path, "r+");
+        try {
+          await truncateFile(fd, journal.validEnd);
+          if (options.durable) await syncData(fd);
+        } finally {
+          await closeFile(fd);
+        }
+      } catch (error) {
+        throw storageError(error, "cutting the torn tail of", journal.path);
       }
     }
     const last = state.journals.at(-1);
-    const logOptions = { durable: options.durable, label: `${options.format} journal` };
+    const logOptions = JournaledMap.logOptions(options);
     let journal: AppendLog;
     let generation: number;
     if (last && last.validEnd > 0) {
@@ -341,6 +441,14 @@ export class JournaledMap<V> {
     return map;
   }
 
+  private static logOptions<V>(options: JournaledMapOptions<V>) {
+    return {
+      durable: options.durable,
+      label: `${options.format} journal`,
+      ...(options.health ? { health: options.health } : {}),
+    };
+  }
+
   private static journalHeader(format: string, generation: number): string {
     return JSON.stringify({ type: "journal", format, version: JOURNAL_FORMAT_VERSION, generation });
   }
@@ -353,17 +461,33 @@ export class JournaledMap<V> {
     return this.values.get(key);
   }
 
-  /** Sets the value at once (reads see it) and resolves when the change is durable. */
-  put(value: V): Promise<void> {
+  /**
+   * Sets the value at once (reads see it) and resolves when the change is durable. When the write
+   * fails, the value goes back to what it was before and the promise rejects: memory never holds
+   * a change the disk does not. `onUndo` (synchronous) lets the caller undo its own derived state.
+   */
+  put(value: V, onUndo?: (restored: V | undefined) => void): Promise<void> {
     this.assertOpen();
-    this.values.set(this.options.keyOf(value), value);
-    return this.record({ op: "put", value });
+    const key = this.options.keyOf(value);
+    const previous = this.values.get(key);
+    this.values.set(key, value);
+    return this.record({ op: "put", value }, () => {
+      if (this.values.get(key) !== value) return;
+      if (previous === undefined) this.values.delete(key);
+      else this.values.set(key, previous);
+      onUndo?.(previous);
+    });
   }
 
-  delete(key: string): Promise<boolean> {
+  delete(key: string, onUndo?: (restored: V) => void): Promise<boolean> {
     this.assertOpen();
-    if (!this.values.delete(key)) return Promise.resolve(false);
-    return this.record({ op: "del", key }).then(() => true);
+    const previous = this.values.get(key);
+    if (previous === undefined || !this.values.delete(key)) return Promise.resolve(false);
+    return this.record({ op: "del", key }, () => {
+      if (this.values.has(key)) return;
+      this.values.set(key, previous);
+      onUndo?.(previous);
+    }).then(() => true);
   }
 
   /** Writes a snapshot now (or joins the one running) and waits for it. */
@@ -391,9 +515,12 @@ export class JournaledMap<V> {
     if (this.closed) throw new SwitchboardError("UNAVAILABLE", `${this.options.format} store is closed`);
   }
 
-  private record(record: JournalRecord<V>): Promise<void> {
+  private record(record: JournalRecord<V>, undo: () => void): Promise<void> {
     this.journalRecords++;
-    const done = this.journal.append(`${JSON.stringify(record)}\n`);
+    const done = this.journal.append(`${JSON.stringify(record)}\n`, () => {
+      this.failures++;
+      undo();
+    });
     this.maybeCompact();
     return done;
   }
@@ -402,22 +529,35 @@ export class JournaledMap<V> {
     if (this.compacting || this.closed || this.journalRecords < this.options.snapshotEvery) return;
     this.compact().catch((error: unknown) => {
       this.options.logger.error(
-        `${this.options.format} snapshot failed; the journal keeps growing until one succeeds`,
         {
           error: String(error),
         },
+        `${this.options.format} snapshot failed; the journal keeps growing until one succeeds`,
       );
     });
   }
 
   private async runCompaction(): Promise<void> {
+    const { format } = this.options;
+    try {
+      await this.writeSnapshot();
+      this.options.health?.ok(`${format} snapshot`);
+    } catch (error) {
+      this.options.health?.fail(`${format} snapshot`, error);
+      throw error;
+    }
+    this.statsCounters.snapshots++;
+  }
+
+  private async writeSnapshot(): Promise<void> {
     const { dir, format, durable } = this.options;
     const generation = this.generation + 1;
     const next = await AppendLog.create(
       path.join(dir, generationName("journal", generation)),
       JournaledMap.journalHeader(format, generation),
-      { durable, label: `${format} journal` },
+      JournaledMap.logOptions(this.options),
     );
+    const failuresBefore = this.failures;
     // Values are replaced, never mutated, so these references are the map exactly as of the
     // switch: every change before it is in an older journal, every change after it in `next`.
     const values = Array.from(this.values.values());
@@ -426,48 +566,72 @@ export class JournaledMap<V> {
     this.generation = generation;
     this.journalRecords = 0;
     await previous.close();
+    if (this.failures !== failuresBefore) {
+      // A change in `values` may have been undone after it was copied: skip this snapshot. The
+      // journals stay, so start-up still reads the same state; the next compaction tries again.
+      throw new SwitchboardError(
+        "UNAVAILABLE",
+        `${format} snapshot skipped: a ${format} journal write failed while it was being taken`,
+      );
+    }
 
     const snapshotPath = path.join(dir, generationName("snapshot", generation));
     const tempPath = `${snapshotPath}.tmp`;
-    const fd = await openFile(tempPath, "w");
     try {
-      let offset = 0;
-      const header = JSON.stringify({
-        type: "snapshot",
-        format,
-        version: JOURNAL_FORMAT_VERSION,
-        generation,
-        count: values.length,
-      });
-      const first = Buffer.from(`${header}\n`);
-      await writeAllAt(fd, [first], offset);
-      offset += first.length;
-      for (let index = 0; index < values.length; index += SNAPSHOT_BATCH) {
-        let text = "";
-        const end = Math.min(values.length, index + SNAPSHOT_BATCH);
-        for (let at = index; at < end; at++) text += `${JSON.stringify(values[at])}\n`;
-        const chunk = Buffer.from(text);
-        await writeAllAt(fd, [chunk], offset);
-        offset += chunk.length;
-        await yieldToEventLoop();
+      const fd = await openFile(tempPath, "w");
+      try {
+        await writeSnapshotFile(fd, format, generation, values);
+        if (durable) await syncData(fd);
+      } finally {
+        await closeFile(fd);
       }
-      await writeAllAt(
-        fd,
-        [Buffer.from(`${JSON.stringify({ type: "end", count: values.length })}\n`)],
-        offset,
-      );
-      if (durable) await syncData(fd);
-    } finally {
-      await closeFile(fd);
+      await renamePath(tempPath, snapshotPath);
+      if (durable) await syncDirectory(dir);
+    } catch (error) {
+      await fs.promises.rm(tempPath, { force: true }).catch(() => undefined);
+      throw storageError(error, "writing", snapshotPath);
     }
-    await fs.promises.rename(tempPath, snapshotPath);
-    if (durable) await syncDirectory(dir);
     for (const name of await fs.promises.readdir(dir)) {
       const match = FILE_PATTERN.exec(name);
       if (match && Number(match[2]) < generation) await fs.promises.rm(path.join(dir, name), { force: true });
     }
     if (durable) await syncDirectory(dir);
-    this.statsCounters.snapshots++;
-    this.options.logger.info(`wrote ${format} snapshot`, { generation, count: values.length });
+    this.options.logger.info({ generation, count: values.length }, `wrote ${format} snapshot`);
   }
 }
+
+/** Writes a whole snapshot (header, values, checksummed end marker) from offset 0 of `fd`. */
+export async function writeSnapshotFile<V>(
+  fd: number,
+  format: string,
+  generation: number,
+  values: readonly V[],
+): Promise<void> {
+  const hash = createHash("sha256");
+  let offset = 0;
+  const header = JSON.stringify({
+    type: "snapshot",
+    format,
+    version: SNAPSHOT_FORMAT_VERSION,
+    generation,
+    count: values.length,
+  });
+  const first = Buffer.from(`${header}\n`);
+  hash.update(first);
+  await writeAllAt(fd, [first], offset);
+  offset += first.length;
+  for (let index = 0; index < values.length; index += SNAPSHOT_BATCH) {
+    let text = "";
+    const end = Math.min(values.length, index + SNAPSHOT_BATCH);
+    for (let at = index; at < end; at++) text += `${JSON.stringify(values[at])}\n`;
+    const chunk = Buffer.from(text);
+    hash.update(chunk);
+    await writeAllAt(fd, [chunk], offset);
+    offset += chunk.length;
+    await yieldToEventLoop();
+  }
+  const trailer = { type: "end", count: values.length, sha256: hash.digest("hex") };
+  await writeAllAt(fd, [Buffer.from(`${JSON.stringify(trailer)}\n`)], offset);
+}
+
+export { generationName };

@@ -210,6 +210,8 @@ export async function forEachLineText(
   end: number,
   visit: (line: string) => boolean,
   chunkBytes = 1024 * 1024,
+  /** Gets the raw bytes of each run of complete lines, before they are visited (e.g. to hash them). */
+  onBytes?: (bytes: Buffer) => void,
 ): Promise<{ trailingBytes: number; stopped: boolean }> {
   let position = start;
   let carry: Buffer | undefined;
@@ -222,6 +224,7 @@ export async function forEachLineText(
     if (lastNewline < 0) {
       carry = data;
     } else {
+      onBytes?.(data.subarray(0, lastNewline + 1));
       const lines = data.toString("utf8", 0, lastNewline).split("\n");
       for (const line of lines) if (!visit(line)) return { trailingBytes: 0, stopped: true };
       carry = lastNewline + 1 < data.length ? Buffer.from(data.subarray(lastNewline + 1)) : undefined;

@@ -79,9 +79,12 @@ export async function acquireLock(dataDir: string, durable: boolean, logger: Sto
     }
     if (durable) await syncDirectory(dataDir);
     if (tookOverFromPid !== undefined) {
-      logger.warn(`took over the data dir lock left by pid ${tookOverFromPid}, which is no longer running`, {
-        pid: tookOverFromPid,
-      });
+      logger.warn(
+        {
+          pid: tookOverFromPid,
+        },
+        `took over the data dir lock left by pid ${tookOverFromPid}, which is no longer running`,
+      );
     }
     return {
       path: lockPath,

@@ -1,12 +1,9 @@
-/** Where the store reports what it did on its own (torn tails cut, compactions). Silent by default. */
-export interface StoreLogger {
-  info(message: string, fields?: Record<string, unknown>): void;
-  warn(message: string, fields?: Record<string, unknown>): void;
-  error(message: string, fields?: Record<string, unknown>): void;
-}
+import type { Logger } from "@switchboard/core";
 
-export const silentLogger: StoreLogger = {
-  info: () => undefined,
-  warn: () => undefined,
-  error: () => undefined,
-};
+/**
+ * Where the store reports what it did on its own (torn tails cut, compactions): core's fields-first
+ * `Logger`, so the gateway's pino child is passed as it is and keeps every field. Silent by default.
+ */
+export type StoreLogger = Logger;
+
+export { silentLogger } from "@switchboard/core";

@@ -1,6 +1,7 @@
 import { type MetaStore, validateMetaName, validateMetaValue } from "@switchboard/core";
 import { JournaledMap } from "./journaled-map";
 import type { StoreLogger } from "./logger";
+import type { StoreHealthTracker } from "./store-health";
 
 interface MetaValue {
   name: string;
@@ -11,7 +12,13 @@ interface MetaValue {
 export class FileMetaStore implements MetaStore {
   private constructor(private readonly journal: JournaledMap<MetaValue>) {}
 
-  static async open(options: { dir: string; durable: boolean; snapshotEvery: number; logger: StoreLogger }) {
+  static async open(options: {
+    dir: string;
+    durable: boolean;
+    snapshotEvery: number;
+    logger: StoreLogger;
+    health?: StoreHealthTracker;
+  }) {
     const journal = await JournaledMap.open<MetaValue>({
       dir: options.dir,
       format: "meta",
@@ -19,6 +26,7 @@ export class FileMetaStore implements MetaStore {
       durable: options.durable,
       snapshotEvery: options.snapshotEvery,
       logger: options.logger,
+      ...(options.health ? { health: options.health } : {}),
     });
     return new FileMetaStore(journal);
   }

@@ -1,24 +1,31 @@
 import {
+  checkIdempotencyKeyFree,
   compareRunsNewestFirst,
   compileRunFilter,
+  RowVersions,
   type RunListQuery,
   type RunRecord,
   type RunRegistryStore,
+  type Versioned,
   validateRunRecord,
+  type WriteOptions,
 } from "@switchboard/core";
 import { JournaledMap } from "./journaled-map";
 import type { StoreLogger } from "./logger";
+import type { StoreHealthTracker } from "./store-health";
 
 export interface FileRunRegistryOptions {
   dir: string;
   durable: boolean;
   snapshotEvery: number;
   logger: StoreLogger;
+  health?: StoreHealthTracker;
 }
 
 /** The run registry: records in memory, persisted through a journal + snapshot pair. */
 export class FileRunRegistry implements RunRegistryStore {
   private readonly runIdByIdempotencyKey = new Map<string, string>();
+  private readonly versions = new RowVersions("run");
 
   private constructor(private readonly journal: JournaledMap<RunRecord>) {
     for (const run of journal.values.values()) {
@@ -34,24 +41,41 @@ export class FileRunRegistry implements RunRegistryStore {
       durable: options.durable,
       snapshotEvery: options.snapshotEvery,
       logger: options.logger,
+      ...(options.health ? { health: options.health } : {}),
     });
     return new FileRunRegistry(journal);
   }
 
-  async put(run: RunRecord): Promise<void> {
+  async put(run: RunRecord, options: WriteOptions = {}): Promise<number> {
     const record = validateRunRecord(run);
     const previous = this.journal.get(record.runId);
+    // Checks and write happen in one synchronous step, so no other write can come in between.
+    this.versions.check(record.runId, previous !== undefined, options.expectedVersion);
+    if (record.idempotencyKey !== undefined)
+      checkIdempotencyKeyFree(record, this.runIdByIdempotencyKey.get(record.idempotencyKey), previous);
+    const { version, undo } = this.versions.bump(record.runId);
     if (previous?.idempotencyKey !== undefined && previous.idempotencyKey !== record.idempotencyKey) {
       this.runIdByIdempotencyKey.delete(previous.idempotencyKey);
     }
     if (record.idempotencyKey !== undefined)
       this.runIdByIdempotencyKey.set(record.idempotencyKey, record.runId);
-    await this.journal.put(record);
+    await this.journal.put(record, (restored) => {
+      undo();
+      if (record.idempotencyKey !== undefined) this.runIdByIdempotencyKey.delete(record.idempotencyKey);
+      if (restored?.idempotencyKey !== undefined)
+        this.runIdByIdempotencyKey.set(restored.idempotencyKey, restored.runId);
+    });
+    return version;
   }
 
   async get(runId: string): Promise<RunRecord | undefined> {
     const run = this.journal.get(runId);
     return run ? structuredClone(run) : undefined;
+  }
+
+  async getVersioned(runId: string): Promise<Versioned<RunRecord> | undefined> {
+    const run = this.journal.get(runId);
+    return run ? { row: structuredClone(run), version: this.versions.of(runId, true) } : undefined;
   }
 
   async getByIdempotencyKey(idempotencyKey: string): Promise<RunRecord | undefined> {

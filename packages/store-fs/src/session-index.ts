@@ -1,19 +1,25 @@
 import {
   compareSessionsByRecency,
+  compileListVisibility,
   compileSessionFilter,
-  defaultSessionClassifier,
   parseSessionId,
+  RowVersions,
   type SessionClassifier,
   type SessionEntry,
   type SessionIndexStore,
+  type SessionListOptions,
   type SessionListQuery,
   type SessionListResult,
+  sessionClassifierFor,
+  type Versioned,
   validateSessionEntry,
+  type WriteOptions,
 } from "@switchboard/core";
 import { yieldToEventLoop } from "./fs-io";
 import { JournaledMap } from "./journaled-map";
 import type { StoreLogger } from "./logger";
 import { SortedList } from "./sorted-list";
+import type { StoreHealthTracker } from "./store-health";
 
 /** Fields with few distinct values: sharing one string per value keeps 100k rows small in memory. */
 const SHARED_FIELDS = [
@@ -38,6 +44,8 @@ const MAX_CLASSIFIER_CACHES = 4;
  */
 const KIND_MISS_BUDGET = 2000;
 const KIND_SLICE = 2000;
+/** Rows a visibility pass checks between two yields to the event loop. */
+const VISIBLE_SLICE = 2000;
 
 /** Rows a list scan classified (cache misses) and how many it may before it stops. */
 interface MissBudget {
@@ -75,6 +83,9 @@ export interface FileSessionIndexOptions {
   durable: boolean;
   snapshotEvery: number;
   logger: StoreLogger;
+  health?: StoreHealthTracker;
+  /** Core's key rules per `mainKey` (a seam for tests that count classifications). */
+  classifierFor?: (mainKey: string) => SessionClassifier;
 }
 
 /**
@@ -86,10 +97,12 @@ export class FileSessionIndex implements SessionIndexStore {
   /** sessionId → key, or keys when several rows share it. */
   private readonly keysBySessionId = new Map<string, string | string[]>();
   private readonly kindCaches = new Map<SessionClassifier, KindCache>();
+  private readonly versions = new RowVersions("session");
 
   private constructor(
     private readonly journal: JournaledMap<SessionEntry>,
     private readonly revive: (row: SessionEntry) => SessionEntry,
+    private readonly classifierFor: (mainKey: string) => SessionClassifier,
   ) {
     const rows = [...journal.values.values()];
     this.byRecency.reset(rows);
@@ -118,13 +131,19 @@ export class FileSessionIndex implements SessionIndexStore {
       snapshotEvery: options.snapshotEvery,
       logger: options.logger,
       revive,
+      ...(options.health ? { health: options.health } : {}),
     });
-    return new FileSessionIndex(journal, revive);
+    return new FileSessionIndex(journal, revive, options.classifierFor ?? sessionClassifierFor);
   }
 
   async get(key: string): Promise<SessionEntry | undefined> {
     const row = this.journal.get(key);
     return row ? copySession(row) : undefined;
+  }
+
+  async getVersioned(key: string): Promise<Versioned<SessionEntry> | undefined> {
+    const row = this.journal.get(key);
+    return row ? { row: copySession(row), version: this.versions.of(key, true) } : undefined;
   }
 
   async keysForSessionId(sessionId: string): Promise<string[]> {
@@ -133,12 +152,24 @@ export class FileSessionIndex implements SessionIndexStore {
     return typeof keys === "string" ? [keys] : keys.slice().sort();
   }
 
-  async put(entry: SessionEntry): Promise<void> {
+  async put(entry: SessionEntry, options: WriteOptions = {}): Promise<number> {
     // The JSON round trip gives every row the same plain shape as rows loaded from disk, which
     // keeps the list scan's property reads fast (validator output objects are slower to read).
     const row = this.revive(JSON.parse(JSON.stringify(validateSessionEntry(entry))) as SessionEntry);
     const previous = this.journal.get(row.key);
-    const done = this.journal.put(row);
+    // Check and write happen in one synchronous step, so no other write can come in between.
+    this.versions.check(row.key, previous !== undefined, options.expectedVersion);
+    const { version, undo } = this.versions.bump(row.key);
+    const done = this.journal.put(row, (restored) => {
+      // The write failed: the derived indexes follow the map back.
+      undo();
+      this.byRecency.remove(row);
+      this.unlink(row);
+      if (restored) {
+        this.byRecency.insert(restored);
+        this.link(restored);
+      }
+    });
     if (previous) {
       this.byRecency.remove(previous);
       this.unlink(previous);
@@ -146,22 +177,26 @@ export class FileSessionIndex implements SessionIndexStore {
     this.byRecency.insert(row);
     this.link(row);
     await done;
+    return version;
   }
 
-  async delete(key: string): Promise<boolean> {
+  async delete(key: string, options: WriteOptions = {}): Promise<boolean> {
     const previous = this.journal.get(key);
+    this.versions.check(key, previous !== undefined, options.expectedVersion);
     if (!previous) return false;
-    const done = this.journal.delete(key);
+    const version = this.versions.forget(key);
+    const done = this.journal.delete(key, (restored) => {
+      this.versions.restore(key, version);
+      this.byRecency.insert(restored);
+      this.link(restored);
+    });
     this.byRecency.remove(previous);
     this.unlink(previous);
     return done;
   }
 
-  async list(
-    query: SessionListQuery,
-    options: { classify?: (entry: SessionEntry) => string; visible?: (entry: SessionEntry) => boolean } = {},
-  ): Promise<SessionListResult> {
-    const classify = options.classify ?? defaultSessionClassifier;
+  async list(query: SessionListQuery, options: SessionListOptions = {}): Promise<SessionListResult> {
+    const classify = this.classifierFor(typeof query?.mainKey === "string" ? query.mainKey : "main");
     const cache = this.kindCache(classify);
     const { kinds } = cache;
     const budget: MissBudget = { misses: 0, allowed: KIND_MISS_BUDGET };
@@ -174,24 +209,77 @@ export class FileSessionIndex implements SessionIndexStore {
       }
       return kind;
     });
-    const first = this.scan(query, matches, options.visible, budget);
+    const visible = compileListVisibility(options);
+    // A selective filter (kinds, search) or a visibility predicate can make the pass long: it runs in
+    // slices that yield to the event loop. A plain page stops after `limit` rows in one slice.
+    const sliced = visible !== undefined || query.kinds !== undefined || query.search !== undefined;
+    const scan = () =>
+      sliced ? this.scanVisible(query, matches, visible, budget) : this.scan(query, matches, budget);
+    const first = await scan();
     if (first) return first;
     await this.fillKinds(cache, classify);
-    // Rows put while filling are few; the answer is this one synchronous scan, so it is consistent.
     budget.allowed = Number.POSITIVE_INFINITY;
-    return this.scan(query, matches, options.visible, budget)!;
+    return (await scan())!;
+  }
+
+  /**
+   * A pass that may go far: in slices that yield to the event loop between them, resuming after the
+   * last row it visited (a row updated meanwhile moves ahead of the cursor, so it is never visited
+   * twice). With the caller's visibility predicate, `hidden` counts the withheld rows among those the
+   * pass went through (newer than the last row returned; every matching row when fewer than `limit`
+   * are visible).
+   */
+  private async scanVisible(
+    query: SessionListQuery,
+    matches: (entry: SessionEntry) => boolean,
+    visible: ((entry: SessionEntry) => boolean) | undefined,
+    budget: MissBudget,
+  ): Promise<SessionListResult | undefined> {
+    const { activeSince, limit } = query;
+    const entries: SessionEntry[] = [];
+    let hidden = 0;
+    let stopped = false;
+    let done = false;
+    let after: SessionEntry | undefined;
+    while (!done) {
+      let inSlice = 0;
+      const ranOff = this.byRecency.forEachAfter(after, (row) => {
+        after = row;
+        if (activeSince !== undefined && row.updatedAt < activeSince) {
+          done = true;
+          return false;
+        }
+        const match = matches(row);
+        if (budget.misses > budget.allowed) {
+          stopped = done = true;
+          return false;
+        }
+        if (match) {
+          if (visible && !visible(row)) hidden++;
+          else {
+            entries.push(copySession(row));
+            if (entries.length >= limit) {
+              done = true;
+              return false;
+            }
+          }
+        }
+        return ++inSlice < VISIBLE_SLICE;
+      });
+      if (ranOff) done = true;
+      if (!done) await yieldToEventLoop();
+    }
+    return stopped ? undefined : { entries, hidden };
   }
 
   /** One pass in recency order; undefined when it stopped because `budget` ran out. */
   private scan(
     query: SessionListQuery,
     matches: (entry: SessionEntry) => boolean,
-    visible: ((entry: SessionEntry) => boolean) | undefined,
     budget: MissBudget,
   ): SessionListResult | undefined {
     const { activeSince, limit } = query;
     const entries: SessionEntry[] = [];
-    let hidden = 0;
     let stopped = false;
     this.byRecency.forEachUntil((row) => {
       // Rows are newest first, so nothing past this point can be active enough.
@@ -202,15 +290,10 @@ export class FileSessionIndex implements SessionIndexStore {
         return false;
       }
       if (!match) return true;
-      if (visible && !visible(row)) {
-        hidden++;
-        return true;
-      }
-      if (entries.length < limit) entries.push(copySession(row));
-      // With a visibility predicate the scan goes on to count every hidden row.
-      return visible !== undefined || entries.length < limit;
+      entries.push(copySession(row));
+      return entries.length < limit;
     });
-    return stopped ? undefined : { entries, hidden };
+    return stopped ? undefined : { entries, hidden: 0 };
   }
 
   /** Classifies every row not yet in `cache`, a slice at a time, yielding to the event loop in between. */

@@ -67,6 +67,30 @@ export class SortedList<T> {
     }
   }
 
+  /**
+   * Visits items strictly after `after` in order (from the start without it) until `visit` returns
+   * false; returns true when it ran off the end. `after` need not still be in the list, so a scan can
+   * pause, let the list change, and resume where it was.
+   */
+  forEachAfter(after: T | undefined, visit: (item: T) => boolean): boolean {
+    if (this.blocks.length === 0) return true;
+    let blockIndex = 0;
+    let index = 0;
+    if (after !== undefined) {
+      blockIndex = this.blockFor(after);
+      const block = this.blocks[blockIndex]!;
+      index = this.position(block, after);
+      if (index < block.length && this.compare(block[index]!, after) === 0) index++;
+    }
+    for (; blockIndex < this.blocks.length; blockIndex++, index = 0) {
+      const block = this.blocks[blockIndex]!;
+      for (; index < block.length; index++) {
+        if (!visit(block[index]!)) return false;
+      }
+    }
+    return true;
+  }
+
   /** The first block whose last item is >= `item` (or the last block). */
   private blockFor(item: T): number {
     let low = 0;

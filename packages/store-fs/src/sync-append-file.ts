@@ -1,50 +1,71 @@
-import fs from "node:fs";
 import { SwitchboardError } from "@switchboard/core";
-import { closeFile } from "./fs-io";
+import { closeFile, truncateFileSync, writeAllAtSync } from "./fs-io";
+import { storageError } from "./storage-errors";
 
 /**
  * An append-only file written synchronously, without fsync: for transcripts, whose durability
  * comes from the commit log. A synchronous write lands in the page cache in microseconds, while
  * an async one costs a thread-pool round trip per file and per batch, which dominated appends
  * spread over many transcripts. Bytes are readable as soon as `append` returns.
+ *
+ * A failed write (or an append whose commit failed, see `rollback`) is cut off again at once; if
+ * even that fails, the next append cuts it first, so torn or unacknowledged bytes are never
+ * followed by new entries.
  */
 export class SyncAppendFile {
-  private failure: unknown;
+  /** Where the file must be cut back to before the next write, after a failed cut. */
+  private cutTo: number | undefined;
   private closed = false;
 
   constructor(
     readonly filePath: string,
     readonly descriptor: number,
     public size: number,
+    /** Set when the file could only be opened for reading: appends fail with this error. */
+    private readonly readOnly?: SwitchboardError,
   ) {}
 
-  get failed(): boolean {
-    return this.failure !== undefined;
-  }
-
   append(buffer: Buffer): void {
-    if (this.failure !== undefined) {
-      throw new SwitchboardError("UNAVAILABLE", `${this.filePath}: a write failed earlier`, {
-        cause: this.failure,
-      });
-    }
     if (this.closed) throw new SwitchboardError("UNAVAILABLE", `${this.filePath} is closed`);
-    let done = 0;
+    if (this.readOnly) throw this.readOnly;
+    if (this.cutTo !== undefined) this.cut(this.cutTo);
     try {
-      while (done < buffer.length) {
-        done += fs.writeSync(this.descriptor, buffer, done, buffer.length - done, this.size + done);
-      }
+      writeAllAtSync(this.descriptor, buffer, this.size);
     } catch (error) {
-      // A partial line may now end the file; it is cut when the transcript is opened again.
-      this.failure = error;
-      throw new SwitchboardError("UNAVAILABLE", `${this.filePath}: write failed`, { cause: error });
+      this.cutQuietly(this.size);
+      throw storageError(error, "writing", this.filePath);
     }
     this.size += buffer.length;
+  }
+
+  /** Takes back bytes from `offset` on (an append whose commit failed). */
+  rollback(offset: number): void {
+    if (offset >= this.size) return;
+    this.size = offset;
+    this.cutQuietly(offset);
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
     await closeFile(this.descriptor);
+  }
+
+  private cutQuietly(offset: number): void {
+    try {
+      this.cut(offset);
+    } catch {
+      // `cutTo` stays set: the next append tries again before writing.
+    }
+  }
+
+  private cut(offset: number): void {
+    this.cutTo = offset;
+    try {
+      truncateFileSync(this.descriptor, offset);
+    } catch (error) {
+      throw storageError(error, "truncating", this.filePath);
+    }
+    this.cutTo = undefined;
   }
 }

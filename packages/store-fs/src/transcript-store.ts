@@ -19,10 +19,13 @@ import {
 import { CommitLog, readPendingCommits } from "./commit-log";
 import {
   closeFile,
+  errorCode,
   fileSize,
   isNotFound,
+  linkPath,
   openFile,
   readAt,
+  renamePath,
   syncData,
   syncDirectory,
   truncateFile,
@@ -30,7 +33,12 @@ import {
 } from "./fs-io";
 import { findIntactEnd, NEWLINE, parseJsonLine, readFirstLine, scanBackward, seqOfLine } from "./line-scan";
 import type { StoreLogger } from "./logger";
+import { storageError, withStorageErrors } from "./storage-errors";
+import type { StoreHealthTracker } from "./store-health";
 import { SyncAppendFile } from "./sync-append-file";
+
+/** Errors that still let a transcript be opened for reading: its history stays available. */
+const READ_ONLY_CODES = new Set(["EPERM", "EACCES", "EROFS"]);
 
 const HEADER_MAX_BYTES = 64 * 1024;
 /** Below this many bytes before the cursor, a `before` read just scans back from the end. */
@@ -115,6 +123,7 @@ export interface FileTranscriptStoreOptions {
   commitLogSegmentBytes: number;
   readChunkBytes: number;
   logger: StoreLogger;
+  health?: StoreHealthTracker;
 }
 
 export interface TranscriptStats {
@@ -150,7 +159,10 @@ export class FileTranscriptStore implements TranscriptStore {
     }
     // Temp files are half-made creates from a crash; nothing refers to them.
     for (const name of await fs.promises.readdir(options.tempDir)) {
-      await fs.promises.rm(path.join(options.tempDir, name), { force: true });
+      // Leftovers only take space: one that cannot go must not stop the start.
+      await fs.promises.rm(path.join(options.tempDir, name), { force: true }).catch((error: unknown) => {
+        options.logger.warn({ name, error: String(error) }, "cannot remove a temp file");
+      });
     }
     const store = new FileTranscriptStore(options);
     const lastSegment = await store.replayCommitLog();
@@ -160,6 +172,7 @@ export class FileTranscriptStore implements TranscriptStore {
         durable: options.durable,
         segmentBytes: options.commitLogSegmentBytes,
         logger: options.logger,
+        ...(options.health ? { health: options.health } : {}),
         syncTranscript: (sessionId) => store.syncTranscript(sessionId),
       },
       lastSegment,
@@ -187,19 +200,28 @@ export class FileTranscriptStore implements TranscriptStore {
       }
       // Written aside and linked into place, so a transcript file never exists without its header.
       const temp = path.join(this.options.tempDir, `${id}.${process.pid}.${++this.tempCounter}.tmp`);
-      const fd = await openFile(temp, "wx");
+      const target = this.locate(id);
       try {
-        await writeAllAt(fd, [Buffer.from(`${JSON.stringify(header)}\n`)], 0);
-        if (this.options.durable) await syncData(fd);
-      } finally {
-        await closeFile(fd);
+        await withStorageErrors("creating", target, async () => {
+          try {
+            const fd = await openFile(temp, "wx");
+            try {
+              await writeAllAt(fd, [Buffer.from(`${JSON.stringify(header)}\n`)], 0);
+              if (this.options.durable) await syncData(fd);
+            } finally {
+              await closeFile(fd);
+            }
+            await linkPath(temp, target);
+          } finally {
+            await fs.promises.rm(temp, { force: true });
+          }
+          if (this.options.durable) await syncDirectory(this.options.transcriptsDir);
+        });
+      } catch (error) {
+        this.options.health?.fail("transcripts", error);
+        throw error;
       }
-      try {
-        await fs.promises.link(temp, this.locate(id));
-      } finally {
-        await fs.promises.rm(temp, { force: true });
-      }
-      if (this.options.durable) await syncDirectory(this.options.transcriptsDir);
+      this.options.health?.ok("transcripts");
     });
   }
 
@@ -237,9 +259,23 @@ export class FileTranscriptStore implements TranscriptStore {
       // From here on everything is synchronous up to the queueing, so seqs follow call order.
       let records = "";
       for (const line of prepared.lines) records += `${id} ${line}\n`;
-      handle.file.append(Buffer.from(`${prepared.lines.join("\n")}\n`));
+      const start = handle.file.size;
+      const previousSeq = handle.lastSeq;
+      try {
+        handle.file.append(Buffer.from(`${prepared.lines.join("\n")}\n`));
+      } catch (error) {
+        this.options.health?.fail("transcripts", error);
+        throw error;
+      }
+      this.options.health?.ok("transcripts");
       handle.lastSeq = prepared.lastSeq;
-      await this.commitLog.commit(id, records);
+      // A failed commit takes the entries back out of the transcript, so an unacknowledged entry
+      // is never served nor followed by new ones. Failed commits undo newest first, synchronously.
+      await this.commitLog.commit(id, records, () => {
+        handle.file.rollback(start);
+        handle.lastSeq = previousSeq;
+        handle.cursors.clear();
+      });
       this.counters.appendedEntries += prepared.entries.length;
       return prepared.entries;
     } finally {
@@ -257,6 +293,8 @@ export class FileTranscriptStore implements TranscriptStore {
       if (normalised.before !== undefined) end = await this.endBefore(handle, normalised.before, end);
       let accepted = { seq: 0, start: 0 };
       let offered = { seq: 0, start: 0 };
+      let damaged = 0;
+      let firstDamagedAt: number | undefined;
       const scan = await scanBackward(
         handle.fd,
         handle.dataStart,
@@ -264,7 +302,13 @@ export class FileTranscriptStore implements TranscriptStore {
         (line, lineStart) => {
           const quickSeq = seqOfLine(line);
           if (quickSeq !== undefined && collector.skips(quickSeq)) return true;
-          const entry = JSON.parse(line.toString("utf8")) as TranscriptEntry;
+          const entry = parseEntryLine(line);
+          if (entry === undefined) {
+            // One damaged line must not hide the rest of the history: skip it and say so.
+            damaged++;
+            firstDamagedAt ??= lineStart;
+            return true;
+          }
           const countBefore = collector.count;
           const more = collector.offer(entry, line.length);
           offered = { seq: entry.seq, start: lineStart };
@@ -274,6 +318,17 @@ export class FileTranscriptStore implements TranscriptStore {
         this.options.readChunkBytes,
       );
       const result = collector.result(scan.reachedStart);
+      if (damaged > 0) {
+        result.damaged = damaged;
+        this.options.logger.warn(
+          {
+            sessionId: id,
+            path: this.locate(id),
+            offset: firstDamagedAt,
+          },
+          `skipped ${damaged} damaged line(s) reading a transcript; run switchboard doctor`,
+        );
+      }
       if (result.nextBefore !== undefined) {
         if (result.nextBefore === accepted.seq) handle.rememberCursor(accepted.seq, accepted.start);
         else if (result.nextBefore === offered.seq) handle.rememberCursor(offered.seq, offered.start);
@@ -291,19 +346,30 @@ export class FileTranscriptStore implements TranscriptStore {
     }
     this.assertOpen();
     await this.withLock(id, async () => {
-      if (!(await this.retireAndSync(id, true))) return;
-      await this.commitLog.drop(id);
       const stamp = new Date().toISOString().replace(/[:.]/g, "-");
       let target = path.join(this.options.archiveDir, `${id}.${stamp}.${reason}.jsonl`);
       for (let attempt = 1; fs.existsSync(target); attempt++) {
         target = path.join(this.options.archiveDir, `${id}.${stamp}-${attempt}.${reason}.jsonl`);
       }
-      await fs.promises.rename(this.locate(id), target);
-      if (this.options.durable) {
-        await syncDirectory(this.options.archiveDir);
-        await syncDirectory(this.options.transcriptsDir);
+      try {
+        const found = await withStorageErrors("archiving", this.locate(id), async () => {
+          if (!(await this.retireAndSync(id, true))) return false;
+          await renamePath(this.locate(id), target);
+          if (this.options.durable) {
+            await syncDirectory(this.options.archiveDir);
+            await syncDirectory(this.options.transcriptsDir);
+          }
+          return true;
+        });
+        if (!found) return;
+      } catch (error) {
+        this.options.health?.fail("archive", error);
+        throw error;
       }
-      this.options.logger.info("archived transcript", { sessionId: id, reason, path: target });
+      this.options.health?.ok("archive");
+      // Only once the file has left: replay then ignores its older commit records.
+      await this.commitLog.drop(id);
+      this.options.logger.info({ sessionId: id, reason, path: target }, "archived transcript");
     });
   }
 
@@ -311,10 +377,13 @@ export class FileTranscriptStore implements TranscriptStore {
     const id = parseSessionId(sessionId);
     this.assertOpen();
     await this.withLock(id, async () => {
-      if (!(await this.retireAndSync(id, false))) return;
-      await this.commitLog.drop(id);
-      await fs.promises.rm(this.locate(id), { force: true });
-      if (this.options.durable) await syncDirectory(this.options.transcriptsDir);
+      const found = await withStorageErrors("removing", this.locate(id), async () => {
+        if (!(await this.retireAndSync(id, false))) return false;
+        await fs.promises.rm(this.locate(id), { force: true });
+        if (this.options.durable) await syncDirectory(this.options.transcriptsDir);
+        return true;
+      });
+      if (found) await this.commitLog.drop(id);
     });
   }
 
@@ -357,7 +426,7 @@ export class FileTranscriptStore implements TranscriptStore {
     for (;;) {
       this.assertOpen();
       const handle = this.handles.get(id);
-      if (handle && !handle.retired && !handle.file.failed) {
+      if (handle && !handle.retired) {
         // Re-inserting keeps the map in least-recently-used order.
         this.handles.delete(id);
         this.handles.set(id, handle);
@@ -377,14 +446,35 @@ export class FileTranscriptStore implements TranscriptStore {
   /** Opens a transcript, checks its header, cuts a torn tail and learns its last seq. */
   private async load(id: string): Promise<TranscriptHandle> {
     const cached = this.handles.get(id);
-    if (cached && !cached.retired && !cached.file.failed) return cached;
+    if (cached && !cached.retired) return cached;
     const filePath = this.locate(id);
     let fd: number;
+    let readOnly: SwitchboardError | undefined;
     try {
       fd = await openFile(filePath, "r+");
     } catch (error) {
       if (isNotFound(error)) throw notFound(id);
-      throw error;
+      const refused = storageError(error, "opening for writing", filePath);
+      if (!READ_ONLY_CODES.has(errorCode(error) ?? "") || !(refused instanceof SwitchboardError)) {
+        this.options.health?.fail("transcripts", refused);
+        throw refused;
+      }
+      // An immutable or read-only transcript still serves its history; only appends are refused.
+      try {
+        fd = await openFile(filePath, "r");
+      } catch {
+        throw refused;
+      }
+      readOnly = refused;
+      this.options.health?.fail("transcripts", refused);
+      this.options.logger.error(
+        {
+          sessionId: id,
+          path: filePath,
+          error: refused.message,
+        },
+        "transcript is not writable; serving it read-only",
+      );
     }
     try {
       const size = await fileSize(fd);
@@ -393,23 +483,28 @@ export class FileTranscriptStore implements TranscriptStore {
       if ("problem" in checked) {
         throw new SwitchboardError(
           checked.newerVersion ? "UNAVAILABLE" : "INTERNAL",
-          `${filePath}: ${checked.problem}`,
+          checked.newerVersion
+            ? `${filePath}: ${checked.problem}`
+            : `${filePath}: ${checked.problem}; run \`switchboard doctor --repair\` with the gateway stopped to rewrite it from the index`,
         );
       }
       const dataStart = headerLine!.length + 1;
       const intact = await findIntactEnd(fd, dataStart, size, isIntactEntryLine);
-      if (intact.end < size) {
+      if (intact.end < size && !readOnly) {
         this.counters.tornTailsRepaired++;
-        this.options.logger.warn(`cut a torn tail of ${size - intact.end} bytes from a transcript`, {
-          sessionId: id,
-          path: filePath,
-          bytes: size - intact.end,
-        });
+        this.options.logger.warn(
+          {
+            sessionId: id,
+            path: filePath,
+            bytes: size - intact.end,
+          },
+          `cut a torn tail of ${size - intact.end} bytes from a transcript`,
+        );
         await truncateFile(fd, intact.end);
         if (this.options.durable) await syncData(fd);
       }
       const lastSeq = intact.lastLine ? (parseJsonLine(intact.lastLine)!.seq as number) : 0;
-      const file = new SyncAppendFile(filePath, fd, intact.end);
+      const file = new SyncAppendFile(filePath, fd, intact.end, readOnly);
       const handle = new TranscriptHandle(id, checked.header, file, dataStart, lastSeq);
       this.handles.set(id, handle);
       this.evictIdle(handle);
@@ -568,23 +663,40 @@ export class FileTranscriptStore implements TranscriptStore {
   private async replayCommitLog(): Promise<number> {
     const pending = await readPendingCommits(this.options.commitLogDir);
     if (pending.tornBytes > 0) {
-      this.options.logger.warn(`ignored a torn commit-log tail of ${pending.tornBytes} bytes`, {
-        bytes: pending.tornBytes,
-      });
+      this.options.logger.warn(
+        {
+          bytes: pending.tornBytes,
+        },
+        `ignored a torn commit-log tail of ${pending.tornBytes} bytes`,
+      );
     }
+    let keepSegments = false;
     for (const id of pending.sessions) {
       let handle: TranscriptHandle;
       try {
         handle = await this.acquire(id);
       } catch (error) {
+        if (error instanceof SwitchboardError && error.code !== "NOT_FOUND") {
+          // One unreadable transcript must not keep the whole gateway down: its segments stay
+          // for the next start, which re-applies them once the file is fixed.
+          keepSegments = true;
+          this.options.logger.error(
+            {
+              sessionId: id,
+              error: error.message,
+            },
+            "cannot check a transcript against the commit log; keeping the log",
+          );
+          continue;
+        }
         if (error instanceof SwitchboardError && error.code === "NOT_FOUND") {
           const lost = pending.entries.get(id)?.length ?? 0;
           if (lost > 0) {
             this.options.logger.warn(
-              `commit log holds ${lost} entries for a transcript that no longer exists`,
               {
                 sessionId: id,
               },
+              `commit log holds ${lost} entries for a transcript that no longer exists`,
             );
           }
           continue;
@@ -602,20 +714,44 @@ export class FileTranscriptStore implements TranscriptStore {
           }
         }
         if (missing.length > 0) {
-          handle.file.append(Buffer.from(`${missing.join("\n")}\n`));
+          try {
+            handle.file.append(Buffer.from(`${missing.join("\n")}\n`));
+          } catch (error) {
+            keepSegments = true;
+            this.options.logger.error(
+              {
+                sessionId: id,
+                error: (error as Error).message,
+              },
+              "cannot restore acknowledged entries into a transcript; keeping the log",
+            );
+            continue;
+          }
           handle.lastSeq = lastSeq;
           this.counters.entriesRestored += missing.length;
-          this.options.logger.warn(`restored ${missing.length} acknowledged entries from the commit log`, {
-            sessionId: id,
-          });
+          this.options.logger.warn(
+            {
+              sessionId: id,
+            },
+            `restored ${missing.length} acknowledged entries from the commit log`,
+          );
         }
         if (this.options.durable) await syncData(handle.fd);
       } finally {
         handle.release();
       }
     }
+    if (keepSegments) return pending.lastSegmentNumber;
     for (const segment of pending.segments) await fs.promises.rm(segment, { force: true });
     if (this.options.durable && pending.segments.length > 0) await syncDirectory(this.options.commitLogDir);
     return pending.lastSegmentNumber;
   }
+}
+
+/** A stored entry line as an entry; undefined when the line is damaged. */
+function parseEntryLine(line: Buffer): TranscriptEntry | undefined {
+  const value = parseJsonLine(line);
+  return value !== undefined && typeof value.seq === "number" && typeof value.type === "string"
+    ? (value as unknown as TranscriptEntry)
+    : undefined;
 }

@@ -1,6 +1,7 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import type { Logger } from "@switchboard/core";
 
 /** A fresh temp dir for one test; removed by the returned cleanup. */
 export async function tempDir(prefix = "sb-store-"): Promise<{ dir: string; cleanup: () => Promise<void> }> {
@@ -8,11 +9,28 @@ export async function tempDir(prefix = "sb-store-"): Promise<{ dir: string; clea
   return { dir, cleanup: () => fs.promises.rm(dir, { recursive: true, force: true }) };
 }
 
-/** Collects what the store logs, for asserting on repairs. */
-export function recordingLogger() {
+/** Collects what the store logs, for asserting on repairs; fields include child bindings. */
+export function recordingLogger(): {
+  lines: Array<{ level: string; message: string; fields?: Record<string, unknown> }>;
+  logger: Logger;
+} {
   const lines: Array<{ level: string; message: string; fields?: Record<string, unknown> }> = [];
-  const at = (level: string) => (message: string, fields?: Record<string, unknown>) => {
-    lines.push({ level, message, ...(fields ? { fields } : {}) });
+  const make = (bindings: Record<string, unknown>): Logger => {
+    const at = (level: string) => (fields: Record<string, unknown>, message?: string) => {
+      const merged = { ...bindings, ...fields };
+      lines.push({
+        level,
+        message: message ?? "",
+        ...(Object.keys(merged).length > 0 ? { fields: merged } : {}),
+      });
+    };
+    return {
+      debug: at("debug"),
+      info: at("info"),
+      warn: at("warn"),
+      error: at("error"),
+      child: (more) => make({ ...bindings, ...more }),
+    };
   };
-  return { lines, logger: { info: at("info"), warn: at("warn"), error: at("error") } };
+  return { lines, logger: make({}) };
 }

@@ -38,11 +38,26 @@ describe("capHistory", () => {
     expect(size(capped)).toBeLessThanOrEqual(1000);
   });
 
-  it("steps past a newest message that alone is too big", () => {
-    const capped = capHistory(page(["small", "x".repeat(5000)]), 2000);
-    expect(capped.messages).toEqual([]);
+  it("returns a clipped copy of a newest message that alone is too big, with its full size, and steps past it", () => {
+    const result = page(["small", "x".repeat(200_000)]);
+    const capped = capHistory(result, 65536);
+    expect(size(capped)).toBeLessThanOrEqual(65536);
+    expect(capped.messages).toHaveLength(1);
+    const [clipped] = capped.messages;
+    expect(clipped!.seq).toBe(2);
+    expect(clipped!.clipped).toEqual({ bytes: size(result.messages[1]) });
+    const text = (clipped!.content[0] as { text: string }).text;
+    expect(text.length).toBeGreaterThan(60_000);
+    expect("x".repeat(200_000).startsWith(text)).toBe(true);
     expect(capped.truncated).toBe(true);
     expect(capped.nextBefore).toBe(2);
+  });
+
+  it("never clips inside a surrogate pair", () => {
+    const capped = capHistory(page(["😀".repeat(5000)]), 2001);
+    const text = (capped.messages[0]!.content[0] as { text: string }).text;
+    expect(text.length % 2).toBe(0);
+    expect(size(capped)).toBeLessThanOrEqual(2001);
   });
 
   it("always fits the cap, keeps the newest messages and never hides a cut (property)", () => {
@@ -55,7 +70,11 @@ describe("capHistory", () => {
           const capped = capHistory(result, max);
           expect(size(capped)).toBeLessThanOrEqual(Math.max(max, size({ ...result, messages: [] })));
           const kept = capped.messages.length;
-          expect(capped.messages).toEqual(result.messages.slice(result.messages.length - kept));
+          if (capped.messages[0]?.clipped) {
+            // Only the newest message, cut to fit.
+            expect(kept).toBe(1);
+            expect(capped.messages[0].seq).toBe(result.messages.at(-1)!.seq);
+          } else expect(capped.messages).toEqual(result.messages.slice(result.messages.length - kept));
           if (kept < result.messages.length) expect(capped.truncated).toBe(true);
         },
       ),

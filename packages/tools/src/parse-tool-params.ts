@@ -1,6 +1,5 @@
 import { formatPath, TOOL_PARAM_SCHEMAS, type ToolName, type ToolParams } from "@switchboard/core";
 import type { z } from "zod";
-import type { IntegerRange } from "./tool-limits";
 
 /** A bad argument. Its message names the parameter and is what the model sees as `error`. */
 export class ToolParamError extends Error {
@@ -53,21 +52,6 @@ export function isPlainObject(value: unknown): value is Record<string, unknown> 
   if (typeof value !== "object" || value === null || Array.isArray(value)) return false;
   const prototype = Object.getPrototypeOf(value);
   return prototype === Object.prototype || prototype === null;
-}
-
-/** Floors, then clamps into the range; `undefined` gives the default. */
-export function clampInteger(value: number | undefined, range: IntegerRange): number {
-  if (value === undefined) return range.default;
-  return Math.min(range.max, Math.max(range.min, Math.floor(value)));
-}
-
-/**
- * Whole seconds for a timeout: positive fractions round up (a wait of 0.2 s must not become 0,
- * which means "do not wait"), then the range applies; `undefined` gives the default.
- */
-export function clampSeconds(value: number | undefined, range: IntegerRange): number {
-  if (value === undefined) return range.default;
-  return Math.min(range.max, Math.max(range.min, value > 0 ? Math.ceil(value) : 0));
 }
 
 /** A required text parameter: must contain something other than whitespace. */

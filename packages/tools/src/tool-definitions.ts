@@ -1,7 +1,14 @@
-import { TOOL_NAMES, TOOL_PARAM_SCHEMAS, type ToolDefinition, type ToolName } from "@switchboard/core";
+import {
+  SESSION_KINDS,
+  SPAWN_CLEANUP_MODES,
+  SUMMARIZE_SCOPES,
+  TOOL_NAMES,
+  TOOL_PARAM_SCHEMAS,
+  type ToolDefinition,
+  type ToolName,
+} from "@switchboard/core";
 import { type JsonSchemaObject, toProviderJsonSchema } from "./provider-json-schema";
 import { TOOL_DESCRIPTIONS } from "./tool-descriptions";
-import { SESSION_KINDS, SPAWN_CLEANUP_MODES, SUMMARIZE_SCOPES } from "./tool-limits";
 
 /**
  * Allowed values shown to the model as `enum`. The zod schemas keep these parameters as plain strings

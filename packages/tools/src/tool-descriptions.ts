@@ -1,4 +1,13 @@
-import type { ToolName } from "@switchboard/core";
+import {
+  HISTORY_LIMIT,
+  HISTORY_MAX_BYTES,
+  SEND_TIMEOUT_SECONDS,
+  SESSION_KINDS,
+  SESSIONS_LIST_LIMIT,
+  SESSIONS_LIST_MESSAGE_LIMIT,
+  SPAWN_LABEL_MAX_LENGTH,
+  type ToolName,
+} from "@switchboard/core";
 
 /**
  * What each tool tells the model. Written for an LLM reading a tool list: what the tool does, when to
@@ -8,22 +17,22 @@ export const TOOL_DESCRIPTIONS: Record<ToolName, string> = {
   sessions_list: [
     "List the sessions (conversations) you are allowed to see, most recently active first.",
     "Use it to discover session keys before calling sessions_history, sessions_send or session_status.",
-    "Filter with kinds (main, group, cron, hook, node, subagent, other) and activeMinutes; limit defaults to 50 (max 200).",
-    "Set messageLimit (max 20) to include each session's last messages (tool results are left out).",
+    `Filter with kinds (${SESSION_KINDS.join(", ")}) and activeMinutes; limit defaults to ${SESSIONS_LIST_LIMIT.default} (max ${SESSIONS_LIST_LIMIT.max}).`,
+    `Set messageLimit (max ${SESSIONS_LIST_MESSAGE_LIMIT.max}) to include each session's last messages (tool results are left out).`,
     'Returns {status: "ok", count, sessions, hidden}; hidden counts sessions that exist but that you are not allowed to see.',
   ].join(" "),
   sessions_history: [
     "Read the transcript of a session, oldest message first.",
     "sessionKey accepts a session key, an alias such as main, or a sessionId.",
-    "limit defaults to 50 (max 500); tool results are left out unless includeTools is true.",
+    `limit defaults to ${HISTORY_LIMIT.default} (max ${HISTORY_LIMIT.max}); tool results are left out unless includeTools is true.`,
     "To page further back, call again with before set to the nextBefore value you got.",
-    "Output is capped at 64 KiB: when truncated is true, older messages were dropped; page back with before to read them.",
+    `Output is capped at ${HISTORY_MAX_BYTES / 1024} KiB: when truncated is true, older messages were dropped; page back with before to read them.`,
     "Reading a more sensitive session raises your own sensitivity label to match it.",
     'Statuses: "ok"; "not_found" when no such session exists; "forbidden" when you may not read it.',
   ].join(" "),
   sessions_send: [
     "Send a message to another session and, by default, wait for its agent's reply.",
-    "timeoutSeconds defaults to 30 (max 600); 0 sends without waiting.",
+    `timeoutSeconds defaults to ${SEND_TIMEOUT_SECONDS.default} (max ${SEND_TIMEOUT_SECONDS.max}); 0 sends without waiting.`,
     'Statuses: "ok" with the reply; "accepted" when you did not wait (the message was delivered or queued);',
     '"timeout" when the wait ran out: the message was still delivered and the other agent keeps working,',
     "so read its answer later with sessions_history instead of sending again;",
@@ -35,7 +44,7 @@ export const TOOL_DESCRIPTIONS: Record<ToolName, string> = {
     'it returns {status: "accepted", runId, childSessionKey} at once, and the sub-agent\'s result is announced',
     "back to this session when it finishes, so do not poll for it.",
     "Write task as a complete, self-contained instruction: the sub-agent sees nothing else of this conversation.",
-    "Optional: label (max 64 characters), agentId (default: your own agent), model,",
+    `Optional: label (max ${SPAWN_LABEL_MAX_LENGTH} characters), agentId (default: your own agent), model,`,
     'runTimeoutSeconds (default 0 = no limit), cleanup ("keep" by default, "delete" removes the session after it reports).',
     'Statuses: "accepted" (if modelApplied is false, the model override was ignored; see warning);',
     '"forbidden" when spawning is not allowed here (too deep, agent not allowed, too many children), with the reason.',

@@ -1,9 +1,8 @@
-import { SwitchboardError, type ToolCaller } from "@switchboard/core";
+import { HISTORY_MAX_BYTES, recordingLogger, SwitchboardError, type ToolCaller } from "@switchboard/core";
 import fc from "fast-check";
-import { describe, expect, it, vi } from "vitest";
+import { describe, expect, it } from "vitest";
 import { message, recordingBackend, row } from "./testing/recording-backend";
 import { createToolExecutor } from "./tool-executor";
-import { HISTORY_MAX_BYTES } from "./tool-limits";
 
 const caller: ToolCaller = { sessionKey: "agent:main:main", agentId: "main", runId: "run-caller" };
 
@@ -513,15 +512,25 @@ describe("backend failures", () => {
   });
 
   it("turns any other thrown error into an internal error and tells the logger", async () => {
-    const warn = vi.fn();
+    const { logger, entries } = recordingLogger();
     const backend = recordingBackend({
       agents: async () => {
         throw new TypeError("cannot read properties of undefined");
       },
     });
-    const result = await createToolExecutor(backend, { logger: { warn } }).invoke("agents_list", {}, caller);
+    const result = await createToolExecutor(backend, { logger: logger.child({ component: "tools" }) }).invoke(
+      "agents_list",
+      {},
+      caller,
+    );
     expect(result).toEqual({ status: "error", error: "internal error: cannot read properties of undefined" });
-    expect(warn).toHaveBeenCalledOnce();
+    expect(entries).toEqual([
+      {
+        level: "warn",
+        fields: { component: "tools", tool: "agents_list", error: "cannot read properties of undefined" },
+        message: "tool backend failed unexpectedly",
+      },
+    ]);
   });
 
   it("handles a thrown non-Error and a synchronous throw", async () => {

@@ -1,6 +1,19 @@
 import {
+  clampInteger,
+  clampSeconds,
+  HISTORY_LIMIT,
+  HISTORY_MAX_BYTES,
+  isSessionKind,
   isSwitchboardError,
+  type Logger,
+  SEND_TIMEOUT_SECONDS,
+  SESSIONS_LIST_LIMIT,
+  SESSIONS_LIST_MESSAGE_LIMIT,
+  type SessionKind,
   type SessionRow,
+  SPAWN_CLEANUP_MODES,
+  SPAWN_LABEL_MAX_LENGTH,
+  SUMMARIZE_SCOPES,
   type ToolBackend,
   type ToolCaller,
   type ToolName,
@@ -13,33 +26,15 @@ import {
 import { capHistory } from "./cap-history";
 import {
   chooseOne,
-  clampInteger,
-  clampSeconds,
   optionalIdentifier,
   parseToolParams,
   requireText,
   ToolParamError,
 } from "./parse-tool-params";
-import {
-  HISTORY_LIMIT,
-  HISTORY_MAX_BYTES,
-  SEND_TIMEOUT_SECONDS,
-  SESSION_KINDS,
-  SESSIONS_LIST_LIMIT,
-  SESSIONS_LIST_MESSAGE_LIMIT,
-  type SessionKind,
-  SPAWN_CLEANUP_MODES,
-  SPAWN_LABEL_MAX_LENGTH,
-  SUMMARIZE_SCOPES,
-} from "./tool-limits";
-
-export interface ToolExecutorLogger {
-  warn(message: string, details?: Record<string, unknown>): void;
-}
 
 export interface ToolExecutorOptions {
   /** Told about unexpected backend failures (those become `internal error` results). Silent by default. */
-  logger?: ToolExecutorLogger;
+  logger?: Logger;
 }
 
 export interface ToolExecutor {
@@ -64,7 +59,7 @@ export function createToolExecutor(backend: ToolBackend, options: ToolExecutorOp
     sessions_list: async (params, caller) => {
       const limit = clampInteger(params.limit, SESSIONS_LIST_LIMIT);
       const messageLimit = clampInteger(params.messageLimit, SESSIONS_LIST_MESSAGE_LIMIT);
-      const { sessions, hidden } = await backend.listSessions(caller, {
+      const { sessions, hidden, dataLabel } = await backend.listSessions(caller, {
         kinds: validKinds(params.kinds),
         limit,
         activeMinutes:
@@ -75,7 +70,13 @@ export function createToolExecutor(backend: ToolBackend, options: ToolExecutorOp
         .sort((a, b) => b.updatedAt - a.updatedAt)
         .slice(0, limit)
         .map((row) => trimRowMessages(row, messageLimit));
-      return { status: "ok", count: rows.length, sessions: rows, hidden };
+      return {
+        status: "ok",
+        count: rows.length,
+        sessions: rows,
+        hidden,
+        ...(dataLabel ? { dataLabel } : {}),
+      };
     },
 
     sessions_history: async (params, caller) => {
@@ -157,11 +158,11 @@ export function createToolExecutor(backend: ToolBackend, options: ToolExecutorOp
   };
 }
 
-function failureResult(name: ToolName, error: unknown, logger: ToolExecutorLogger | undefined): ToolResult {
+function failureResult(name: ToolName, error: unknown, logger: Logger | undefined): ToolResult {
   if (error instanceof ToolParamError) return { status: "error", error: error.message };
   if (isCodedError(error)) return { status: ERROR_STATUS[error.code] ?? "error", error: error.message };
   const message = error instanceof Error ? error.message : String(error);
-  logger?.warn("tool backend failed unexpectedly", { tool: name, error: message });
+  logger?.warn({ tool: name, error: message }, "tool backend failed unexpectedly");
   return { status: "error", error: `internal error: ${message}` };
 }
 
@@ -191,8 +192,7 @@ function validKinds(kinds: string[] | undefined): SessionKind[] | undefined {
   const valid = new Set<SessionKind>();
   for (const kind of kinds) {
     const normalized = kind.trim().toLowerCase();
-    const match = SESSION_KINDS.find((candidate) => candidate === normalized);
-    if (match !== undefined) valid.add(match);
+    if (isSessionKind(normalized)) valid.add(normalized);
   }
   // tools.md: none valid means no filter, not "match nothing".
   return valid.size === 0 ? undefined : [...valid];

@@ -50,6 +50,14 @@ describe("createModelProvider", () => {
     });
     expect(model).toBeInstanceOf(OpenAIModelProvider);
     expect(model.name).toBe("openai:qwen3:8b");
+    expect(model.maxTextChars).toBe(8 * 1024 * 1024);
+    const capped = await createModelProvider({
+      provider: "openai",
+      baseUrl: "http://127.0.0.1:11434/v1",
+      model: "m",
+      maxResponseBytes: 65_536,
+    });
+    expect(capped.maxTextChars).toBe(65_536);
   });
 
   it("refuses a bad entry, naming the path and the rule", async () => {
@@ -67,5 +75,11 @@ describe("createModelProvider", () => {
       createModelProvider({ provider: "scripted", rules: [{ reply: "{{nope}}" }] }, { where }),
     ).rejects.toThrow(`invalid ${where}.rules:\n  rules[0].reply: unknown template variable {{nope}}`);
     await expect(createModelProvider({ provider: "llama" }, { where })).rejects.toThrow("provider");
+    await expect(
+      createModelProvider(
+        { provider: "openai", baseUrl: "http://x/v1", model: "m", maxResponseBytes: 100 },
+        { where },
+      ),
+    ).rejects.toThrow(`invalid ${where}:\n  maxResponseBytes: must be an integer >= 1024`);
   });
 });

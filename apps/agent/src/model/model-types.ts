@@ -49,5 +49,10 @@ export interface ModelTurn {
 export interface ModelProvider {
   /** Short name for logs and errors, e.g. `scripted` or `openai:qwen3:8b`. */
   readonly name: string;
+  /**
+   * The most reply text (all rounds of a run together) this provider's runs may stream, in
+   * characters; past it the run fails. Unset: no limit (the scripted model's text is the config's own).
+   */
+  readonly maxTextChars?: number;
   complete(request: ModelRequest): Promise<ModelTurn>;
 }

@@ -2,6 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { executeRun } from "../run/execute-run";
 import { fakeRunContext, modelRequest, runPayload } from "../testing/run-fixtures";
 import {
+  DEFAULT_MAX_RESPONSE_BYTES,
   type OpenAIModelConfigInput,
   OpenAIModelProvider,
   type OpenAIProviderOptions,
@@ -11,7 +12,10 @@ import {
   completion,
   finishDelta,
   type OpenAITestServer,
+  type RecordedRequest,
+  type Responder,
   sendJson,
+  sendPieces,
   sendRaw,
   sendStream,
   startOpenAITestServer,
@@ -295,6 +299,116 @@ describe("openai provider: failures", () => {
       "run aborted: worker shutting down",
     );
     expect(progress).toEqual([{ kind: "text-delta", data: { text: "Thinking" } }]);
+  });
+});
+
+describe("openai provider: hostile and odd responses", () => {
+  const lastMessage = (request: RecordedRequest) =>
+    (request.body.messages as { content: string }[]).at(-1)?.content;
+
+  it("a many-MB line without a newline fails its run at the default limit while another run completes", async () => {
+    const huge = DEFAULT_MAX_RESPONSE_BYTES + 4 * 1024 * 1024;
+    const piece = "x".repeat(64 * 1024);
+    const hostile = sendPieces([
+      'data: {"choices":[{"index":0,"delta":{"content":"',
+      ...Array.from({ length: huge / piece.length }, () => piece),
+    ]);
+    const normal = sendStream([textDelta("still "), textDelta("here", "stop")]);
+    // The two requests race: each is answered by what its message asks for.
+    const route: Responder = (res, request) =>
+      (lastMessage(request) === "flood" ? hostile : normal)(res, request);
+    server.enqueue(route, route);
+    const model = provider();
+    const deltas: string[] = [];
+    const [flooded, calm] = await Promise.allSettled([
+      model.complete(modelRequest(runPayload("flood"), { onTextDelta: (text) => deltas.push(text) })),
+      model.complete(modelRequest(runPayload("calm"))),
+    ]);
+    expect(flooded.status).toBe("rejected");
+    const error = (flooded as PromiseRejectedResult).reason;
+    expect(error).toMatchObject({ code: "PAYLOAD_TOO_LARGE" });
+    expect(error.message).toContain(
+      `failed: the response exceeded 8 MiB (maxResponseBytes ${DEFAULT_MAX_RESPONSE_BYTES}); the rest was not read`,
+    );
+    expect(deltas).toEqual([]);
+    expect(calm).toEqual({ status: "fulfilled", value: { text: "still here" } });
+  });
+
+  it("a configured maxResponseBytes bounds streamed and plain bodies alike", async () => {
+    const many = Array.from({ length: 200 }, () => textDelta("a"));
+    server.enqueue(sendStream([...many, finishDelta("stop")]));
+    await expect(
+      provider({ maxResponseBytes: 4096 }).complete(modelRequest(runPayload("hi"))),
+    ).rejects.toThrow("the response exceeded 4 KiB (maxResponseBytes 4096)");
+
+    server.enqueue(sendJson(200, completion({ content: "b".repeat(5000) })));
+    await expect(
+      provider({ stream: false, maxResponseBytes: 4096 }).complete(modelRequest(runPayload("hi"))),
+    ).rejects.toThrow("the response exceeded 4 KiB (maxResponseBytes 4096)");
+    expect(server.requests).toHaveLength(2); // not retried
+  });
+
+  it("a run's streamed text is bounded across tool rounds, and nothing past the limit is reported", async () => {
+    server.enqueue(
+      sendStream([
+        textDelta("a".repeat(1500)),
+        toolCallDelta(0, { id: "call_1", name: "sessions_list", arguments: "{}" }),
+        finishDelta("tool_calls"),
+      ]),
+      sendStream([textDelta("b".repeat(1500), "stop")]),
+    );
+    const { ctx, progress } = fakeRunContext({ sessions_list: () => ({ status: "ok" }) });
+    await expect(executeRun(runPayload("hi"), provider({ maxResponseBytes: 2048 }), ctx)).rejects.toThrow(
+      "run stopped: the model's reply text exceeded 2048 characters (maxResponseBytes)",
+    );
+    const reported = progress.filter((p) => p.kind === "text-delta").map((p) => p.data.text as string);
+    expect(reported.join("")).toBe("a".repeat(1500));
+  });
+
+  it("ignores an empty data: event", async () => {
+    server.enqueue(sendStream([textDelta("a"), "", textDelta("b", "stop")]));
+    expect(await provider().complete(modelRequest(runPayload("hi")))).toEqual({ text: "ab" });
+  });
+
+  it("a stream whose chunks never carry a choice is an error, as it is unstreamed", async () => {
+    server.enqueue(
+      sendStream([{ choices: [] }, { choices: [], usage: { prompt_tokens: 1, completion_tokens: 0 } }]),
+    );
+    await expect(provider().complete(modelRequest(runPayload("hi")))).rejects.toThrow(
+      "malformed response: no stream event carried a choice (every chunk had `choices: []`)",
+    );
+  });
+
+  it("a 200 that is neither an event stream nor JSON says what came back", async () => {
+    const page = `<html><head><title>Sign in</title></head><body>${"Please log in. ".repeat(40)}</body></html>`;
+    server.enqueue(sendRaw(200, page, "text/html; charset=utf-8"));
+    const error = await provider()
+      .complete(modelRequest(runPayload("hi")))
+      .catch((e: Error) => e);
+    expect((error as Error).message).toContain(
+      "malformed response: expected text/event-stream, got text/html: <html><head><title>Sign in</title>",
+    );
+    expect((error as Error).message).toMatch(/Please log in\. Ple…$/); // the first 200 characters
+    expect((error as Error).message.length).toBeLessThan(400);
+
+    server.enqueue(sendRaw(200, "<html>login</html>", "text/html"));
+    await expect(provider({ stream: false }).complete(modelRequest(runPayload("hi")))).rejects.toThrow(
+      "malformed response: the body (text/html) is not JSON: <html>login</html>",
+    );
+  });
+
+  it("an event stream without any event quotes how the body began", async () => {
+    server.enqueue(sendRaw(200, "upstream connect error", "text/event-stream"));
+    await expect(provider().complete(modelRequest(runPayload("hi")))).rejects.toThrow(
+      "the stream ended before the response was complete; no event came, the body began: upstream connect error",
+    );
+  });
+
+  it("refuses a tool-call index far beyond any real response", async () => {
+    server.enqueue(sendStream([toolCallDelta(1_000_000_000, { id: "c", name: "x" }), finishDelta("stop")]));
+    await expect(provider().complete(modelRequest(runPayload("hi")))).rejects.toThrow(
+      "malformed response: tool call index 1000000000: one response may make at most 128 calls",
+    );
   });
 });
 

@@ -18,7 +18,8 @@ import {
   toOpenAITools,
   toUsage,
 } from "./openai-wire";
-import { sseData } from "./sse-lines";
+import { cappedChunks, ResponseTooLargeError, readTextCapped, readTextPrefix } from "./response-body";
+import { sseData } from "./sse-events";
 
 export type OpenAIModelConfigInput = z.input<typeof OpenAIModelConfigSchema>;
 
@@ -41,6 +42,14 @@ const DEFAULT_MAX_RETRY_DELAY_MS = 30_000;
 const BACKOFF_BASE_MS = 500;
 const BACKOFF_MAX_MS = 8_000;
 const DETAIL_MAX_CHARS = 300;
+/** Default of `maxResponseBytes`: far above any real completion, far below what hurts a worker. */
+export const DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024;
+/** An error page is only quoted, so only its beginning is read. */
+const ERROR_BODY_MAX_BYTES = 64 * 1024;
+/** How much of an unexpected body an error message quotes. */
+const UNEXPECTED_BODY_CHARS = 200;
+/** More tool calls than any model makes in one turn; bounds the array a server's `index` addresses. */
+const MAX_TOOL_CALLS = 128;
 
 class RetryableFailure extends Error {
   constructor(
@@ -58,7 +67,10 @@ class RetryableFailure extends Error {
  */
 export class OpenAIModelProvider implements ModelProvider {
   readonly name: string;
+  /** A run's streamed text is bounded by the same figure as one response (see `executeRun`). */
+  readonly maxTextChars: number;
   readonly #config: OpenAIModelConfig;
+  readonly #maxResponseBytes: number;
   readonly #maxRetries: number;
   readonly #maxRetryDelayMs: number;
   readonly #url: string;
@@ -74,6 +86,8 @@ export class OpenAIModelProvider implements ModelProvider {
     this.#maxRetryDelayMs = options.maxRetryDelayMs ?? DEFAULT_MAX_RETRY_DELAY_MS;
     this.#url = `${this.#config.baseUrl.replace(/\/+$/, "")}/chat/completions`;
     this.name = `openai:${this.#config.model}`;
+    this.#maxResponseBytes = this.#config.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
+    this.maxTextChars = this.#maxResponseBytes;
     this.#env = options.env ?? process.env;
     this.#fetch = options.fetch ?? globalThis.fetch;
     this.#sleep = options.sleep ?? abortableSleep;
@@ -140,15 +154,24 @@ export class OpenAIModelProvider implements ModelProvider {
   async #attempt(request: ModelRequest, headers: Record<string, string>, body: string): Promise<ModelTurn> {
     const { timeoutMs } = this.#config;
     if (timeoutMs === undefined) return this.#send(request, request.signal, headers, body);
-    const signal = AbortSignal.any([request.signal, AbortSignal.timeout(timeoutMs)]);
+    // Not AbortSignal.timeout(): inside AbortSignal.any() Node may garbage-collect it before it fires
+    // (nodejs/node#57736), and the call then hangs. The timer below holds its controller strongly.
+    const timeout = new AbortController();
+    const timer = setTimeout(
+      () => timeout.abort(new DOMException("model call timed out", "TimeoutError")),
+      timeoutMs,
+    );
+    const signal = AbortSignal.any([request.signal, timeout.signal]);
     try {
       return await this.#send(request, signal, headers, body);
     } catch (error) {
-      if (signal.aborted && !request.signal.aborted) {
+      if (timeout.signal.aborted && !request.signal.aborted) {
         // Not retried: a model that is too slow once is likely too slow again.
         throw this.#error("TIMEOUT", `no complete response within ${timeoutMs} ms (timeoutMs)`, error);
       }
       throw error;
+    } finally {
+      clearTimeout(timer);
     }
   }
 
@@ -184,17 +207,41 @@ export class OpenAIModelProvider implements ModelProvider {
       }
       throw this.#error("INVALID_REQUEST", message);
     }
-    if (this.#config.stream && isEventStream(response)) return this.#readStream(response, request);
-    return this.#readJson(response);
+    const type = contentType(response);
+    // A server may ignore `stream: true` and answer with plain JSON; both are accepted. Anything else
+    // (a proxy's HTML login page, plain text) is quoted so the user sees what answered instead.
+    if (this.#config.stream && !isJson(type)) {
+      if (type === "" || type === "text/event-stream") return this.#readStream(response, request);
+      const head = await readTextPrefix(response.body, ERROR_BODY_MAX_BYTES);
+      throw this.#malformed(
+        `expected text/event-stream, got ${type}: ${excerpt(head, UNEXPECTED_BODY_CHARS)}`,
+      );
+    }
+    return this.#readJson(response, type);
   }
 
-  async #readJson(response: Response): Promise<ModelTurn> {
-    const text = await response.text();
+  /** Reading the body past `maxResponseBytes` becomes a run error naming the limit. */
+  async #capped<T>(read: () => Promise<T>): Promise<T> {
+    try {
+      return await read();
+    } catch (error) {
+      if (!(error instanceof ResponseTooLargeError)) throw error;
+      throw this.#error(
+        "PAYLOAD_TOO_LARGE",
+        `the response exceeded ${formatBytes(error.limit)} (maxResponseBytes ${error.limit}); the rest was not read`,
+        error,
+      );
+    }
+  }
+
+  async #readJson(response: Response, type: string): Promise<ModelTurn> {
+    const text = await this.#capped(() => readTextCapped(response.body, this.#maxResponseBytes));
     let value: unknown;
     try {
       value = JSON.parse(text);
     } catch {
-      throw this.#malformed(`the body is not JSON: ${excerpt(text)}`);
+      const what = type && !isJson(type) ? ` (${type})` : "";
+      throw this.#malformed(`the body${what} is not JSON: ${excerpt(text)}`);
     }
     const serverError = errorBodyMessage(value);
     if (serverError !== undefined)
@@ -212,11 +259,29 @@ export class OpenAIModelProvider implements ModelProvider {
 
   async #readStream(response: Response, request: ModelRequest): Promise<ModelTurn> {
     if (!response.body) throw this.#malformed("the streamed response has no body");
+    const body = response.body;
+    return this.#capped(() => this.#parseStream(body, request));
+  }
+
+  async #parseStream(body: ReadableStream<Uint8Array>, request: ModelRequest): Promise<ModelTurn> {
     let text = "";
     let usage: Usage | undefined;
     let complete = false;
+    let events = 0;
+    let choices = 0;
+    // The beginning of the body, to quote when it turns out not to be a stream at all.
+    let head = "";
     const calls: { id?: string; name: string; args: string }[] = [];
-    for await (const data of sseData(response.body)) {
+    const source = cappedChunks(body, this.#maxResponseBytes);
+    const tapped = async function* () {
+      for await (const chunk of source) {
+        if (head.length < UNEXPECTED_BODY_CHARS)
+          head += new TextDecoder().decode(chunk.subarray(0, UNEXPECTED_BODY_CHARS));
+        yield chunk;
+      }
+    };
+    for await (const data of sseData(tapped())) {
+      events++;
       if (data.trim() === "[DONE]") {
         complete = true;
         break;
@@ -235,6 +300,7 @@ export class OpenAIModelProvider implements ModelProvider {
       usage = toUsage(parsed.data.usage) ?? usage;
       const choice = parsed.data.choices?.find((c) => (c.index ?? 0) === 0);
       if (!choice) continue;
+      choices++;
       const delta = choice.delta;
       if (delta?.content) {
         text += delta.content;
@@ -247,6 +313,11 @@ export class OpenAIModelProvider implements ModelProvider {
           const known = piece.id ? calls.findIndex((call) => call.id === piece.id) : -1;
           index = known !== -1 ? known : piece.id || calls.length === 0 ? calls.length : calls.length - 1;
         }
+        // The array is indexed by the server's number: a huge one must not make it huge.
+        if (index >= MAX_TOOL_CALLS)
+          throw this.#malformed(
+            `tool call index ${index}: one response may make at most ${MAX_TOOL_CALLS} calls`,
+          );
         let call = calls[index];
         if (!call) {
           call = { name: "", args: "" };
@@ -260,7 +331,14 @@ export class OpenAIModelProvider implements ModelProvider {
       }
       if (choice.finish_reason) complete = true;
     }
-    if (!complete) throw this.#malformed("the stream ended before the response was complete");
+    if (!complete) {
+      const began =
+        events === 0 ? `; no event came, the body began: ${excerpt(head, UNEXPECTED_BODY_CHARS)}` : "";
+      throw this.#malformed(`the stream ended before the response was complete${began}`);
+    }
+    // As with a non-streamed completion, an answer that never carried a choice is no answer.
+    if (choices === 0)
+      throw this.#malformed("no stream event carried a choice (every chunk had `choices: []`)");
     const toolCalls: ModelToolCall[] = [];
     calls.forEach((call, index) => {
       if (!call) return;
@@ -303,9 +381,13 @@ function turn(text: string, toolCalls: ModelToolCall[], usage: Usage | undefined
   return out;
 }
 
-function isEventStream(response: Response): boolean {
-  // A server may ignore `stream: true` and answer with plain JSON; both are accepted.
-  return !(response.headers.get("content-type") ?? "").includes("application/json");
+/** The media type alone, lower case (`text/event-stream; charset=utf-8` → `text/event-stream`). */
+function contentType(response: Response): string {
+  return (response.headers.get("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
+}
+
+function isJson(type: string): boolean {
+  return type === "application/json" || type.endsWith("+json");
 }
 
 function generatedCallId(index: number): string {
@@ -326,7 +408,7 @@ export function retryAfterMs(headers: Headers, now: number): number | undefined 
 async function responseDetail(response: Response): Promise<string> {
   let text: string;
   try {
-    text = await response.text();
+    text = await readTextPrefix(response.body, ERROR_BODY_MAX_BYTES);
   } catch {
     return "";
   }
@@ -354,9 +436,19 @@ function describeIssue(issue: { path: PropertyKey[]; message: string } | undefin
   return `${path.replace(/^\./, "") || "(root)"}: ${issue.message}`;
 }
 
-function excerpt(text: string): string {
-  const flat = text.replace(/\s+/g, " ").trim();
-  return flat.length > DETAIL_MAX_CHARS ? `${flat.slice(0, DETAIL_MAX_CHARS)}…` : flat || "(empty)";
+function excerpt(text: string, max = DETAIL_MAX_CHARS): string {
+  // Only the quoted part is flattened: the text may be megabytes long.
+  const flat = text
+    .slice(0, max * 4)
+    .replace(/\s+/g, " ")
+    .trim();
+  return flat.length > max ? `${flat.slice(0, max)}…` : flat || "(empty)";
+}
+
+function formatBytes(bytes: number): string {
+  if (bytes >= 1024 * 1024 && bytes % (1024 * 1024) === 0) return `${bytes / (1024 * 1024)} MiB`;
+  if (bytes >= 1024 && bytes % 1024 === 0) return `${bytes / 1024} KiB`;
+  return `${bytes} bytes`;
 }
 
 function formatMs(ms: number): string {

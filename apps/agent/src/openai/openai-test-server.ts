@@ -87,6 +87,36 @@ export function sendStream(
   };
 }
 
+/**
+ * Writes the body piece by piece, waiting whenever the socket is full, and stops quietly once the
+ * client hangs up (as the provider does when a response goes past its limit).
+ */
+export function sendPieces(
+  pieces: Iterable<string | Uint8Array>,
+  contentType = "text/event-stream",
+  status = 200,
+): Responder {
+  return async (res) => {
+    res.on("error", () => {});
+    res.writeHead(status, { "content-type": contentType });
+    for (const piece of pieces) {
+      if (res.destroyed) return;
+      if (!res.write(piece)) {
+        await new Promise<void>((resolve) => {
+          const done = () => {
+            res.off("drain", done);
+            res.off("close", done);
+            resolve();
+          };
+          res.on("drain", done);
+          res.on("close", done);
+        });
+      }
+    }
+    if (!res.destroyed) res.end();
+  };
+}
+
 export function completion(message: { content?: string | null; tool_calls?: unknown[] }, usage?: object) {
   return {
     id: "chatcmpl-test",

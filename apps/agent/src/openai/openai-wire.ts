@@ -140,6 +140,8 @@ export const StreamChunkSchema = z.object({
 export const ErrorBodySchema = z.object({ error: WireErrorSchema.unwrap() });
 
 export function errorBodyMessage(value: unknown): string | undefined {
+  // Checked first because a failed safeParse builds an error object, and every stream event gets here.
+  if (typeof value !== "object" || value === null || !("error" in value)) return undefined;
   const parsed = ErrorBodySchema.safeParse(value);
   if (!parsed.success) return undefined;
   const { error } = parsed.data;

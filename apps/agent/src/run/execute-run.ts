@@ -68,9 +68,18 @@ export async function executeRun(
     const { system, messages } = buildModelInput(run, options);
     const { history: _history, tools, ...runInfo } = run;
     let usage: Usage | undefined;
+    const maxTextChars = model.maxTextChars ?? Number.POSITIVE_INFINITY;
+    let textChars = 0;
+    const tooMuchText = () =>
+      new SwitchboardError(
+        "PAYLOAD_TOO_LARGE",
+        `run stopped: the model's reply text exceeded ${maxTextChars} characters (maxResponseBytes)`,
+        { details: { runId: run.runId, model: model.name, maxTextChars } },
+      );
 
     for (let round = 0; ; round++) {
       let streamed = false;
+      let overflow = false;
       let turn: ModelTurn;
       try {
         turn = await raceAbort(
@@ -81,9 +90,12 @@ export async function executeRun(
             signal,
             run: runInfo,
             onTextDelta: (text) => {
-              if (signal.aborted || text === "") return;
+              if (signal.aborted || text === "" || overflow) return;
               streamed = true;
-              report("text-delta", { text });
+              textChars += text.length;
+              // Nothing past the limit reaches the gateway; the run fails once the call returns.
+              if (textChars > maxTextChars) overflow = true;
+              else report("text-delta", { text });
             },
           }),
           signal,
@@ -93,6 +105,9 @@ export async function executeRun(
         throw error;
       }
       if (signal.aborted) throw aborted();
+      if (overflow) throw tooMuchText();
+      if (!streamed) textChars += turn.text?.length ?? 0;
+      if (textChars > maxTextChars) throw tooMuchText();
       if (turn.usage) {
         usage = {
           inputTokens: (usage?.inputTokens ?? 0) + turn.usage.inputTokens,

@@ -1,5 +1,6 @@
 import { startAgentWorker } from "@switchboard/agent";
 import { CLIENT_OPTIONS, type CommandSpec, listOption, numberOption } from "./args";
+import { asConfigError } from "./cli-config";
 import { CliError, EXIT, errorCode, errorMessage } from "./cli-errors";
 import type { Command } from "./command";
 import { resolveTarget } from "./gateway-client";
@@ -25,6 +26,10 @@ const spec: CommandSpec = {
   },
   details: `The token needs role agent (auth.tokens in the config) or operator. Rules files named in the config
 are resolved against the config file's directory.
+
+Exit codes (as switchboard-agent): 0 stopped cleanly, 1 failure (gateway unreachable, connection lost),
+2 usage or config error (bad flag, invalid config, missing rules file, --agents naming an agent the
+config does not have), 3 the gateway refused the token.
 
 Examples:
   switchboard agent --config switchboard.config.json5 --agents research --token "$RESEARCH_WORKER_TOKEN"`,
@@ -61,6 +66,9 @@ export const agentCommand: Command = {
           code,
         );
       }
+      // Bad --agents or a broken rules file: the command line or config is wrong, as in switchboard-agent.
+      const configError = asConfigError(error);
+      if (configError) throw configError;
       if (code === "UNAVAILABLE") {
         throw new CliError(
           `cannot reach the gateway at ${target.url}: ${errorMessage(error)}`,
@@ -72,8 +80,19 @@ export const agentCommand: Command = {
     }
     io.err(`serving ${worker.agents.join(", ")} for ${target.url}; Ctrl-C stops`);
     const stopped = await Promise.race([untilSignal(io), worker.closed.then(() => "closed" as const)]);
-    if (stopped === "closed")
-      throw new CliError("the connection to the gateway was closed for good", EXIT.failure);
+    if (stopped === "closed") {
+      // A closed client's ready() rejects with why it closed: a token revoked while the worker was
+      // reconnecting is a refusal (exit 3), as at start-up, not a plain failure.
+      const reason = await worker.client.ready().then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      const code = errorCode(reason);
+      const why = reason instanceof Error ? `: ${reason.message}` : "";
+      if (code === "UNAUTHORIZED" || code === "FORBIDDEN")
+        throw new CliError(`the gateway at ${target.url} refused the worker${why}`, EXIT.refused, code);
+      throw new CliError(`the connection to the gateway was closed for good${why}`, EXIT.failure, code);
+    }
     io.err(`${stopped}: finishing current runs…`);
     await worker.stop();
     io.err("stopped");

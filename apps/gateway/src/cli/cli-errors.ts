@@ -1,15 +1,13 @@
+/**
+ * Exit codes of the `switchboard` CLI: one table for every Switchboard binary, defined once with
+ * `switchboard-agent` (0 ok; 1 unreachable gateway, timeout, failed run, damaged data, anything
+ * else; 2 unknown command or flag, malformed argument, invalid config; 3 refused: FORBIDDEN,
+ * UNAUTHORIZED, or a tool result with status `forbidden`).
+ */
+import { AGENT_EXIT as EXIT } from "@switchboard/agent";
 import type { ErrorCode } from "@switchboard/core";
 
-/** Exit codes of the `switchboard` CLI. */
-export const EXIT = {
-  ok: 0,
-  /** Unreachable gateway, timeout, failed run, damaged data, anything else. */
-  failure: 1,
-  /** Unknown command or flag, missing or malformed argument. */
-  usage: 2,
-  /** The gateway refused: FORBIDDEN, UNAUTHORIZED, or a tool result with status `forbidden`. */
-  refused: 3,
-} as const;
+export { EXIT };
 
 /** Bad command line: printed with the command's usage line, exit 2. */
 export class UsageError extends Error {
@@ -29,11 +27,19 @@ export class CliError extends Error {
     message: string,
     readonly exitCode: number,
     readonly code?: string,
+    /** Extra fields for the `--json` error object (e.g. a config's `issues`). */
+    readonly details?: Record<string, unknown>,
+    options?: ErrorOptions,
   ) {
-    super(message);
+    super(message, options);
     this.name = "CliError";
   }
 }
+
+/** `code` of the `--json` error object for a bad command line. */
+export const USAGE_CODE = "USAGE";
+/** `code` of the `--json` error object for a config file that does not load or validate. */
+export const INVALID_CONFIG_CODE = "INVALID_CONFIG";
 
 const REFUSED_CODES: ReadonlySet<string> = new Set<ErrorCode>(["FORBIDDEN", "UNAUTHORIZED"]);
 

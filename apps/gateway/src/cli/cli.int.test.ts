@@ -1,4 +1,4 @@
-import { spawnSync } from "node:child_process";
+import { type ChildProcess, execFile, spawn, spawnSync } from "node:child_process";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -7,6 +7,42 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLI_BUILT, CliProcess, cleanEnv, NOT_BUILT_MESSAGE, REPO_ROOT, runCliProcess } from "./cli-process";
 
 if (!CLI_BUILT) console.warn(`skipping the CLI tests: ${NOT_BUILT_MESSAGE}`);
+
+/** A command line run through `sh -c` as pasted, kept running (a worker). */
+class ShellProcess {
+  private readonly child: ChildProcess;
+  private stderr = "";
+  private readonly exited: Promise<void>;
+
+  constructor(command: string, cwd: string) {
+    this.child = spawn("sh", ["-c", `exec ${command}`], {
+      cwd,
+      env: cleanEnv(),
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    this.child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
+      this.stderr += chunk;
+    });
+    this.exited = new Promise((resolve) => this.child.once("exit", () => resolve()));
+  }
+
+  async waitFor(text: string): Promise<void> {
+    let exited = false;
+    void this.exited.then(() => {
+      exited = true;
+    });
+    const deadline = Date.now() + 20_000;
+    while (!this.stderr.includes(text)) {
+      if (exited || Date.now() > deadline) throw new Error(`no "${text}" from the worker:\n${this.stderr}`);
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    }
+  }
+
+  async stop(): Promise<void> {
+    if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill("SIGKILL");
+    await this.exited;
+  }
+}
 
 async function closedPort(): Promise<number> {
   const server = createServer();
@@ -307,14 +343,27 @@ describe.skipIf(!CLI_BUILT)(
       );
       processes.push(gateway);
       await gateway.waitForOutput("\n");
-      const details = JSON.parse(gateway.stdout) as { url: string; operatorToken: string; agents: unknown[] };
+      const details = JSON.parse(gateway.stdout) as {
+        url: string;
+        operatorToken: string;
+        agents: unknown[];
+        workerCommand: string;
+      };
       expect(details.agents).toEqual([]);
+      expect(details.workerCommand).toMatch(/ agent --url ws:\/\/127\.0\.0\.1:\d+ --data-dir data$/);
       const target = ["--url", details.url, "--data-dir", dataDir];
 
-      // No worker yet: the run waits, so the send times out (exit 1) and says the run is still going.
+      // No worker yet: the run waits queued, so the send times out (exit 1) and says why.
       const queued = await runCliProcess(["send", "main", "ping", "--wait", "0.5", ...target]);
       expect(queued.code).toBe(1);
-      expect(queued.stderr).toContain("no reply within 0.5s");
+      expect(queued.stderr).toContain("no reply within 0.5s: run ");
+      expect(queued.stderr).toContain(
+        "is queued, no worker for agent main is connected, so its runs wait queued (start one: switchboard agent --agents main)",
+      );
+      const status = await runCliProcess(["sessions", "status", "main", ...target]);
+      expect(status.code).toBe(0);
+      expect(status.stdout).toMatch(/active run:\s+none: no worker for agent main is connected/);
+      expect(status.stdout).toMatch(/queued runs:\s+1/);
 
       const agent = CliProcess.start(["agent", "--agents", "main", "--log-level", "silent", ...target], {
         cwd: dir,
@@ -323,12 +372,69 @@ describe.skipIf(!CLI_BUILT)(
       await agent.waitForOutput("serving main", 20_000, "stderr");
       const answered = await runCliProcess(["send", "main", "ping", "--wait", "10", ...target]);
       expect(answered.stdout).toBe("pong\n");
+      const served = await runCliProcess(["sessions", "status", "main", ...target]);
+      expect(served.stdout).toMatch(/active run:\s+none\n/);
 
       agent.child.kill("SIGINT");
       gateway.child.kill("SIGINT");
       expect(await agent.exited).toBe(0);
       expect(await gateway.exited).toBe(0);
       expect(gateway.stderr).toContain("stopped");
+    });
+
+    it("prints a worker command before the try-it, and both work as printed", async () => {
+      const gateway = CliProcess.start(
+        [
+          "gateway",
+          "--config",
+          join(REPO_ROOT, "examples/switchboard.config.json5"),
+          "--port",
+          "0",
+          "--data-dir",
+          join(dir, "banner-data"),
+          "--log-level",
+          "silent",
+        ],
+        { cwd: dir },
+      );
+      processes.push(gateway);
+      await gateway.waitForOutput("Ctrl-C stops it.");
+      expect(gateway.stdout).toMatch(
+        /Agents\s+none in this process: runs wait queued until a worker for main, research connects/,
+      );
+      const workerLine = /Start a worker for the agents in another terminal:\n\s+(.+)/.exec(
+        gateway.stdout,
+      )![1]!;
+      const example = /Then try it in a third terminal:\n\s+(.+)/.exec(gateway.stdout)![1]!;
+      expect(workerLine).toContain(" agent --config ");
+      expect(example).toContain('send main "ping" --wait 10');
+      expect(gateway.stdout.indexOf(workerLine)).toBeLessThan(gateway.stdout.indexOf(example));
+
+      // Paste both as a user would, from the directory the gateway was started in.
+      const worker = new ShellProcess(workerLine, dir);
+      try {
+        await worker.waitFor("serving main, research");
+        const pasted = await new Promise<{ code: number | null; stdout: string; stderr: string }>(
+          (resolve) => {
+            execFile(
+              "sh",
+              ["-c", example],
+              { cwd: dir, env: cleanEnv(), timeout: 20_000 },
+              (error, stdout, stderr) =>
+                resolve({
+                  code: error ? (typeof error.code === "number" ? error.code : null) : 0,
+                  stdout,
+                  stderr,
+                }),
+            );
+          },
+        );
+        expect(pasted.stderr).toBe("");
+        expect(pasted.stdout).toBe("pong\n");
+        expect(pasted.code).toBe(0);
+      } finally {
+        await worker.stop();
+      }
     });
   },
 );

@@ -1,3 +1,4 @@
+import { rmSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -38,6 +39,50 @@ const spec: CommandSpec = {
   details: "Example:\n  switchboard demo",
 };
 
+/** 128 + the signal number, as a shell reports a process a signal ended. */
+const SIGNAL_EXIT = { SIGINT: 130, SIGTERM: 143 } as const;
+type StopSignal = keyof typeof SIGNAL_EXIT;
+
+interface Interruption {
+  /** Rejects on the first SIGINT/SIGTERM. */
+  signalled: Promise<never>;
+  signal: StopSignal | undefined;
+  dispose(): void;
+}
+
+/**
+ * Turns the first SIGINT/SIGTERM into a rejection, so the demo unwinds through its clean-up. A second
+ * signal means "now": `force` runs (synchronously) and the process exits.
+ */
+function onInterrupt(force: () => void): Interruption {
+  let reject: (error: Error) => void = () => undefined;
+  const signalled = new Promise<never>((_, fail) => {
+    reject = fail;
+  });
+  signalled.catch(() => undefined);
+  const interruption: Interruption = {
+    signalled,
+    signal: undefined,
+    dispose: () => {
+      for (const signal of Object.keys(SIGNAL_EXIT)) process.off(signal, handler);
+    },
+  };
+  const handler = (signal: StopSignal) => {
+    if (interruption.signal) {
+      force();
+      process.exit(SIGNAL_EXIT[signal]);
+    }
+    interruption.signal = signal;
+    reject(new Error(`interrupted by ${signal}`));
+  };
+  for (const signal of Object.keys(SIGNAL_EXIT)) process.on(signal, handler);
+  return interruption;
+}
+
+function settled<T>(promise: Promise<T> | undefined): Promise<T | undefined> {
+  return promise ? promise.catch(() => undefined) : Promise.resolve(undefined);
+}
+
 const SHOWN_EVENTS: readonly EventName[] = EVENT_NAMES.filter((name) => name !== "run.assigned");
 
 export const demoCommand: Command = {
@@ -47,26 +92,41 @@ export const demoCommand: Command = {
     const config = parseConfig(demoConfig());
     const logger = appLogger(spec, values, config);
     const dataDir = await mkdtemp(join(tmpdir(), "switchboard-demo-"));
+    // Ctrl-C must not leave the temp dir behind with its LOCK, operator token and audit key.
+    const interruption = onInterrupt(() => {
+      if (!values["keep-data"]) rmSync(dataDir, { recursive: true, force: true });
+    });
     const started = performance.now();
     const entries: TimelineEntry[] = [];
     const checks: Check[] = [];
     const runKinds = new Map<string, string>();
     const log = new EventLog(started);
-    let gateway: Gateway | undefined;
-    let worker: Awaited<ReturnType<typeof startAgentWorker>> | undefined;
-    let client: SwitchboardClient | undefined;
+    // The promises, not just the results: a signal can arrive while one is still starting, and
+    // what it starts must be closed before the data dir is removed.
+    let gatewayStart: Promise<Gateway> | undefined;
+    let workerStart: Promise<Awaited<ReturnType<typeof startAgentWorker>>> | undefined;
+    let clientStart: Promise<SwitchboardClient> | undefined;
     let failure: string | undefined;
     const progress = startProgress(io, "playing the demo scenario");
-    try {
-      gateway = await Gateway.start({ config, dataDir, logger, fsync: "none" });
-      worker = await startAgentWorker({ url: gateway.url, token: gateway.operatorToken, config, logger });
-      client = await connect({
+    // After a signal, start nothing more: the clean-up may already have passed that step.
+    const goOn = () => {
+      if (interruption.signal) throw new Error(`interrupted by ${interruption.signal}`);
+    };
+    const play = async () => {
+      gatewayStart = Gateway.start({ config, dataDir, logger, fsync: "none" });
+      const gateway = await gatewayStart;
+      goOn();
+      workerStart = startAgentWorker({ url: gateway.url, token: gateway.operatorToken, config, logger });
+      await workerStart;
+      goOn();
+      clientStart = connect({
         url: gateway.url,
         token: gateway.operatorToken,
         role: "operator",
         clientName: "switchboard-demo",
         clientVersion: VERSION,
       });
+      const client = await clientStart;
       log.attach(client, SHOWN_EVENTS);
       await client.subscribe({});
       const context: ScenarioContext = {
@@ -82,14 +142,26 @@ export const demoCommand: Command = {
         `up on ${gateway.url} with scripted agents main and research (data dir ${dataDir})`,
       );
       await playScenario(context);
+    };
+    try {
+      await Promise.race([play(), interruption.signalled]);
     } catch (error) {
       failure = errorMessage(error);
     } finally {
       progress.stop();
-      await client?.close().catch(() => undefined);
-      await worker?.stop().catch(() => undefined);
-      await gateway?.close().catch(() => undefined);
+      await (await settled(clientStart))?.close().catch(() => undefined);
+      await (await settled(workerStart))?.stop().catch(() => undefined);
+      await (await settled(gatewayStart))?.close().catch(() => undefined);
       if (!values["keep-data"]) await rm(dataDir, { recursive: true, force: true }).catch(() => undefined);
+      interruption.dispose();
+    }
+
+    if (interruption.signal) {
+      if (values.json) printJson(io, { ok: false, error: `interrupted by ${interruption.signal}` });
+      io.err(
+        `${interruption.signal}: demo stopped; ${values["keep-data"] ? `data dir kept: ${dataDir}` : "temporary data dir removed"}`,
+      );
+      return SIGNAL_EXIT[interruption.signal];
     }
 
     const timeline = [

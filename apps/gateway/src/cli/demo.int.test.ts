@@ -1,5 +1,9 @@
+import { existsSync } from "node:fs";
+import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { CLI_BUILT, NOT_BUILT_MESSAGE, runCliProcess } from "./cli-process";
+import { CLI_BUILT, CliProcess, cleanEnv, NOT_BUILT_MESSAGE, runCliProcess } from "./cli-process";
 
 if (!CLI_BUILT) console.warn(`skipping the demo test: ${NOT_BUILT_MESSAGE}`);
 
@@ -48,4 +52,32 @@ describe.skipIf(!CLI_BUILT)("switchboard demo", { timeout: 60_000 }, () => {
     expect(report.checks.every((check) => check.ok)).toBe(true);
     expect(report.timeline.length).toBeGreaterThan(20);
   });
+
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    it(`removes its temporary data dir (LOCK, operator token, audit key) on ${signal}`, async () => {
+      // A private TMPDIR, so the test sees exactly the dir this demo creates.
+      const tmp = await mkdtemp(join(tmpdir(), "switchboard-demo-test-"));
+      try {
+        const demo = CliProcess.start(["demo"], { env: cleanEnv({ TMPDIR: tmp }) });
+        let secrets: string[] = [];
+        const deadline = Date.now() + 20_000;
+        // Wait until the gateway has written its lock and secrets: the state Ctrl-C used to leave behind.
+        while (secrets.length < 3) {
+          if (Date.now() > deadline) throw new Error(`the demo never started:\n${demo.stderr}`);
+          const [dir] = (await readdir(tmp)).filter((name) => name.startsWith("switchboard-demo-"));
+          if (dir)
+            secrets = ["LOCK", "operator-token", "audit.key"].filter((name) =>
+              existsSync(join(tmp, dir, name)),
+            );
+          await new Promise((resolve) => setTimeout(resolve, 10));
+        }
+        const code = await demo.stop(signal);
+        expect(code).toBe(signal === "SIGINT" ? 130 : 143);
+        expect(demo.stderr).toContain(`${signal}: demo stopped; temporary data dir removed`);
+        expect(await readdir(tmp)).toEqual([]);
+      } finally {
+        await rm(tmp, { recursive: true, force: true });
+      }
+    });
+  }
 });

@@ -1,20 +1,31 @@
 import { stat } from "node:fs/promises";
-import { join } from "node:path";
-import { checkDataDir, type DoctorIssue } from "@switchboard/store-fs";
-import { loadConfig, resolveDataDir } from "../config-loader";
+import { isAbsolute, join, resolve } from "node:path";
+import { loadScriptedRulesFile } from "@switchboard/agent";
+import { type LoadedConfig, loadConfig, resolveDataDir } from "@switchboard/config-loader";
+import { type Config, defaultConfig } from "@switchboard/core";
+import { checkDataDir, type DoctorIssue, type DoctorReport, repairDataDir } from "@switchboard/store-fs";
 import { CONFIG_OPTIONS, type CommandSpec, JSON_OPTION, stringOption } from "./args";
-import { EXIT } from "./cli-errors";
+import { EXIT, errorMessage } from "./cli-errors";
 import type { Command } from "./command";
 import { printJson, withProgress } from "./output";
 
 const spec: CommandSpec = {
   name: "doctor",
-  brief: "read-only check of the config and the data dir",
+  brief: "check the config and the data dir (--repair fixes what it can)",
   summary:
-    "Checks the config and the data dir without changing anything: store format, locks, torn or orphan files, transcripts, secret file permissions. Safe while the gateway runs. Exit 1 when something is broken.",
+    "Checks the config (as `up` loads it, scripted rules files included) and the data dir without changing anything: store format, locks, torn, damaged or orphan files, the sessions index, transcripts, runs waiting on a transcript that is gone, secret file permissions. Every error names the file and the fix. Safe while the gateway runs. With --repair (gateway stopped) it fixes what it can and keeps every replaced file. Exit 1 when something is still broken.",
   positionals: { min: 0, max: 0 },
-  options: { ...JSON_OPTION, ...CONFIG_OPTIONS },
-  details: "Examples:\n  switchboard doctor\n  switchboard doctor --data-dir ./.switchboard --json",
+  options: {
+    ...JSON_OPTION,
+    ...CONFIG_OPTIONS,
+    repair: {
+      type: "boolean",
+      description:
+        "fix what can be fixed (stop the gateway first): drop damaged lines, rebuild a lost index, restore or archive transcripts, fail runs whose transcript is gone",
+    },
+  },
+  details:
+    "Examples:\n  switchboard doctor\n  switchboard doctor --data-dir ./.switchboard --json\n  switchboard doctor --repair",
 };
 
 /** Secret files the gateway keeps in its data dir; anyone but the owner reading them is a problem. */
@@ -32,8 +43,9 @@ async function secretFileIssues(dataDir: string): Promise<Issue[]> {
         issues.push({
           severity: "warning",
           code: "secret-file-mode",
-          message: `${name} is readable by others (mode ${mode.toString(8)}); run: chmod 600 ${path}`,
+          message: `${name} is readable by others (mode ${mode.toString(8)})`,
           path,
+          fix: `chmod 600 ${path}`,
         });
       }
     } catch {
@@ -43,31 +55,109 @@ async function secretFileIssues(dataDir: string): Promise<Issue[]> {
   return issues;
 }
 
+/** What `up` would trip over once the agents load: scripted rules files that are missing or invalid. */
+async function rulesFileIssues(config: Config, baseDir: string | undefined): Promise<Issue[]> {
+  const issues: Issue[] = [];
+  for (const [index, agent] of config.agents.list.entries()) {
+    const model = agent.model;
+    if (model?.provider !== "scripted" || typeof model.rules !== "string") continue;
+    const file = isAbsolute(model.rules) ? model.rules : resolve(baseDir ?? process.cwd(), model.rules);
+    try {
+      await loadScriptedRulesFile(model.rules, baseDir);
+    } catch (error) {
+      issues.push({
+        severity: "error",
+        code: "invalid-rules-file",
+        message: `agents.list[${index}] (${agent.id}): ${errorMessage(error)}; \`switchboard up\` and \`switchboard agent\` refuse to start`,
+        path: file,
+        fix: `create or fix ${file}, or point agents.list[${index}].model.rules at an existing rules file`,
+      });
+    }
+  }
+  return issues;
+}
+
+async function loadConfigIssues(
+  configPath: string | undefined,
+  env: NodeJS.ProcessEnv,
+): Promise<{ loaded?: LoadedConfig; issues: Issue[] }> {
+  try {
+    const loaded = await loadConfig(configPath, { env });
+    return { loaded, issues: await rulesFileIssues(loaded.config, loaded.baseDir) };
+  } catch (error) {
+    const file = configPath ?? env.SWITCHBOARD_CONFIG;
+    return {
+      issues: [
+        {
+          severity: "error",
+          code: "invalid-config",
+          message: `${errorMessage(error)}; every command that loads it refuses to start`,
+          ...(file ? { path: resolve(file) } : {}),
+          fix: file ? `fix ${resolve(file)} as the message says` : "fix the config as the message says",
+        },
+      ],
+    };
+  }
+}
+
 const SYMBOLS: Record<DoctorIssue["severity"], string> = { error: "✗", warning: "!", info: "·" };
 
 export const doctorCommand: Command = {
   spec,
-  async run({ io, args }) {
-    const loaded = await loadConfig(stringOption(args.values, "config"));
-    const dataDir = resolveDataDir(loaded.config, stringOption(args.values, "data-dir"));
-    const report = await withProgress(io, `checking ${dataDir}`, () => checkDataDir(dataDir));
-    const issues: Issue[] = [...report.issues, ...(await secretFileIssues(dataDir))];
-    if (args.values.json) {
-      printJson(io, { config: loaded.path ?? null, ...report, issues });
-      return report.ok ? EXIT.ok : EXIT.failure;
+  async run({ io, args, env }) {
+    const configPath = stringOption(args.values, "config");
+    const config = await loadConfigIssues(configPath, env);
+    // A broken config still gets its data dir checked: the flag, $SWITCHBOARD_HOME or the default.
+    const dataDir = resolveDataDir(
+      config.loaded?.config ?? defaultConfig(),
+      stringOption(args.values, "data-dir"),
+      env,
+    );
+    let actions: string[] = [];
+    let report: DoctorReport;
+    if (args.values.repair) {
+      try {
+        const result = await withProgress(io, `repairing ${dataDir}`, () => repairDataDir(dataDir));
+        actions = result.actions;
+        report = result.report;
+      } catch (error) {
+        io.err(`cannot repair ${dataDir}: ${errorMessage(error)}`);
+        return EXIT.failure;
+      }
+    } else {
+      report = await withProgress(io, `checking ${dataDir}`, () => checkDataDir(dataDir));
     }
-    io.out(`config:    ${loaded.path ?? "(built-in defaults)"} — valid`);
+    const issues: Issue[] = [...config.issues, ...report.issues, ...(await secretFileIssues(dataDir))];
+    const ok = !issues.some((issue) => issue.severity === "error");
+    if (args.values.json) {
+      printJson(io, {
+        config: config.loaded?.path ?? configPath ?? null,
+        ...report,
+        ok,
+        ...(args.values.repair ? { repaired: actions } : {}),
+        issues,
+      });
+      return ok ? EXIT.ok : EXIT.failure;
+    }
+    const configState = config.loaded
+      ? `${config.loaded.path ?? "(built-in defaults)"} — ${config.issues.length === 0 ? "valid" : "has errors"}`
+      : `${configPath ?? env.SWITCHBOARD_CONFIG ?? "(built-in defaults)"} — invalid`;
+    io.out(`config:    ${configState}`);
     io.out(`data dir:  ${report.dataDir}`);
     if (report.formatVersion !== undefined) io.out(`format:    version ${report.formatVersion}`);
     const counts = report.counts;
     io.out(
       `contents:  ${counts.sessions} sessions, ${counts.runs} runs, ${counts.transcripts} transcripts (${counts.archivedTranscripts} archived), ${counts.pendingCommitEntries} pending commit entries`,
     );
+    for (const action of actions) io.out(`repaired:  ${action}`);
+    if (args.values.repair && actions.length === 0) io.out("repaired:  nothing needed repair");
     if (issues.length === 0) io.out("no problems found");
     for (const issue of issues) {
       io.out(`${SYMBOLS[issue.severity]} ${issue.severity.padEnd(7)} ${issue.code}: ${issue.message}`);
+      if (issue.path && issue.severity !== "info") io.out(`          file: ${issue.path}`);
+      if (issue.fix) io.out(`          fix:  ${issue.fix}`);
     }
-    io.out(report.ok ? "ok" : "the store has errors (see above)");
-    return report.ok ? EXIT.ok : EXIT.failure;
+    io.out(ok ? "ok" : "there are errors (see above)");
+    return ok ? EXIT.ok : EXIT.failure;
   },
 };

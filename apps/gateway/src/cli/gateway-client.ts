@@ -1,10 +1,11 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { connect, type SwitchboardClient } from "@switchboard/client";
+import { type LoadedConfig, resolveDataDir } from "@switchboard/config-loader";
 import type { Config } from "@switchboard/core";
-import { type LoadedConfig, loadConfig, resolveDataDir } from "../config-loader";
 import { VERSION } from "../version";
 import { type OptionValues, stringOption } from "./args";
+import { loadCliConfig } from "./cli-config";
 import { CliError, EXIT, errorCode, errorMessage, UsageError } from "./cli-errors";
 import { type CliIo, withProgress } from "./output";
 
@@ -33,7 +34,7 @@ export async function resolveTarget(
   values: OptionValues,
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<GatewayTarget> {
-  const loaded = await loadConfig(stringOption(values, "config"), { env });
+  const loaded = await loadCliConfig(stringOption(values, "config"), env);
   const dataDir = resolveDataDir(loaded.config, stringOption(values, "data-dir"), env);
   const url = stringOption(values, "url") ?? nonEmpty(env.SWITCHBOARD_URL) ?? gatewayUrl(loaded.config);
   const explicit = stringOption(values, "token");
@@ -46,7 +47,15 @@ export async function resolveTarget(
     const token = (await readFile(tokenFile, "utf8")).trim();
     if (token !== "") return { url, token, tokenSource: tokenFile, dataDir, loaded };
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== "ENOENT") {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "EACCES" || code === "EPERM") {
+      // The file is 0600 and owned by whoever started the gateway: another user cannot read it.
+      throw new CliError(
+        `cannot read the operator token ${tokenFile}: permission denied (${code}); run this as the user that started the gateway, or pass --token / set SWITCHBOARD_TOKEN`,
+        EXIT.failure,
+      );
+    }
+    if (code !== "ENOENT") {
       throw new CliError(`cannot read the operator token ${tokenFile}: ${errorMessage(error)}`, EXIT.failure);
     }
   }

@@ -2,7 +2,7 @@ import { VERSION } from "../version";
 import { agentCommand } from "./agent-command";
 import { helpText, parseCommandArgs } from "./args";
 import { auditTailCommand, auditVerifyCommand } from "./audit-command";
-import { EXIT, errorCode, errorMessage, exitCodeFor, UsageError } from "./cli-errors";
+import { CliError, EXIT, errorCode, errorMessage, exitCodeFor, USAGE_CODE, UsageError } from "./cli-errors";
 import type { Command } from "./command";
 import { demoCommand } from "./demo-command";
 import { doctorCommand } from "./doctor-command";
@@ -66,7 +66,7 @@ function overview(): string {
     }),
     "",
     "Run `switchboard <command> --help` for a command's options. Exit codes: 0 ok, 1 failure,",
-    "2 usage error, 3 refused by the gateway (FORBIDDEN / UNAUTHORIZED / policy).",
+    "2 usage or config error, 3 refused by the gateway (FORBIDDEN / UNAUTHORIZED / policy).",
   ];
   return `${lines.join("\n")}\n`;
 }
@@ -160,13 +160,26 @@ export async function runCli(
       io.err(`switchboard: ${error.message}`);
       io.err(error.usage ?? TOP_USAGE);
       io.err(`Run 'switchboard ${error.command ?? ""}${error.command ? " " : ""}--help' for details.`);
+      // A script reading stdout must see the failure too, not an empty string it cannot parse.
+      if (json && !printed)
+        io.out(
+          JSON.stringify({
+            ok: false,
+            error: { code: USAGE_CODE, message: error.message, usage: error.usage ?? TOP_USAGE },
+          }),
+        );
     } else {
       const code = errorCode(error);
       io.err(`switchboard: ${errorMessage(error)}`);
-      if (json && !printed)
+      if (json && !printed) {
+        const details = error instanceof CliError ? error.details : undefined;
         io.out(
-          JSON.stringify({ ok: false, error: { ...(code ? { code } : {}), message: errorMessage(error) } }),
+          JSON.stringify({
+            ok: false,
+            error: { ...(code ? { code } : {}), message: errorMessage(error), ...details },
+          }),
         );
+      }
     }
     return exitCode;
   }

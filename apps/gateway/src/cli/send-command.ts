@@ -3,6 +3,7 @@ import { CliError, EXIT } from "./cli-errors";
 import type { Command } from "./command";
 import { withOperator } from "./gateway-client";
 import { printJson, withProgress } from "./output";
+import { lacksWorker, noWorkerText } from "./worker-hint";
 
 const spec: CommandSpec = {
   name: "send",
@@ -56,6 +57,15 @@ export const sendCommand: Command = {
       const stillGoing =
         result.error?.startsWith("run still in progress") || result.error === "run has not ended yet";
       if (result.status === "timeout" && stillGoing) {
+        // The usual reason on a fresh `switchboard gateway`: nobody serves the agent yet.
+        const { agentId } = await client.sessions.status({ sessionKey });
+        if (await lacksWorker(client, agentId)) {
+          throw new CliError(
+            `no reply within ${waitSeconds}s: run ${result.runId} is queued, ${noWorkerText(agentId)}`,
+            EXIT.failure,
+            "TIMEOUT",
+          );
+        }
         throw new CliError(
           `no reply within ${waitSeconds}s (run ${result.runId} is still going; read it later with: switchboard sessions history ${sessionKey})`,
           EXIT.failure,

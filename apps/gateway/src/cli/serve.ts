@@ -1,8 +1,9 @@
-import { relative, resolve, sep } from "node:path";
+import { isAbsolute, relative, resolve, sep } from "node:path";
 import { startAgentWorker } from "@switchboard/agent";
+import { type LoadedConfig, resolveDataDir } from "@switchboard/config-loader";
 import { type Config, defaultConfig } from "@switchboard/core";
 import type { Logger } from "pino";
-import { type LoadedConfig, loadConfig, resolveDataDir } from "../config-loader";
+import { dataDirProblem } from "../data-dir-secrets";
 import { Gateway } from "../gateway";
 import { createAppLogger, type LogLevel } from "../logger";
 import { VERSION } from "../version";
@@ -14,6 +15,7 @@ import {
   stringOption,
   usageLine,
 } from "./args";
+import { asConfigError, loadCliConfig } from "./cli-config";
 import { CliError, EXIT, errorMessage, UsageError } from "./cli-errors";
 import { gatewayUrl } from "./gateway-client";
 import type { CliIo } from "./output";
@@ -63,6 +65,12 @@ export function cliInvocation(): string {
   return `node ${shown.startsWith(`..${sep}`) || shown === "" ? script : shown}`;
 }
 
+/** A path as typed in an example: relative when it is below the working directory. */
+function shownPath(path: string): string {
+  const shown = relative(process.cwd(), path);
+  return shellQuote(shown && !shown.startsWith("..") && !isAbsolute(shown) ? shown : path);
+}
+
 function shellQuote(value: string): string {
   return /^[\w@%+=:,./-]+$/.test(value) ? value : `'${value.replace(/'/g, "'\\''")}'`;
 }
@@ -95,7 +103,7 @@ interface ServerSetup {
 
 /** Config with the command line's `--port`, `--host` and `--data-dir` applied. */
 export async function serverSetup(spec: CommandSpec, values: OptionValues): Promise<ServerSetup> {
-  const loaded = await loadConfig(stringOption(values, "config"));
+  const loaded = await loadCliConfig(stringOption(values, "config"));
   const port = numberOption(spec, values, "port", { min: 0, max: 65535, integer: true });
   const host = stringOption(values, "host");
   const config: Config = structuredClone(loaded.config);
@@ -118,10 +126,11 @@ async function startGatewayOrExplain(setup: ServerSetup): Promise<Gateway> {
         EXIT.failure,
       );
     }
-    if (code === "EADDRNOTAVAIL" || code === "EACCES") {
+    const syscall = (error as NodeJS.ErrnoException).syscall;
+    if (code === "EADDRNOTAVAIL" || (code === "EACCES" && (syscall === "listen" || syscall === "bind"))) {
       throw new CliError(`cannot listen on ${where}: ${errorMessage(error)}`, EXIT.failure);
     }
-    throw error;
+    throw dataDirProblem(error, setup.dataDir) ?? error;
   }
 }
 
@@ -152,17 +161,34 @@ export async function runServer(
       });
     } catch (error) {
       await gateway.close();
-      throw new CliError(`cannot start the agents: ${errorMessage(error)}`, EXIT.failure);
+      // A missing or broken rules file is a config error (exit 2), found only once the models load.
+      const configError = asConfigError(error);
+      throw new CliError(
+        `cannot start the agents: ${errorMessage(error)}`,
+        configError?.exitCode ?? EXIT.failure,
+        configError?.code,
+        configError?.details,
+      );
     }
   }
 
   const defaults = defaultConfig();
-  const example = [cliInvocation(), "send", "main", '"ping"', "--wait", "10"];
-  if (url !== gatewayUrl(defaults)) example.push("--url", url);
-  if (setup.dataDir !== resolve(defaults.gateway.dataDir)) {
-    const shown = relative(process.cwd(), setup.dataDir);
-    example.push("--data-dir", shellQuote(shown && !shown.startsWith("..") ? shown : setup.dataDir));
-  }
+  // Flags that point another command at this gateway (the token comes from the data dir).
+  const target: string[] = [];
+  if (url !== gatewayUrl(defaults)) target.push("--url", url);
+  if (setup.dataDir !== resolve(defaults.gateway.dataDir))
+    target.push("--data-dir", shownPath(setup.dataDir));
+  const example = [cliInvocation(), "send", "main", '"ping"', "--wait", "10", ...target].join(" ");
+  // Without workers in this process the example would only time out: the runs wait for a worker. The
+  // worker needs the same config (agent ids, models, rules files) to serve what the gateway routes.
+  const workerCommand = worker
+    ? undefined
+    : [
+        cliInvocation(),
+        "agent",
+        ...(setup.loaded.path ? ["--config", shownPath(setup.loaded.path)] : []),
+        ...target,
+      ].join(" ");
   const agents = setup.config.agents.list.map((agent) => ({
     id: agent.id,
     provider: agent.model?.provider ?? "scripted",
@@ -176,7 +202,8 @@ export async function runServer(
         dataDir: setup.dataDir,
         config: setup.loaded.path ?? null,
         agents: worker ? agents : [],
-        example: example.join(" "),
+        ...(workerCommand ? { workerCommand } : {}),
+        example,
       }),
     );
   } else {
@@ -189,12 +216,24 @@ export async function runServer(
         "Agents",
         worker
           ? agents.map((agent) => `${agent.id} (${agent.provider})`).join(", ")
-          : "none in this process (start workers with: switchboard agent)",
+          : `none in this process: runs wait queued until a worker for ${agents.map((agent) => agent.id).join(", ") || "the agent"} connects`,
       ],
     ];
     const lines = [`Switchboard ${VERSION} is up${worker ? " with its reference agents" : ""}.`, ""];
     for (const [name, value] of rows) lines.push(`  ${name.padEnd(15)} ${value}`);
-    lines.push("", "Try it in another terminal:", `  ${example.join(" ")}`, "", "Ctrl-C stops it.");
+    if (workerCommand) {
+      lines.push(
+        "",
+        "Start a worker for the agents in another terminal:",
+        `  ${workerCommand}`,
+        "",
+        "Then try it in a third terminal:",
+        `  ${example}`,
+      );
+    } else {
+      lines.push("", "Try it in another terminal:", `  ${example}`);
+    }
+    lines.push("", "Ctrl-C stops it.");
     io.out(lines.join("\n"));
   }
 

@@ -12,6 +12,7 @@ import type { Command } from "./command";
 import { withOperator } from "./gateway-client";
 import { messageText, provenanceText } from "./message-text";
 import { ago, clock, formatTable, printJson, truncate } from "./output";
+import { lacksWorker, noWorkerText } from "./worker-hint";
 
 const CLIENT = { ...JSON_OPTION, ...CLIENT_OPTIONS };
 
@@ -174,6 +175,9 @@ export const sessionsStatusCommand: Command = {
         printJson(io, status);
         return EXIT.ok;
       }
+      // Without a worker, runs wait queued and status shows no active run, which reads as "idle":
+      // say why nothing happens and what starts it.
+      const noWorker = !status.activeRun && (await lacksWorker(client, status.agentId));
       const rows: Array<[string, string | undefined]> = [
         ["key", status.sessionKey],
         ["sessionId", status.sessionId],
@@ -194,8 +198,11 @@ export const sessionsStatusCommand: Command = {
           "active run",
           status.activeRun
             ? `${status.activeRun.runId} on lane ${status.activeRun.lane} since ${ago(status.activeRun.startedAt)}`
-            : "none",
+            : noWorker
+              ? `none: ${noWorkerText(status.agentId)}`
+              : "none",
         ],
+        ["queued runs", status.queuedRuns ? String(status.queuedRuns) : undefined],
       ];
       const shown = rows.filter((row): row is [string, string] => row[1] !== undefined);
       const width = Math.max(...shown.map(([name]) => name.length));

@@ -71,12 +71,16 @@ function connectParams(auth: unknown, role: Role, extra: Record<string, unknown>
   };
 }
 
-/** What the store holds: if nothing was written, this does not change. */
+/**
+ * What the store holds: if nothing was written, this does not change. Refusals themselves are
+ * audited (bounded per actor), so audit records of refusals are not counted as writes.
+ */
 async function footprint() {
   const sessions = await allSessions(gw.gateway.store);
+  const audit = await gw.gateway.store.audit.read();
   return {
     sessions: sessions.map((entry) => `${entry.key}@${entry.sessionId}:${entry.taint}`).sort(),
-    audit: await gw.gateway.store.audit.count(),
+    audit: audit.filter((record) => !record.kind.startsWith("access.refused")).length,
     runs: (await gw.gateway.store.runs.list({})).length,
   };
 }

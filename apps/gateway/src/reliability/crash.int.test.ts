@@ -1,10 +1,11 @@
-import { type ChildProcess, spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
+import { type ChildGateway, startChildGateway } from "../testing/child-gateway";
 import { TestPeer } from "../testing/test-peer";
 import { readWholeAudit, readWholeHistory, seededRandom, textOf } from "./reliability-helpers";
 
@@ -34,12 +35,7 @@ if (!built) {
   );
 }
 
-interface Child {
-  process: ChildProcess;
-  url: string;
-  token: string;
-  exited: Promise<void>;
-}
+type Child = ChildGateway;
 
 const children = new Set<ChildProcess>();
 const dataDirs: string[] = [];
@@ -50,35 +46,7 @@ afterAll(async () => {
 });
 
 function startChild(dir: string): Promise<Child> {
-  const child = spawn(process.execPath, [childScript, dir], { stdio: ["ignore", "pipe", "pipe"] });
-  children.add(child);
-  const exited = new Promise<void>((done) => child.once("exit", () => done()));
-  void exited.then(() => children.delete(child));
-  let stdout = "";
-  let stderr = "";
-  child.stderr!.on("data", (chunk) => {
-    stderr += String(chunk);
-  });
-  return new Promise((resolvePromise, reject) => {
-    const timer = setTimeout(
-      () => reject(new Error(`child gateway did not start within 15 s; stderr: ${stderr}`)),
-      15_000,
-    );
-    child.stdout!.on("data", (chunk) => {
-      stdout += String(chunk);
-      const newline = stdout.indexOf("\n");
-      if (newline < 0) return;
-      clearTimeout(timer);
-      const { url, token } = JSON.parse(stdout.slice(0, newline)) as { url: string; token: string };
-      resolvePromise({ process: child, url, token, exited });
-    });
-    child.once("exit", (code, signal) => {
-      clearTimeout(timer);
-      reject(
-        new Error(`child gateway exited before starting (code ${code}, signal ${signal}); stderr: ${stderr}`),
-      );
-    });
-  });
+  return startChildGateway(childScript, [dir], children);
 }
 
 interface Send {

@@ -62,6 +62,8 @@ export interface FakeConnection {
   readonly clientName: string;
   readonly subscriptions: Array<{ sessionKey: string | undefined }>;
   readonly heldRuns: Set<string>;
+  /** Runs the worker announced it executes at once (`connect` `concurrency`); unlimited when absent. */
+  readonly concurrency: number | undefined;
   open: boolean;
 }
 
@@ -117,7 +119,8 @@ interface SocketState {
 
 export class FakeGateway {
   readonly url: string;
-  readonly instanceId = `fake-${Math.random().toString(36).slice(2, 10)}`;
+  /** The epoch: a new id after {@link resetEventLog} with `newEpoch`, like a restarted gateway. */
+  instanceId = newInstanceId();
   /** Every request received after a handshake, in arrival order. */
   readonly requests: FakeRequest[] = [];
   readonly runs = new Map<string, FakeRun>();
@@ -250,10 +253,14 @@ export class FakeGateway {
     }
   }
 
-  /** Forgets all events and starts `seq` again from 0, like a gateway restarted without its event log. */
-  resetEventLog(): void {
+  /**
+   * Forgets all events and starts `seq` again from 0, like a gateway restarted without its event log
+   * (and, with `newEpoch`, with a new `instanceId`, as a restarted process has).
+   */
+  resetEventLog(options: { newEpoch?: boolean } = {}): void {
     this.eventLog.length = 0;
     this.seq = 0;
+    if (options.newEpoch) this.instanceId = newInstanceId();
   }
 
   /** Stops answering frames and pinging while keeping sockets open: a half-open connection. */
@@ -451,6 +458,7 @@ export class FakeGateway {
       clientName: connect.client.name,
       subscriptions: [],
       heldRuns: new Set(),
+      concurrency: connect.concurrency,
       open: true,
     };
     state.connection = connection;
@@ -584,7 +592,9 @@ export class FakeGateway {
       .map((state) => state.connection)
       .filter(
         (connection): connection is FakeConnection =>
-          connection?.open === true && connection.agents.includes(run.agentId),
+          connection?.open === true &&
+          connection.agents.includes(run.agentId) &&
+          connection.heldRuns.size < (connection.concurrency ?? Number.POSITIVE_INFINITY),
       )
       .sort((a, b) => a.heldRuns.size - b.heldRuns.size);
     const worker = candidates[0];
@@ -638,6 +648,10 @@ export class FakeGateway {
       ...(outcome.reply !== undefined ? { reply: outcome.reply } : {}),
       ...(outcome.error !== undefined ? { error: outcome.error } : {}),
     });
+    // A freed worker slot takes the oldest queued run.
+    for (const queued of this.runs.values()) {
+      if (queued.status === "queued" && queued !== run && this.assign(queued)) break;
+    }
     for (const wake of this.runWaiters.get(run.runId) ?? []) wake();
     this.runWaiters.delete(run.runId);
     this.changed();
@@ -714,4 +728,8 @@ function agentOf(sessionKey: string): string {
 
 function isEnded(run: FakeRun): boolean {
   return run.status === "ok" || run.status === "error" || run.status === "timeout";
+}
+
+function newInstanceId(): string {
+  return `fake-${Math.random().toString(36).slice(2, 10)}`;
 }

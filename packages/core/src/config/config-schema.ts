@@ -6,6 +6,7 @@ import { AgentModelConfigSchema, defaultAgentModel, SubagentModelSchema } from "
 import {
   agentIdString,
   agentPatternString,
+  closestName,
   intAtLeast,
   intRange,
   isAgentPattern,
@@ -26,6 +27,14 @@ const GatewayConfigSchema = z.strictObject({
       maxPayload: intAtLeast(1024).default(1_048_576),
       maxBufferedBytes: intAtLeast(1024).default(8_388_608),
       heartbeatMs: intRange(100, 3_600_000).default(15_000),
+      /** Bytes a peer may send before its `connect` succeeds (the longest token plus 256 agent ids of 40 characters fit). */
+      maxPreConnectBytes: intAtLeast(1024).default(16_384),
+      /** WebSocket connections at once; absent: sized under the process's open-file limit at start. */
+      maxConnections: intAtLeast(1).optional(),
+      /** WebSocket connections at once from one remote address (everything local shares 127.0.0.1). */
+      maxConnectionsPerAddress: intAtLeast(1).default(512),
+      /** Requests one connection may have in flight; more are answered RATE_LIMITED (retryable). */
+      maxInFlight: intAtLeast(1).default(256),
     })
     .prefault({}),
 });
@@ -65,6 +74,11 @@ const SessionConfigSchema = z.strictObject({
     .strictObject({
       maxPingPongTurns: intRange(0, 5).default(5),
       maxHops: intRange(1, 16).default(4),
+      /**
+       * Spawns, and agent-to-agent sends, one session may start per minute (each counted on its
+       * own). Bounded so that no configuration lets agents loop without bound.
+       */
+      budgetPerMinute: intRange(1, 1_000_000).default(30),
     })
     .prefault({}),
 });
@@ -166,6 +180,7 @@ export const ConfigSchema = ConfigShapeSchema.superRefine((config, ctx) => {
   const agentIds = config.agents.list.map((agent) => agent.id);
   checkAgents(config, ctx);
   checkTokens(config, agentIds, ctx);
+  checkAgentToAgent(config, agentIds, ctx);
 });
 export type Config = z.infer<typeof ConfigSchema>;
 /** What a config file may contain (everything optional that has a default). */
@@ -179,6 +194,12 @@ function issue(ctx: RefineContext, path: PropertyKey[], message: string): void {
 
 function knownAgents(ids: readonly string[]): string {
   return ids.length === 0 ? "no agents are configured" : `configured agents: ${[...new Set(ids)].join(", ")}`;
+}
+
+/** `unknown agent "reseach" (did you mean "research"? configured agents: main, research)`. */
+function unknownAgent(id: string, ids: readonly string[]): string {
+  const suggestion = closestName(id, ids);
+  return `unknown agent "${id}" (${suggestion ? `did you mean "${suggestion}"? ` : ""}${knownAgents(ids)})`;
 }
 
 function checkAgents(config: ConfigShape, ctx: RefineContext): void {
@@ -212,7 +233,7 @@ function checkAgents(config: ConfigShape, ctx: RefineContext): void {
         issue(
           ctx,
           ["agents", "list", index, "subagents", "allowAgents", allowedIndex],
-          `unknown agent "${allowed}" (${knownAgents(ids)})`,
+          unknownAgent(allowed, ids),
         );
       }
     });
@@ -255,8 +276,22 @@ function checkTokens(config: ConfigShape, agentIds: readonly string[], ctx: Refi
     }
     token.agents?.forEach((agentId, agentIndex) => {
       if (!agentIds.includes(agentId)) {
-        issue(ctx, [...path, "agents", agentIndex], `unknown agent "${agentId}" (${knownAgents(agentIds)})`);
+        issue(ctx, [...path, "agents", agentIndex], unknownAgent(agentId, agentIds));
       }
     });
+  });
+}
+
+/**
+ * An exact id in `tools.agentToAgent.allow` that names no configured agent is a typo: the gateway
+ * only runs configured agents (spawns of others are refused), so the entry could never match a real
+ * peer and the cross-agent access the operator meant to open stays shut without a word. Patterns
+ * (`*`, `res*`) may match nothing yet and stay allowed, as in `allowAgents`.
+ */
+function checkAgentToAgent(config: ConfigShape, agentIds: readonly string[], ctx: RefineContext): void {
+  config.tools.agentToAgent.allow.forEach((allowed, index) => {
+    if (!isAgentPattern(allowed) && !agentIds.includes(allowed)) {
+      issue(ctx, ["tools", "agentToAgent", "allow", index], unknownAgent(allowed, agentIds));
+    }
   });
 }

@@ -33,6 +33,11 @@ export const OpenAIModelConfigSchema = z.strictObject({
     .optional(),
   stream: z.boolean({ error: "must be true or false" }).default(true),
   timeoutMs: intAtLeast(1).optional(),
+  /**
+   * The most one model call may read from the server (stream or body) before the run fails; also
+   * bounds the reply text a run may stream. Unset: the agent's default (8 MiB).
+   */
+  maxResponseBytes: intAtLeast(1024).optional(),
 });
 export type OpenAIModelConfig = z.infer<typeof OpenAIModelConfigSchema>;
 

@@ -30,7 +30,7 @@ function exampleConfig() {
         default: "allow",
         rules: [{ action: "deny", match: { channel: "discord", chatType: "group" } }],
       },
-      agentToAgent: { maxPingPongTurns: 5, maxHops: 4 },
+      agentToAgent: { maxPingPongTurns: 5, maxHops: 4, budgetPerMinute: 30 },
     },
     agents: {
       defaults: {
@@ -125,12 +125,19 @@ describe("parseConfig", () => {
       host: "127.0.0.1",
       port: 18789,
       dataDir: "./.switchboard",
-      limits: { maxPayload: 1048576, maxBufferedBytes: 8388608, heartbeatMs: 15000 },
+      limits: {
+        maxPayload: 1048576,
+        maxBufferedBytes: 8388608,
+        heartbeatMs: 15000,
+        maxPreConnectBytes: 16384,
+        maxConnectionsPerAddress: 512,
+        maxInFlight: 256,
+      },
     });
     expect(config.session).toEqual({
       mainKey: "main",
       scope: "per-sender",
-      agentToAgent: { maxPingPongTurns: 5, maxHops: 4 },
+      agentToAgent: { maxPingPongTurns: 5, maxHops: 4, budgetPerMinute: 30 },
     });
     expect(config.agents.defaults).toEqual({
       clearance: "RESTRICTED",
@@ -327,6 +334,45 @@ describe("parseConfig", () => {
         message: 'unknown agent "research" (configured agents: main)',
       },
       { path: "auth.tokens[0].agents[0]", message: 'unknown agent "helper" (configured agents: main)' },
+    ]);
+  });
+
+  it("rejects an agent-to-agent allow entry that names no configured agent, with a did-you-mean", () => {
+    expect(
+      issuesOf({
+        agents: { list: [{ id: "main", default: true }, { id: "research" }] },
+        tools: { agentToAgent: { enabled: true, allow: ["main", "ghost", "reseach", "res*", "*", "?ain"] } },
+      }),
+    ).toEqual([
+      {
+        path: "tools.agentToAgent.allow[1]",
+        message: 'unknown agent "ghost" (configured agents: main, research)',
+      },
+      {
+        path: "tools.agentToAgent.allow[2]",
+        message: 'unknown agent "reseach" (did you mean "research"? configured agents: main, research)',
+      },
+    ]);
+    // Ids are case-insensitive: an upper-case spelling of a configured agent is that agent.
+    expect(() =>
+      parseConfig({
+        agents: { list: [{ id: "main" }, { id: "research" }] },
+        tools: { agentToAgent: { allow: ["Research"] } },
+      }),
+    ).not.toThrow();
+  });
+
+  it("suggests the closest configured agent for a misspelt id in allowAgents and token agents", () => {
+    expect(
+      issuesOf({
+        agents: { list: [{ id: "main", subagents: { allowAgents: ["mian"] } }, { id: "research" }] },
+        auth: {
+          tokens: [{ name: "w", token: "worker-0123456789abcdef", role: "agent", agents: ["researh"] }],
+        },
+      }).map((issue) => issue.message),
+    ).toEqual([
+      'unknown agent "mian" (did you mean "main"? configured agents: main, research)',
+      'unknown agent "researh" (did you mean "research"? configured agents: main, research)',
     ]);
   });
 

@@ -14,6 +14,13 @@ const caller: KeyContext = { callerAgentId: "research", defaultAgentId: "main", 
 const operator: KeyContext = { defaultAgentId: "ops", mainKey: "main" };
 
 describe("canonicalizeKey", () => {
+  it("normalises keys to NFC, so canonically equivalent spellings are one session", () => {
+    const nfc = "webchat:dm:jos\u00e9";
+    const nfd = "webchat:dm:jose\u0301";
+    expect(nfc).not.toBe(nfd);
+    expect(canonicalizeKey(nfd, caller)).toBe(canonicalizeKey(nfc, caller));
+    expect(canonicalizeKey(`agent:main:${nfd}`, operator)).toBe("agent:main:webchat:dm:jos\u00e9");
+  });
   it("resolves `main` to the caller's own main session", () => {
     expect(canonicalizeKey("main", caller)).toBe("agent:research:main");
   });

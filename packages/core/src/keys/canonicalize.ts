@@ -47,8 +47,12 @@ export function makeSubagentKey(agentId: string, uuid: string): string {
  * - with `scope: "global"` any main-session reference → `global`.
  * UUID inputs are not handled here: use {@link resolveKeyInput}.
  */
-export function canonicalizeKey(input: string, ctx: KeyContext): string {
+export function canonicalizeKey(raw: string, ctx: KeyContext): string {
   const field = ctx.field ?? "sessionKey";
+  // One key, one session: canonically equivalent spellings (NFC "é" vs NFD "e" + U+0301) look the
+  // same to a person and must not make two sessions. Confusables across scripts stay distinct keys
+  // (docs/decisions.md, "Unicode in keys").
+  const input = typeof raw === "string" ? raw.normalize("NFC") : raw;
   validateKey(input, field);
   if (!ctx.allowInternal && isInternalKey(input)) {
     throw new SwitchboardError(

@@ -1,5 +1,12 @@
 import { describe, expect, it } from "vitest";
-import { chatTypeFromKey, classifyKey, deriveChannel, displayKey } from "./classify";
+import {
+  chatTypeFromKey,
+  classifyKey,
+  deriveChannel,
+  displayKey,
+  isSessionKind,
+  SESSION_KINDS,
+} from "./classify";
 
 describe("classifyKey", () => {
   it.each([
@@ -72,5 +79,14 @@ describe("displayKey", () => {
     expect(displayKey("agent:main:home", "agent:main:x", "home")).toBe("main");
     expect(displayKey("agent:main:main")).toBe("agent:main:main");
     expect(displayKey("global", "agent:main:x")).toBe("main");
+  });
+});
+
+describe("isSessionKind", () => {
+  it("accepts exactly the listed kinds, case-sensitively", () => {
+    for (const kind of SESSION_KINDS) expect(isSessionKind(kind)).toBe(true);
+    expect(isSessionKind("Main")).toBe(false);
+    expect(isSessionKind("thread")).toBe(false);
+    expect(isSessionKind("")).toBe(false);
   });
 });

@@ -7,6 +7,13 @@ export const SessionKindSchema = z.enum(SESSION_KINDS, {
 });
 export type SessionKind = z.infer<typeof SessionKindSchema>;
 
+const SESSION_KIND_SET: ReadonlySet<string> = new Set(SESSION_KINDS);
+
+/** Exact (case-sensitive) membership, for filtering caller-given kind lists. */
+export function isSessionKind(value: string): value is SessionKind {
+  return SESSION_KIND_SET.has(value);
+}
+
 export const CHAT_TYPES = ["direct", "group", "channel"] as const;
 export const ChatTypeSchema = z.enum(CHAT_TYPES, { error: () => `must be one of ${CHAT_TYPES.join(", ")}` });
 export type ChatType = z.infer<typeof ChatTypeSchema>;

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { compileGlob, type GlobMatcher, matchesAnyGlob } from "../glob";
 
 /** `tools.agentToAgent`. */
 export const AgentToAgentConfigSchema = z.strictObject({
@@ -8,17 +9,25 @@ export const AgentToAgentConfigSchema = z.strictObject({
 });
 export type AgentToAgentConfig = z.infer<typeof AgentToAgentConfigSchema>;
 
+const AGENT_GLOB = { ignoreCase: true, trimPattern: true } as const;
+const singlePatterns = new Map<string, GlobMatcher>();
+/** Distinct agent patterns are few (they come from config); the bound only guards odd callers. */
+const SINGLE_PATTERN_CACHE_LIMIT = 512;
+
 /** Case-insensitive whole-string glob match: `*` any run of characters, `?` one character. */
 export function matchesAgentPattern(pattern: string, agentId: string): boolean {
-  const wanted = pattern.trim().toLowerCase();
-  const id = agentId.toLowerCase();
-  if (wanted === "*") return true;
-  if (!wanted.includes("*") && !wanted.includes("?")) return wanted === id;
-  const source = wanted
-    .split("")
-    .map((char) => (char === "*" ? ".*" : char === "?" ? "." : char.replace(/[\\^$.*+?()[\]{}|/-]/g, "\\$&")))
-    .join("");
-  return new RegExp(`^${source}$`, "s").test(id);
+  let matcher = singlePatterns.get(pattern);
+  if (matcher === undefined) {
+    if (singlePatterns.size >= SINGLE_PATTERN_CACHE_LIMIT) singlePatterns.clear();
+    matcher = compileGlob(pattern, AGENT_GLOB);
+    singlePatterns.set(pattern, matcher);
+  }
+  return matcher(agentId);
+}
+
+/** Whether `agentId` matches any of the (config) agent patterns; compiled once per list. */
+export function matchesAnyAgentPattern(patterns: readonly string[], agentId: string): boolean {
+  return matchesAnyGlob(patterns, agentId, AGENT_GLOB);
 }
 
 export type AgentToAgentCheck = { allowed: true } | { allowed: false; reason: string };
@@ -38,7 +47,7 @@ export function checkAgentToAgent(
   const patterns = config.allow ?? [];
   if (patterns.length === 0) return { allowed: true };
   for (const agent of [callerAgentId, targetAgentId]) {
-    if (!patterns.some((pattern) => matchesAgentPattern(pattern, agent))) {
+    if (!matchesAnyAgentPattern(patterns, agent)) {
       return { allowed: false, reason: `agent "${agent}" is not in tools.agentToAgent.allow` };
     }
   }

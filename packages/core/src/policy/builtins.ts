@@ -7,6 +7,7 @@ import { resolveSendPolicy, SEND_BLOCKED_MESSAGE, type SendPolicyConfig } from "
 import { type SpawnLimitsSource, spawnLimitsFor, spawnProblem } from "./spawn";
 
 export const DEFAULT_MAX_HOPS = 4;
+export const DEFAULT_BUDGET_PER_MINUTE = 30;
 
 export interface BuiltinSettings {
   sendPolicy?: SendPolicyConfig;
@@ -15,6 +16,7 @@ export interface BuiltinSettings {
   maxSpawnDepth?: number;
   maxChildren?: number;
   maxHops?: number;
+  budgetPerMinute?: number;
   sandboxVisibility?: "spawned" | "all";
 }
 
@@ -74,8 +76,9 @@ export function builtinRules(settings: BuiltinSettings): BuiltinRule[] {
       },
     },
     {
+      // A spawn continues the chain of the run that asked for it, so spawn → announce → spawn ends too.
       id: "a2a.hop-limit",
-      hooks: ["PRE_SEND"],
+      hooks: ["PRE_SEND", "PRE_SPAWN"],
       check: (ctx) => {
         const maxHops = settings.maxHops ?? DEFAULT_MAX_HOPS;
         const hop = ctx.facts?.hop;
@@ -92,6 +95,19 @@ export function builtinRules(settings: BuiltinSettings): BuiltinRule[] {
         if (!cycle || cycle.length === 0) return undefined;
         const chain = ctx.facts?.chainId ? ` in chain ${ctx.facts.chainId}` : "";
         return `agent-to-agent cycle refused${chain}: ${cycle.join(" -> ")} would wait on a session that is already waiting`;
+      },
+    },
+    {
+      id: "a2a.budget",
+      hooks: ["PRE_SEND", "PRE_SPAWN"],
+      check: (ctx) => {
+        const used = ctx.facts?.budgetUsed;
+        if (used === undefined || fromGateway(ctx)) return undefined;
+        const budget = settings.budgetPerMinute ?? DEFAULT_BUDGET_PER_MINUTE;
+        const what = ctx.hook === "PRE_SPAWN" ? "spawns" : "agent-to-agent sends";
+        return used >= budget
+          ? `budget exhausted: ${ctx.caller?.key ?? "this session"} started ${used} ${what} in the last minute (session.agentToAgent.budgetPerMinute is ${budget})`
+          : undefined;
       },
     },
     {

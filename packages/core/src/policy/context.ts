@@ -63,6 +63,11 @@ export const PolicyFactsSchema = z.object({
   activeChildren: z.number().int().nonnegative().optional(),
   /** PRE_SEND: hop number the new agent-to-agent message would carry (first send = 1). */
   hop: z.number().int().nonnegative().optional(),
+  /**
+   * PRE_SEND / PRE_SPAWN from a tool: how many sends (or spawns) the caller started in the last
+   * minute; `a2a.budget` refuses the call when it reached `session.agentToAgent.budgetPerMinute`.
+   */
+  budgetUsed: z.number().int().nonnegative().optional(),
   /** PRE_SEND: the chain this message belongs to (for messages only). */
   chainId: z.string().optional(),
   /**

@@ -515,11 +515,24 @@ describe("user rules", () => {
       { ruleId: "a2a", hook: "PRE_SEND", matched: false, action: "deny" },
       { ruleId: "a2a.hop-limit", hook: "PRE_SEND", matched: false, action: "deny" },
       { ruleId: "a2a.cycle", hook: "PRE_SEND", matched: false, action: "deny" },
+      { ruleId: "a2a.budget", hook: "PRE_SEND", matched: false, action: "deny" },
       { ruleId: "visibility", hook: "PRE_SEND", matched: false, action: "deny" },
       { ruleId: "skip-me", hook: "PRE_SEND", matched: false, action: "deny" },
       { ruleId: "decides", hook: "PRE_SEND", matched: true, action: "allow" },
     ]);
     expect(engine.evaluate(sendContext({}, {})).evaluated).toBeUndefined();
+  });
+
+  it("a2a.budget refuses a tool's send or spawn once the session used its budget, naming it", () => {
+    const engine = createPolicyEngine({ budgetPerMinute: 2 });
+    const within = engine.evaluate(sendContext({}, {}, { facts: { origin: "tool", budgetUsed: 1 } }));
+    expect(within.action).not.toBe("BLOCK");
+    const over = engine.evaluate(sendContext({}, {}, { facts: { origin: "tool", budgetUsed: 2 } }));
+    expect(over).toMatchObject({ action: "BLOCK", ruleId: "a2a.budget" });
+    expect(over.message).toContain("session.agentToAgent.budgetPerMinute is 2");
+    // The gateway's own follow-up steps are not the session's calls.
+    const gateway = engine.evaluate(sendContext({}, {}, { facts: { origin: "gateway", budgetUsed: 9 } }));
+    expect(gateway.action).not.toBe("BLOCK");
   });
 
   it("rejects invalid rules when the engine is built", () => {

@@ -2,7 +2,8 @@ import { type Level, LOWEST_LEVEL, maxLevel } from "../labels/level";
 import type { AgentToAgentConfig } from "./agent-to-agent";
 import { type BuiltinRule, builtinRules } from "./builtins";
 import { type CompiledCondition, compileCondition, readPath } from "./conditions";
-import type { PolicyContext } from "./context";
+import type { PolicyContext, SessionFacts } from "./context";
+import { compileDiscovery, type DiscoveryFilter } from "./discovery";
 import { incomingLevel, outgoingLevel } from "./flow";
 import { HOOKS, type Hook } from "./hooks";
 import { compileRedactions, redactText } from "./redact";
@@ -71,6 +72,8 @@ export interface PolicyEngineOptions {
   maxChildren?: number;
   /** `session.agentToAgent.maxHops` (default 4). */
   maxHops?: number;
+  /** `session.agentToAgent.budgetPerMinute` (default 30). */
+  budgetPerMinute?: number;
   sandboxVisibility?: "spawned" | "all";
   /**
    * Time budget of one hook evaluation in ms (default 250), measured with `now` between rules.
@@ -88,6 +91,8 @@ export interface EvaluateOptions {
 
 export interface PolicyEngine {
   evaluate(ctx: PolicyContext, options?: EvaluateOptions): PolicyDecision;
+  /** `sessions_list` visibility for `caller`, compiled once for a whole list (see discovery.ts). */
+  discovery(caller: SessionFacts): DiscoveryFilter;
   /** The validated user rules, in evaluation order per hook. */
   readonly rules: readonly PolicyRule[];
 }
@@ -266,7 +271,19 @@ export function createPolicyEngine(options: PolicyEngineOptions = {}): PolicyEng
     }
   }
 
-  return { evaluate, rules: ordered };
+  const historyRules = byHook.get("PRE_HISTORY")?.length ?? 0;
+  const discovery = (caller: SessionFacts): DiscoveryFilter =>
+    compileDiscovery(
+      {
+        agentToAgent: options.agentToAgent,
+        sandboxVisibility: options.sandboxVisibility,
+        defaultAction: fallback,
+        historyRules,
+      },
+      caller,
+    );
+
+  return { evaluate, discovery, rules: ordered };
 }
 
 export interface HookDecision extends PolicyDecision {

@@ -2,6 +2,7 @@ export * from "./agent-to-agent";
 export { DEFAULT_MAX_HOPS } from "./builtins";
 export * from "./conditions";
 export * from "./context";
+export * from "./discovery";
 export * from "./engine";
 export * from "./flow";
 export * from "./hooks";

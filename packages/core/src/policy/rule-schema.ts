@@ -12,6 +12,7 @@ export const BUILTIN_RULE_IDS = [
   "a2a",
   "a2a.hop-limit",
   "a2a.cycle",
+  "a2a.budget",
   "spawn",
   "visibility",
 ] as const;

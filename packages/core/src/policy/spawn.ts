@@ -1,4 +1,4 @@
-import { matchesAgentPattern } from "./agent-to-agent";
+import { matchesAnyAgentPattern } from "./agent-to-agent";
 import type { SessionFacts } from "./context";
 
 export const DEFAULT_MAX_SPAWN_DEPTH = 1;
@@ -38,7 +38,7 @@ export function spawnAgentAllowed(
   targetAgentId: string,
 ): boolean {
   if (requesterAgentId.toLowerCase() === targetAgentId.toLowerCase()) return true;
-  return (allowAgents ?? []).some((pattern) => matchesAgentPattern(pattern, targetAgentId));
+  return matchesAnyAgentPattern(allowAgents ?? [], targetAgentId);
 }
 
 export interface SpawnCheckInput {

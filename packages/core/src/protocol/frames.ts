@@ -29,6 +29,12 @@ export const ResponseFrameSchema = z.discriminatedUnion("ok", [
 ]);
 export type ResponseFrame = z.infer<typeof ResponseFrameSchema>;
 
+/**
+ * `seq` is gateway-wide and strictly increasing across restarts (kill -9 included): the gateway
+ * durably reserves a block of numbers before handing any of them out. Frames addressed to one
+ * connection (`run.assigned`) take a seq too but are not part of the resumable stream: a client
+ * must never drop them by its resume cursor (they are de-duplicated by `runId`).
+ */
 export const EventFrameSchema = z.object({
   type: z.literal("event"),
   event: z.string(),
@@ -49,6 +55,10 @@ export const CloseCodes = {
   protocolError: 4002,
   /** Bad token. */
   unauthorized: 4003,
+  /** A connection cap (`limits.maxConnections` or `limits.maxConnectionsPerAddress`) is reached; retry later. */
+  connectionLimit: 4004,
+  /** More than `limits.maxPreConnectBytes` received before `connect` succeeded (standard "message too big"). */
+  messageTooBig: 1009,
   /** Unsent buffer above `maxBufferedBytes`. */
   tryAgainLater: 1013,
   goingAway: 1001,

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { ERROR_CODES } from "../errors";
 import { LevelSchema } from "../labels/level";
+import { MAX_INPUT_MESSAGE_BYTES } from "../store/limits";
 import { LaneSchema, UsageSchema } from "../store/run-record";
 import { SessionEntrySchema } from "../store/session-entry";
 import {
@@ -26,6 +27,17 @@ export const ConnectParamsSchema = z.object({
   auth: z.object({ token: z.string().min(1).max(4096) }),
   role: RoleSchema,
   agents: z.array(z.string().min(1).max(64)).max(256).optional(),
+  /**
+   * Role agent: the most runs the worker executes at once. The gateway never holds more of its runs
+   * active and keeps the rest queued on the gateway (where they survive a restart), instead of
+   * letting them pile up in the worker's memory. Absent: no limit (the behaviour before the field).
+   */
+  concurrency: z
+    .number({ error: "must be a whole number from 1 to 1024" })
+    .int({ error: "must be a whole number from 1 to 1024" })
+    .min(1, { error: "must be a whole number from 1 to 1024" })
+    .max(1024, { error: "must be a whole number from 1 to 1024" })
+    .optional(),
   sessionKey: SessionKeyParam.optional(),
 });
 export type ConnectParams = z.infer<typeof ConnectParamsSchema>;
@@ -38,7 +50,16 @@ export const LimitsSchema = z.object({
 
 export const ConnectResultSchema = z.object({
   protocol: z.literal(1),
-  server: z.object({ name: z.literal("switchboard"), version: z.string(), instanceId: z.string() }),
+  server: z.object({
+    name: z.literal("switchboard"),
+    version: z.string(),
+    /**
+     * The gateway's epoch: a new id on every start. Event `seq` keeps increasing across epochs, but
+     * the replay window does not survive one, so a client seeing a new id resumes from the start of
+     * the new epoch's window rather than trusting a cursor from the old one.
+     */
+    instanceId: z.string(),
+  }),
   connectionId: z.string(),
   role: RoleSchema,
   methods: z.array(z.string()),
@@ -50,7 +71,32 @@ export type ConnectResult = z.infer<typeof ConnectResultSchema>;
 const Empty = z.object({});
 const RunAccepted = z.object({ runId: z.string(), status: z.literal("accepted") });
 const IdempotencyKey = z.string().min(1).max(256);
-const Message = z.string().min(1, { error: "must not be empty" }).max(1_000_000);
+/**
+ * An input message: at most `MAX_INPUT_MESSAGE_BYTES` (512 KiB) of UTF-8, under the default frame
+ * limit so the error names the field; stores keep and return entries up to `MAX_MESSAGE_BYTES`.
+ */
+const Message = z
+  .string()
+  .min(1, { error: "must not be empty" })
+  .max(MAX_INPUT_MESSAGE_BYTES, { error: `must be at most ${MAX_INPUT_MESSAGE_BYTES} bytes of UTF-8` })
+  .refine((text) => utf8Length(text) <= MAX_INPUT_MESSAGE_BYTES, {
+    error: `must be at most ${MAX_INPUT_MESSAGE_BYTES} bytes of UTF-8`,
+  });
+
+/** UTF-8 length without encoding the string (core runs without Node's Buffer). */
+function utf8Length(text: string): number {
+  let bytes = 0;
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i);
+    if (code < 0x80) bytes += 1;
+    else if (code < 0x800) bytes += 2;
+    else if (code >= 0xd800 && code <= 0xdbff && i + 1 < text.length) {
+      bytes += 4;
+      i += 1;
+    } else bytes += 3;
+  }
+  return bytes;
+}
 
 /** Every method's params and result (protocol.md). The single source of truth for server and SDK. */
 export const Methods = {
@@ -81,7 +127,20 @@ export const Methods = {
       }),
     result: z.object({ key: z.string(), sessionId: z.string() }),
   },
-  "sessions.history": { params: SessionsHistoryParamsSchema, result: SessionsHistoryResultSchema },
+  "sessions.history": {
+    params: SessionsHistoryParamsSchema.extend({
+      /**
+       * Page size cap in bytes of JSON (default 64 KiB). Up to 4 MiB, so the largest message is
+       * always readable whole; a message over the cap comes back clipped, with its full size.
+       */
+      maxBytes: z
+        .int()
+        .min(1024)
+        .max(4 * 1024 * 1024)
+        .optional(),
+    }),
+    result: SessionsHistoryResultSchema,
+  },
   "sessions.status": { params: z.object({ sessionKey: SessionKeyParam }), result: SessionStatusResultSchema },
   "sessions.create": {
     params: z.object({
@@ -102,6 +161,8 @@ export const Methods = {
       model: z.string().max(200).nullable().optional(),
       clearance: LevelSchema.optional(),
       displayName: z.string().max(200).nullable().optional(),
+      /** Accept a clearance below the session's current taint (the session then holds data above it). */
+      force: z.boolean().optional(),
     }),
     result: z.object({ key: z.string(), entry: SessionEntrySchema }),
   },

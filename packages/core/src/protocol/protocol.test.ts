@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import {
+  ConnectParamsSchema,
   EVENT_NAMES,
   METHOD_NAMES,
   METHOD_ROLES,
@@ -40,6 +41,18 @@ describe("protocol schemas", () => {
     const result = Methods["chat.send"].params.safeParse({ sessionKey: "main", message: "" });
     expect(result.success).toBe(false);
     expect(result.error?.issues[0]?.path).toEqual(["message"]);
+  });
+
+  it("takes an optional worker concurrency in connect: a whole number from 1 to 1024", () => {
+    const base = { protocol: 1, client: { name: "w", version: "1" }, auth: { token: "t" }, role: "agent" };
+    expect(ConnectParamsSchema.safeParse(base).data?.concurrency).toBeUndefined();
+    expect(ConnectParamsSchema.safeParse({ ...base, concurrency: 8 }).data?.concurrency).toBe(8);
+    for (const concurrency of [0, 1.5, 1025, "4"]) {
+      const result = ConnectParamsSchema.safeParse({ ...base, concurrency });
+      expect(result.success, String(concurrency)).toBe(false);
+      expect(result.error?.issues[0]?.path).toEqual(["concurrency"]);
+      expect(result.error?.issues[0]?.message).toBe("must be a whole number from 1 to 1024");
+    }
   });
 
   it("exports the whole protocol as JSON Schema", () => {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { type ConformanceCase, type StoreOpener, storeConformanceCases } from "./conformance";
 import type { Store } from "./interfaces";
-import { createMemoryStore } from "./memory-store";
+import { createMemoryBackend, createMemoryStore } from "./memory-store";
 
 /** A memory store with some methods replaced, to prove the suite notices a broken contract. */
 function mutant(change: (store: Store) => Store): StoreOpener {
@@ -26,6 +26,8 @@ describe("store conformance suite", () => {
       "run registry",
       "audit log",
       "meta",
+      "health",
+      "two instances on one backend",
       "durability across close and reopen",
     ]);
     expect(cases.length).toBeGreaterThan(25);
@@ -50,7 +52,7 @@ describe("store conformance suite", () => {
     ).rejects.toThrow();
   });
 
-  it("notices hidden rows counted only up to the limit", async () => {
+  it("notices hidden rows that are not counted", async () => {
     const open = mutant((store) => {
       const list = store.sessions.list.bind(store.sessions);
       return {
@@ -59,13 +61,13 @@ describe("store conformance suite", () => {
           ...store.sessions,
           list: async (query, options = {}) => {
             const result = await list(query, options);
-            return { ...result, hidden: Math.min(result.hidden, query.limit) };
+            return { ...result, hidden: 0 };
           },
         },
       };
     });
     await expect(
-      findCase(open, "counts rows withheld by the visibility predicate, even past the limit").run(noSkip),
+      findCase(open, "counts rows withheld by visibility among the rows the page went through").run(noSkip),
     ).rejects.toThrow();
   });
 
@@ -105,6 +107,96 @@ describe("store conformance suite", () => {
     ).rejects.toThrow();
   });
 
+  it("notices a put that ignores expectedVersion", async () => {
+    const open = mutant((store) => {
+      const put = store.sessions.put.bind(store.sessions);
+      return { ...store, sessions: { ...store.sessions, put: async (entry) => put(entry) } };
+    });
+    await expect(
+      findCase(
+        open,
+        "writes with compare-and-set: a stale version is refused with CONFLICT naming the key and both versions",
+      ).run(noSkip),
+    ).rejects.toThrow();
+  });
+
+  it("notices two runs sharing an idempotency key", async () => {
+    const open = mutant((store) => {
+      const put = store.runs.put.bind(store.runs);
+      return {
+        ...store,
+        runs: {
+          ...store.runs,
+          // Drops the key while writing, so the store's uniqueness check never sees it.
+          put: async (run, options) => {
+            const { idempotencyKey: _dropped, ...rest } = run;
+            return put(rest, options);
+          },
+          getByIdempotencyKey: async () => undefined,
+        },
+      };
+    });
+    await expect(
+      findCase(open, "keeps idempotency keys unique: a run cannot take a key another run holds").run(noSkip),
+    ).rejects.toThrow();
+  });
+
+  it("notices a list that ignores visibility given as data", async () => {
+    const open = mutant((store) => {
+      const list = store.sessions.list.bind(store.sessions);
+      return { ...store, sessions: { ...store.sessions, list: async (query) => list(query) } };
+    });
+    await expect(
+      findCase(
+        open,
+        "applies visibility given as data: taint, agents, sandbox, the caller's own row and a residual",
+      ).run(noSkip),
+    ).rejects.toThrow();
+  });
+
+  it("notices a list that ignores the mainKey", async () => {
+    const open = mutant((store) => {
+      const list = store.sessions.list.bind(store.sessions);
+      return {
+        ...store,
+        sessions: {
+          ...store.sessions,
+          list: async ({ mainKey: _ignored, ...query }, options) => list(query, options),
+        },
+      };
+    });
+    await expect(
+      findCase(open, "classifies kinds with core's key rules for the query's mainKey").run(noSkip),
+    ).rejects.toThrow();
+  });
+
+  it("notices a second instance that does not share the backend", async () => {
+    const open: StoreOpener = async () => ({
+      store: createMemoryStore(),
+      openSecond: async () => createMemoryStore(),
+      cleanup: async () => undefined,
+    });
+    await expect(
+      findCase(open, "lets only one instance create the run of an idempotency key").run(noSkip),
+    ).rejects.toThrow();
+    await expect(
+      findCase(open, "sees the other instance's writes and refuses its stale compare-and-set").run(noSkip),
+    ).rejects.toThrow();
+  });
+
+  it("skips the two-instance cases with the harness's reason when it has no second instance", async () => {
+    const open: StoreOpener = async () => ({
+      store: createMemoryStore(),
+      singleInstance: "one process by design",
+      cleanup: async () => undefined,
+    });
+    const notes: string[] = [];
+    await findCase(open, "lets only one instance create the run of an idempotency key").run({
+      skip: (note) => notes.push(note),
+    });
+    expect(notes).toEqual(["one process by design"]);
+  });
+
   it("notices a store that forgets data on reopen", async () => {
     const open: StoreOpener = async () => ({
       store: createMemoryStore(),
@@ -122,7 +214,15 @@ describe("store conformance suite", () => {
   });
 
   it("passes every case against the reference memory store", async () => {
-    for (const entry of storeConformanceCases(mutant((store) => store))) {
+    const shared: StoreOpener = async () => {
+      const backend = createMemoryBackend();
+      return {
+        store: createMemoryStore({ backend }),
+        openSecond: async () => createMemoryStore({ backend }),
+        cleanup: async () => undefined,
+      };
+    };
+    for (const entry of storeConformanceCases(shared)) {
       if (entry.group.startsWith("durability")) continue;
       await entry.run(noSkip);
     }

@@ -1,8 +1,10 @@
 import { expect, describe as vitestDescribe, it as vitestIt } from "vitest";
 import type { AuditRecord } from "../audit/index";
-import type { Store } from "./interfaces";
+import type { SessionListOptions, Store } from "./interfaces";
+import { MAX_MESSAGE_BYTES } from "./limits";
 import type { RunRecord } from "./run-record";
 import type { SessionEntry } from "./session-entry";
+import type { SessionVisibility } from "./session-visibility";
 import type { TranscriptEntry, TranscriptEntryInput } from "./transcript-entry";
 
 /** What the conformance suite needs from an implementation: a fresh, empty store per case. */
@@ -13,6 +15,14 @@ export interface StoreHarness {
    * suite then checks that everything survives a close and reopen.
    */
   reopen?: () => Promise<Store>;
+  /**
+   * Opens a second store on the same backend while `store` is open, as a second gateway instance
+   * on one database would. The suite then checks that compare-and-set and unique idempotency keys
+   * hold across the two.
+   */
+  openSecond?: () => Promise<Store>;
+  /** Why this store cannot have a second instance on one backend (shown as the skip reason). */
+  singleInstance?: string;
   /** Frees what the harness allocated (temp dirs). The suite closes every store itself first. */
   cleanup: () => Promise<void>;
 }
@@ -160,7 +170,36 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
     }
   }
 
+  async function withTwoStores(
+    context: ConformanceContext,
+    body: (first: Store, second: Store) => Promise<void>,
+  ): Promise<void> {
+    const harness = await open();
+    let second: Store | undefined;
+    try {
+      if (!harness.openSecond) {
+        context.skip(harness.singleInstance ?? "this harness has no second instance on one backend");
+        return;
+      }
+      second = await harness.openSecond();
+      await body(harness.store, second);
+    } finally {
+      await second?.close().catch(() => undefined);
+      await harness.store.close().catch(() => undefined);
+      await harness.cleanup();
+    }
+  }
+
   const code = (value: string) => expect.objectContaining({ code: value });
+  /** Runs writes at once and returns how many succeeded and the codes of the failures. */
+  const settle = async (writes: Promise<unknown>[]) => {
+    const results = await Promise.allSettled(writes);
+    const failures = results.filter((result) => result.status === "rejected");
+    return {
+      succeeded: results.length - failures.length,
+      codes: failures.map((result) => (result.reason as { code?: string }).code),
+    };
+  };
   describe("sessions index", () => {
     it("stores, replaces and deletes whole rows", async () => {
       await withStore(async (store) => {
@@ -289,10 +328,8 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
         await store.sessions.put(
           sampleSession({ key: "agent:main:subagent:old", spawnedBy: parent, archivedAt: 25, updatedAt: 10 }),
         );
-        const keys = async (
-          query: Parameters<Store["sessions"]["list"]>[0],
-          classify?: (e: SessionEntry) => string,
-        ) => (await store.sessions.list(query, classify ? { classify } : {})).entries.map((row) => row.key);
+        const keys = async (query: Parameters<Store["sessions"]["list"]>[0]) =>
+          (await store.sessions.list(query)).entries.map((row) => row.key);
 
         expect(await keys({ limit: 10 })).not.toContain("agent:main:subagent:old");
         expect(await keys({ limit: 10, includeArchived: true })).toContain("agent:main:subagent:old");
@@ -313,15 +350,14 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
         expect(await keys({ limit: 10, search: "dev room" })).toEqual(["agent:main:discord:group:dev"]);
         expect(await keys({ limit: 10, search: "NIGHT" })).toEqual(["agent:research:cron:nightly"]);
         expect(await keys({ limit: 10, search: "SUBAGENT:1" })).toEqual(["agent:research:subagent:1"]);
-        // Without a classifier the store uses core's key rules.
+        // Kinds come from core's key rules.
         expect(await keys({ limit: 10, kinds: ["cron", "group"] })).toEqual([
           "agent:research:cron:nightly",
           "agent:main:discord:group:dev",
         ]);
-        const byAgent = (entry: SessionEntry) => (entry.agentId === "main" ? "mine" : "theirs");
-        expect(await keys({ limit: 10, kinds: ["theirs"] }, byAgent)).toEqual([
+        expect(await keys({ limit: 10, kinds: ["subagent"], includeArchived: true })).toEqual([
           "agent:research:subagent:1",
-          "agent:research:cron:nightly",
+          "agent:main:subagent:old",
         ]);
         expect(await keys({ limit: 10, agentId: "research", activeSince: 35 })).toEqual([
           "agent:research:subagent:1",
@@ -329,7 +365,7 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
       });
     });
 
-    it("counts rows withheld by the visibility predicate, even past the limit", async () => {
+    it("counts rows withheld by visibility among the rows the page went through", async () => {
       await withStore(async (store) => {
         for (let i = 0; i < 10; i++) {
           await store.sessions.put(
@@ -340,14 +376,148 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
             }),
           );
         }
-        const visible = (entry: SessionEntry) => entry.agentId === "main";
-        const page = await store.sessions.list({ limit: 2 }, { visible });
+        // Only agent main's rows are visible; the caller's own row is none of these.
+        const visible: SessionListOptions = {
+          visibility: {
+            selfKey: "agent:main:none",
+            maxTaint: "RESTRICTED",
+            agents: ["main"],
+            sandboxed: false,
+          },
+        };
+        const page = await store.sessions.list({ limit: 2 }, visible);
         expect(page.entries.map((row) => row.key)).toEqual(["agent:main:s0", "agent:main:s2"]);
-        expect(page.hidden).toBe(5);
+        // s1 lies between the two rows returned; rows past the last one are not looked at.
+        expect(page.hidden).toBe(1);
+        // A page that is not full went through every matching row.
+        const whole = await store.sessions.list({ limit: 10 }, visible);
+        expect(whole.entries).toHaveLength(5);
+        expect(whole.hidden).toBe(5);
         // Rows excluded by plain filters are not "hidden".
-        const filtered = await store.sessions.list({ limit: 10, activeSince: 97 }, { visible });
+        const filtered = await store.sessions.list({ limit: 10, activeSince: 97 }, visible);
         expect(filtered.entries.map((row) => row.key)).toEqual(["agent:main:s0", "agent:main:s2"]);
         expect(filtered.hidden).toBe(2);
+      });
+    });
+
+    it("writes with compare-and-set: a stale version is refused with CONFLICT naming the key and both versions", async () => {
+      await withStore(async (store) => {
+        const row = sampleSession({ key: "agent:main:cas" });
+        expect(await store.sessions.getVersioned(row.key)).toBeUndefined();
+        const v1 = await store.sessions.put(row, { expectedVersion: 0 });
+        expect(await store.sessions.getVersioned(row.key)).toEqual({ row, version: v1 });
+        await expect(store.sessions.put(row, { expectedVersion: 0 })).rejects.toEqual(code("CONFLICT"));
+
+        const v2 = await store.sessions.put({ ...row, updatedAt: 2 }, { expectedVersion: v1 });
+        expect(v2).not.toBe(v1);
+        const stale = store.sessions.put({ ...row, label: "stale" }, { expectedVersion: v1 });
+        await expect(stale).rejects.toEqual(code("CONFLICT"));
+        await stale.catch((error: Error) => {
+          expect(error.message).toContain(row.key);
+          expect(error.message).toContain(String(v1));
+          expect(error.message).toContain(String(v2));
+        });
+        expect(await store.sessions.get(row.key)).toEqual({ ...row, updatedAt: 2 });
+
+        // A plain put still writes unconditionally, and moves the version on.
+        const v3 = await store.sessions.put({ ...row, updatedAt: 3 });
+        expect(new Set([v1, v2, v3]).size).toBe(3);
+        await expect(store.sessions.put(row, { expectedVersion: v2 })).rejects.toEqual(code("CONFLICT"));
+
+        // A delete can be conditional too.
+        await expect(store.sessions.delete(row.key, { expectedVersion: v2 })).rejects.toEqual(
+          code("CONFLICT"),
+        );
+        expect(await store.sessions.get(row.key)).toBeDefined();
+        expect(await store.sessions.delete("agent:main:absent", { expectedVersion: 0 })).toBe(false);
+        // Deleted and created again: the old versions never match again (no ABA).
+        expect(await store.sessions.delete(row.key, { expectedVersion: v3 })).toBe(true);
+        await expect(store.sessions.put(row, { expectedVersion: v3 })).rejects.toEqual(code("CONFLICT"));
+        const v4 = await store.sessions.put(row, { expectedVersion: 0 });
+        expect([v1, v2, v3]).not.toContain(v4);
+        await expect(store.sessions.put(row, { expectedVersion: -1 })).rejects.toEqual(
+          code("INVALID_REQUEST"),
+        );
+      });
+    });
+
+    it("lets exactly one of concurrent compare-and-set writes of one version win", async () => {
+      await withStore(async (store) => {
+        const row = sampleSession({ key: "agent:main:race" });
+        const version = await store.sessions.put(row);
+        const writes = Array.from({ length: 5 }, (_, i) =>
+          store.sessions.put({ ...row, label: `w${i}` }, { expectedVersion: version }),
+        );
+        expect(await settle(writes)).toEqual({ succeeded: 1, codes: Array(4).fill("CONFLICT") });
+        const inserts = Array.from({ length: 3 }, () =>
+          store.sessions.put(sampleSession({ key: "agent:main:new" }), { expectedVersion: 0 }),
+        );
+        expect(await settle(inserts)).toEqual({ succeeded: 1, codes: ["CONFLICT", "CONFLICT"] });
+      });
+    });
+
+    it("applies visibility given as data: taint, agents, sandbox, the caller's own row and a residual", async () => {
+      await withStore(async (store) => {
+        const self = "agent:main:main";
+        const rows = [
+          sampleSession({ key: self, taint: "RESTRICTED", updatedAt: 100 }),
+          sampleSession({ key: "agent:main:a", taint: "INTERNAL", updatedAt: 90 }),
+          sampleSession({ key: "agent:main:b", taint: "CONFIDENTIAL", updatedAt: 80 }),
+          sampleSession({ key: "agent:research:main", agentId: "research", spawnedBy: self, updatedAt: 70 }),
+          sampleSession({ key: "agent:ops:main", agentId: "ops", updatedAt: 60 }),
+          sampleSession({ key: "agent:main:subagent:x", spawnedBy: self, updatedAt: 50 }),
+        ];
+        for (const row of rows) await store.sessions.put(row);
+        const keys = async (visibility: SessionVisibility, residual?: (entry: SessionEntry) => boolean) => {
+          const result = await store.sessions.list(
+            { limit: 10 },
+            residual ? { visibility, residual } : { visibility },
+          );
+          return { keys: result.entries.map((row) => row.key), hidden: result.hidden };
+        };
+        const base = { selfKey: self, maxTaint: "INTERNAL" as const, agents: ["main"], sandboxed: false };
+        expect(await keys(base)).toEqual({
+          keys: [self, "agent:main:a", "agent:main:subagent:x"],
+          hidden: 3,
+        });
+        expect((await keys({ ...base, agents: ["main", "RES*"] })).keys).toEqual([
+          self,
+          "agent:main:a",
+          "agent:research:main",
+          "agent:main:subagent:x",
+        ]);
+        expect((await keys({ ...base, agents: "all", sandboxed: true })).keys).toEqual([
+          self,
+          "agent:research:main",
+          "agent:main:subagent:x",
+        ]);
+        expect((await keys({ ...base, agents: [] })).keys).toEqual([self]);
+        const asked: string[] = [];
+        const residual = (entry: SessionEntry) => {
+          asked.push(entry.key);
+          return entry.key !== "agent:main:a";
+        };
+        expect(await keys(base, residual)).toEqual({ keys: [self, "agent:main:subagent:x"], hidden: 4 });
+        expect(asked).toEqual(["agent:main:a", "agent:main:subagent:x"]);
+        await expect(
+          store.sessions.list({ limit: 10 }, { visibility: { ...base, maxTaint: "SECRET" as never } }),
+        ).rejects.toEqual(code("INVALID_REQUEST"));
+      });
+    });
+
+    it("classifies kinds with core's key rules for the query's mainKey", async () => {
+      await withStore(async (store) => {
+        await store.sessions.put(sampleSession({ key: "agent:main:home", updatedAt: 3 }));
+        await store.sessions.put(sampleSession({ key: "agent:main:main", updatedAt: 2 }));
+        await store.sessions.put(sampleSession({ key: "agent:main:cron:daily", updatedAt: 1 }));
+        const keys = async (query: Parameters<Store["sessions"]["list"]>[0]) =>
+          (await store.sessions.list(query)).entries.map((row) => row.key);
+        expect(await keys({ limit: 10, kinds: ["main"] })).toEqual(["agent:main:main"]);
+        expect(await keys({ limit: 10, kinds: ["main"], mainKey: "home" })).toEqual(["agent:main:home"]);
+        expect(await keys({ limit: 10, kinds: ["main", "cron"], mainKey: "home" })).toEqual([
+          "agent:main:home",
+          "agent:main:cron:daily",
+        ]);
       });
     });
 
@@ -655,11 +825,44 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
         });
         expect(paged.entries.map((entry) => entry.seq)).toEqual([5, 6, 7]);
 
-        // Not even the newest entry fits: nothing is returned, it says so, and paging moves on.
+        // Not even the newest entry fits: it is returned whole anyway, and paging moves on.
         const tiny = await store.transcripts.read(sessionId, { limit: 10, maxBytes: 10 });
-        expect(tiny.entries).toEqual([]);
+        expect(tiny.entries.map((entry) => entry.seq)).toEqual([10]);
+        expect(tiny.entries[0]).toEqual(all[9]);
         expect(tiny.truncated).toBe(true);
         expect(tiny.nextBefore).toBe(10);
+      });
+    });
+
+    it("reads back a message of the largest accepted size whole, past any byte cap", async () => {
+      await withStore(async (store) => {
+        const sessionId = uuid();
+        await store.transcripts.create({ sessionId, key: "agent:main:main", createdAt: 1 });
+        const big = "b".repeat(MAX_MESSAGE_BYTES);
+        const medium = "m".repeat(200_000);
+        await store.transcripts.append(sessionId, [sampleMessage(big), sampleMessage(medium)]);
+        await store.transcripts.append(sessionId, [sampleMessage("small")]);
+
+        // A 64 KiB cap: the newest small entry fits, the 200 kB one does not and waits for the next page.
+        const first = await store.transcripts.read(sessionId, { limit: 50, maxBytes: 64 * 1024 });
+        expect(first.entries.map((entry) => entry.seq)).toEqual([3]);
+        expect(first.truncated).toBe(true);
+        expect(first.nextBefore).toBe(3);
+        const second = await store.transcripts.read(sessionId, {
+          limit: 50,
+          maxBytes: 64 * 1024,
+          before: first.nextBefore!,
+        });
+        expect(second.entries.map((entry) => entry.seq)).toEqual([2]);
+        expect(second.entries[0]!.message!.content).toEqual([{ type: "text", text: medium }]);
+        const third = await store.transcripts.read(sessionId, {
+          limit: 50,
+          maxBytes: 64 * 1024,
+          before: second.nextBefore!,
+        });
+        expect(third.entries.map((entry) => entry.seq)).toEqual([1]);
+        expect(third.entries[0]!.message!.content).toEqual([{ type: "text", text: big }]);
+        expect(third.nextBefore).toBeUndefined();
       });
     });
 
@@ -722,6 +925,42 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
         await store.runs.put({ ...done, idempotencyKey: "idem-3" });
         expect(await store.runs.getByIdempotencyKey("idem-1")).toBeUndefined();
         expect((await store.runs.getByIdempotencyKey("idem-3"))?.runId).toBe(run.runId);
+      });
+    });
+
+    it("keeps idempotency keys unique: a run cannot take a key another run holds", async () => {
+      await withStore(async (store) => {
+        const first = sampleRun({ idempotencyKey: "once" });
+        await store.runs.put(first);
+        const second = sampleRun({ idempotencyKey: "once" });
+        const refused = store.runs.put(second);
+        await expect(refused).rejects.toEqual(code("CONFLICT"));
+        await refused.catch((error: Error) => expect(error.message).toContain(first.runId));
+        expect(await store.runs.get(second.runId)).toBeUndefined();
+        await store.runs.put({ ...first, status: "ok" });
+        // Once the first run gives the key up, another run may take it.
+        await store.runs.put({ ...first, idempotencyKey: "moved" });
+        await store.runs.put(second);
+        expect((await store.runs.getByIdempotencyKey("once"))?.runId).toBe(second.runId);
+
+        const racers = Array.from({ length: 4 }, () => store.runs.put(sampleRun({ idempotencyKey: "race" })));
+        expect(await settle(racers)).toEqual({ succeeded: 1, codes: ["CONFLICT", "CONFLICT", "CONFLICT"] });
+      });
+    });
+
+    it("writes runs with compare-and-set (0: insert only)", async () => {
+      await withStore(async (store) => {
+        const run = sampleRun();
+        const v1 = await store.runs.put(run, { expectedVersion: 0 });
+        expect(await store.runs.getVersioned(run.runId)).toEqual({ row: run, version: v1 });
+        await expect(store.runs.put(run, { expectedVersion: 0 })).rejects.toEqual(code("CONFLICT"));
+        const running = { ...run, status: "running" as const, startedAt: 5 };
+        const v2 = await store.runs.put(running, { expectedVersion: v1 });
+        const late = store.runs.put({ ...run, status: "error" }, { expectedVersion: v1 });
+        await expect(late).rejects.toEqual(code("CONFLICT"));
+        await late.catch((error: Error) => expect(error.message).toContain(run.runId));
+        expect(await store.runs.getVersioned(run.runId)).toEqual({ row: running, version: v2 });
+        expect(await store.runs.getVersioned("missing")).toBeUndefined();
       });
     });
 
@@ -831,6 +1070,61 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
         expect(await store.meta.get("eventSeq")).toBe("42");
         expect(await store.meta.get("other")).toBe("multi\nline ✓");
         await expect(store.meta.set("", "x")).rejects.toEqual(code("INVALID_REQUEST"));
+      });
+    });
+  });
+
+  describe("health", () => {
+    it("reports ok on a store that writes fine", async () => {
+      await withStore(async (store) => {
+        await store.meta.set("probe", "1");
+        expect(await store.health()).toEqual({ ok: true });
+      });
+    });
+  });
+
+  describe("two instances on one backend", () => {
+    it("sees the other instance's writes and refuses its stale compare-and-set", async (context) => {
+      await withTwoStores(context, async (first, second) => {
+        const row = sampleSession({ key: "agent:main:shared" });
+        const version = await first.sessions.put(row);
+        expect(await second.sessions.getVersioned(row.key)).toEqual({ row, version });
+        expect((await second.sessions.list({ limit: 5 })).entries).toEqual([row]);
+
+        await second.sessions.put({ ...row, label: "second" }, { expectedVersion: version });
+        await expect(
+          first.sessions.put({ ...row, label: "first" }, { expectedVersion: version }),
+        ).rejects.toEqual(code("CONFLICT"));
+        expect((await first.sessions.get(row.key))?.label).toBe("second");
+
+        const race = await settle([
+          first.sessions.put(sampleSession({ key: "agent:main:born" }), { expectedVersion: 0 }),
+          second.sessions.put(sampleSession({ key: "agent:main:born" }), { expectedVersion: 0 }),
+        ]);
+        expect(race).toEqual({ succeeded: 1, codes: ["CONFLICT"] });
+      });
+    });
+
+    it("lets only one instance create the run of an idempotency key", async (context) => {
+      await withTwoStores(context, async (first, second) => {
+        const race = await settle([
+          first.runs.put(sampleRun({ idempotencyKey: "req-1" })),
+          second.runs.put(sampleRun({ idempotencyKey: "req-1" })),
+        ]);
+        expect(race).toEqual({ succeeded: 1, codes: ["CONFLICT"] });
+        const winner = await first.runs.getByIdempotencyKey("req-1");
+        expect(await second.runs.getByIdempotencyKey("req-1")).toEqual(winner);
+        await expect(first.runs.put(sampleRun({ idempotencyKey: "req-1" }))).rejects.toEqual(
+          code("CONFLICT"),
+        );
+
+        const run = sampleRun();
+        const version = await first.runs.put(run, { expectedVersion: 0 });
+        await expect(second.runs.put(run, { expectedVersion: 0 })).rejects.toEqual(code("CONFLICT"));
+        await second.runs.put({ ...run, status: "running" }, { expectedVersion: version });
+        await expect(first.runs.put({ ...run, status: "ok" }, { expectedVersion: version })).rejects.toEqual(
+          code("CONFLICT"),
+        );
       });
     });
   });

@@ -1,6 +1,8 @@
 import type { AuditRecord } from "../audit/index";
+import type { WriteOptions } from "./row-versions";
 import type { RunRecord, RunStatus } from "./run-record";
 import type { SessionEntry } from "./session-entry";
+import type { ResidualVisibility, SessionVisibility } from "./session-visibility";
 import type { TranscriptEntry, TranscriptEntryInput, TranscriptHeader } from "./transcript-entry";
 
 /**
@@ -10,8 +12,10 @@ import type { TranscriptEntry, TranscriptEntryInput, TranscriptHeader } from "./
 
 export interface SessionListQuery {
   agentId?: string;
-  /** Canonical session kinds to keep; the kind is derived from the key by the caller-supplied classifier. */
+  /** Canonical session kinds to keep; the kind is derived from the key by core's key rules (`mainKey`). */
   kinds?: readonly string[];
+  /** The gateway's main session key (default `main`), which decides the `main` kind. */
+  mainKey?: string;
   /** Only sessions with `updatedAt >= activeSince` (ms epoch). */
   activeSince?: number;
   spawnedBy?: string;
@@ -22,28 +26,52 @@ export interface SessionListQuery {
   limit: number;
 }
 
+/**
+ * A row with the version a compare-and-set write must name (see `WriteOptions`). Versions are
+ * only compared for equality; a networked store keeps them in a column, the embedded stores
+ * (one process) start them again at each open.
+ */
+export interface Versioned<T> {
+  row: T;
+  version: number;
+}
+
+export interface SessionListOptions {
+  /** What the caller may see, as data (a networked store applies it in its query). */
+  visibility?: SessionVisibility;
+  /**
+   * Per-row check the data cannot express (user policy rules). Runs in the gateway process, not in
+   * the store: a SQL store applies `visibility` in SQL and this to the rows that come back.
+   */
+  residual?: ResidualVisibility;
+}
+
 export interface SessionListResult {
   /** Sorted by `updatedAt` descending (ties: key ascending), at most `limit`. */
   entries: SessionEntry[];
-  /** Rows that matched the query but were withheld by the `visible` predicate. */
+  /**
+   * Rows that matched the query but were withheld by visibility (and residual), among the rows the
+   * listing went through: those newer than the last row returned, or every matching row when fewer
+   * than `limit` were visible. Rows past a full page are not looked at (a list costs what it returns).
+   */
   hidden: number;
 }
 
 export interface SessionIndexStore {
   get(key: string): Promise<SessionEntry | undefined>;
+  /** The row and its version, for a compare-and-set `put`. */
+  getVersioned(key: string): Promise<Versioned<SessionEntry> | undefined>;
   /** Keys whose *current* sessionId is this one (normally 0 or 1). */
   keysForSessionId(sessionId: string): Promise<string[]>;
-  /** Insert or replace the whole row. */
-  put(entry: SessionEntry): Promise<void>;
-  delete(key: string): Promise<boolean>;
   /**
-   * Query the index. `classify` maps an entry to its kind (kept in core's key rules, not in the
-   * store); `visible` is the caller's policy predicate, applied after the plain filters.
+   * Insert or replace the whole row; resolves to the row's new version. With `expectedVersion`,
+   * a compare-and-set: CONFLICT (naming the key and both versions) when the row changed meanwhile.
    */
-  list(
-    query: SessionListQuery,
-    options?: { classify?: (entry: SessionEntry) => string; visible?: (entry: SessionEntry) => boolean },
-  ): Promise<SessionListResult>;
+  put(entry: SessionEntry, options?: WriteOptions): Promise<number>;
+  /** Removes the row; false when there was none. `expectedVersion` as for `put`. */
+  delete(key: string, options?: WriteOptions): Promise<boolean>;
+  /** Query the index: the plain filters of `query`, then the caller's visibility (see `SessionListOptions`). */
+  list(query: SessionListQuery, options?: SessionListOptions): Promise<SessionListResult>;
   count(): Promise<number>;
 }
 
@@ -65,6 +93,11 @@ export interface TranscriptReadResult {
   truncated: boolean;
   /** A `before` cursor for the next older page, when older matching entries may exist. */
   nextBefore?: number;
+  /**
+   * Lines in the scanned range that could not be read (damaged on disk) and were skipped; absent
+   * when there were none. The rest of the transcript is still served.
+   */
+  damaged?: number;
 }
 
 export interface TranscriptStore {
@@ -97,9 +130,16 @@ export interface RunListQuery {
 }
 
 export interface RunRegistryStore {
-  /** Insert or replace a run record (durable on resolve). */
-  put(run: RunRecord): Promise<void>;
+  /**
+   * Insert or replace a run record (durable on resolve); resolves to its new version. An
+   * `idempotencyKey` is unique: a record naming one another run holds rejects with CONFLICT (a
+   * UNIQUE index in SQL), so two instances can never both create the run for one key.
+   * `expectedVersion` makes it a compare-and-set (`0`: insert only).
+   */
+  put(run: RunRecord, options?: WriteOptions): Promise<number>;
   get(runId: string): Promise<RunRecord | undefined>;
+  /** The record and its version, for a compare-and-set `put`. */
+  getVersioned(runId: string): Promise<Versioned<RunRecord> | undefined>;
   getByIdempotencyKey(idempotencyKey: string): Promise<RunRecord | undefined>;
   list(query: RunListQuery): Promise<RunRecord[]>;
 }
@@ -121,12 +161,32 @@ export interface MetaStore {
   set(name: string, value: string): Promise<void>;
 }
 
+/** A part of the store that cannot write right now, and why. */
+export interface StoreDegradation {
+  /** What failed, naming the cause and the file, e.g. "disk full (ENOSPC) writing …; free space and retry". */
+  cause: string;
+  /** ISO time of the first failure of this kind since the store was last healthy. */
+  since: string;
+}
+
+export interface StoreHealth {
+  /** False while writes are being refused (reads keep working). */
+  ok: boolean;
+  /** One entry per failing part (e.g. `sessions journal`, `transcripts`), when not ok. */
+  degraded?: Record<string, StoreDegradation>;
+}
+
 export interface Store {
   readonly sessions: SessionIndexStore;
   readonly transcripts: TranscriptStore;
   readonly runs: RunRegistryStore;
   readonly audit: AuditStore;
   readonly meta: MetaStore;
+  /**
+   * Whether writes currently succeed. A store that hit a storage fault (disk full, too many open
+   * files, permissions) reports it here until writes work again; it never needs a restart.
+   */
+  health(): Promise<StoreHealth>;
   /** Flush everything and release resources (and locks). */
   close(): Promise<void>;
 }

@@ -1,8 +1,15 @@
 import { describe, expect, it } from "vitest";
 import { runStoreConformance, sampleMessage } from "./conformance";
-import { createMemoryStore } from "./memory-store";
+import { createMemoryBackend, createMemoryStore } from "./memory-store";
 
-runStoreConformance("memory", async () => ({ store: createMemoryStore(), cleanup: async () => undefined }));
+runStoreConformance("memory", async () => {
+  const backend = createMemoryBackend();
+  return {
+    store: createMemoryStore({ backend }),
+    openSecond: async () => createMemoryStore({ backend }),
+    cleanup: async () => undefined,
+  };
+});
 
 describe("memory store", () => {
   it("refuses an oversized entry with PAYLOAD_TOO_LARGE and writes nothing", async () => {
@@ -19,5 +26,14 @@ describe("memory store", () => {
     const store = createMemoryStore();
     await store.close();
     await expect(store.sessions.count()).rejects.toMatchObject({ code: "UNAVAILABLE" });
+  });
+
+  it("closing one store on a shared backend leaves the other working", async () => {
+    const backend = createMemoryBackend();
+    const first = createMemoryStore({ backend });
+    const second = createMemoryStore({ backend });
+    await first.meta.set("k", "v");
+    await first.close();
+    expect(await second.meta.get("k")).toBe("v");
   });
 });

@@ -6,6 +6,7 @@ import type {
   RunListQuery,
   RunRegistryStore,
   SessionIndexStore,
+  SessionListOptions,
   SessionListQuery,
   SessionListResult,
   Store,
@@ -13,12 +14,15 @@ import type {
   TranscriptReadResult,
   TranscriptStore,
 } from "./interfaces";
+import { RowVersions } from "./row-versions";
 import type { RunRecord } from "./run-record";
 import type { SessionEntry } from "./session-entry";
 import {
   buildTranscriptHeader,
+  checkIdempotencyKeyFree,
   compareRunsNewestFirst,
   compareSessionsByRecency,
+  compileListVisibility,
   compileRunFilter,
   compileSessionFilter,
   DEFAULT_MAX_ENTRY_BYTES,
@@ -40,6 +44,11 @@ import type { TranscriptEntry, TranscriptEntryInput, TranscriptHeader } from "./
 export interface MemoryStoreOptions {
   /** Largest serialised transcript entry accepted (default 1 MiB). */
   maxEntryBytes?: number;
+  /**
+   * The data to work on. Two stores given one backend behave like two gateway instances on one
+   * database (compare-and-set and unique idempotency keys hold across them); default: a new one.
+   */
+  backend?: MemoryBackend;
 }
 
 /** Plain data is cloned in and out, so callers can never mutate stored state by reference. */
@@ -47,10 +56,34 @@ function clone<T>(value: T): T {
   return structuredClone(value);
 }
 
-interface MemoryTranscript {
+/** One transcript of a memory backend. */
+export interface MemoryTranscript {
   header: TranscriptHeader;
   entries: TranscriptEntry[];
   sizes: number[];
+}
+
+/** What a memory store holds; opaque to callers, who only pass it to `createMemoryStore`. */
+export interface MemoryBackend {
+  readonly sessionRows: Map<string, SessionEntry>;
+  readonly sessionVersions: RowVersions;
+  readonly transcriptFiles: Map<string, MemoryTranscript>;
+  readonly runRows: Map<string, RunRecord>;
+  readonly runVersions: RowVersions;
+  readonly auditRecords: AuditRecord[];
+  readonly metaValues: Map<string, string>;
+}
+
+export function createMemoryBackend(): MemoryBackend {
+  return {
+    sessionRows: new Map(),
+    sessionVersions: new RowVersions("session"),
+    transcriptFiles: new Map(),
+    runRows: new Map(),
+    runVersions: new RowVersions("run"),
+    auditRecords: [],
+    metaValues: new Map(),
+  };
 }
 
 /**
@@ -59,17 +92,24 @@ interface MemoryTranscript {
  */
 export function createMemoryStore(options: MemoryStoreOptions = {}): Store {
   const maxEntryBytes = options.maxEntryBytes ?? DEFAULT_MAX_ENTRY_BYTES;
+  const backend = options.backend ?? createMemoryBackend();
+  const { sessionRows, sessionVersions, transcriptFiles, runRows, runVersions, auditRecords, metaValues } =
+    backend;
   let closed = false;
   const assertOpen = () => {
     if (closed) throw new SwitchboardError("UNAVAILABLE", "store is closed");
   };
 
-  const sessionRows = new Map<string, SessionEntry>();
   const sessions: SessionIndexStore = {
     async get(key) {
       assertOpen();
       const row = sessionRows.get(key);
       return row ? clone(row) : undefined;
+    },
+    async getVersioned(key) {
+      assertOpen();
+      const row = sessionRows.get(key);
+      return row ? { row: clone(row), version: sessionVersions.of(key, true) } : undefined;
     },
     async keysForSessionId(sessionId) {
       assertOpen();
@@ -79,27 +119,33 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store {
         .map((row) => row.key)
         .sort();
     },
-    async put(entry) {
+    async put(entry, writeOptions = {}) {
       assertOpen();
       const row = validateSessionEntry(entry);
+      sessionVersions.check(row.key, sessionRows.has(row.key), writeOptions.expectedVersion);
       sessionRows.set(row.key, clone(row));
+      return sessionVersions.bump(row.key).version;
     },
-    async delete(key) {
+    async delete(key, writeOptions = {}) {
       assertOpen();
+      sessionVersions.check(key, sessionRows.has(key), writeOptions.expectedVersion);
+      sessionVersions.forget(key);
       return sessionRows.delete(key);
     },
-    async list(query: SessionListQuery, listOptions = {}): Promise<SessionListResult> {
+    async list(query: SessionListQuery, listOptions: SessionListOptions = {}): Promise<SessionListResult> {
       assertOpen();
-      const matches = compileSessionFilter(query, listOptions.classify);
+      const matches = compileSessionFilter(query);
+      const visible = compileListVisibility(listOptions);
       const sorted = [...sessionRows.values()].filter(matches).sort(compareSessionsByRecency);
       const entries: SessionEntry[] = [];
       let hidden = 0;
       for (const row of sorted) {
-        if (listOptions.visible && !listOptions.visible(row)) {
+        if (entries.length >= query.limit) break;
+        if (visible && !visible(row)) {
           hidden++;
           continue;
         }
-        if (entries.length < query.limit) entries.push(clone(row));
+        entries.push(clone(row));
       }
       return { entries, hidden };
     },
@@ -109,7 +155,6 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store {
     },
   };
 
-  const transcriptFiles = new Map<string, MemoryTranscript>();
   const getTranscript = (sessionId: string): MemoryTranscript => {
     const id = parseSessionId(sessionId);
     const transcript = transcriptFiles.get(id);
@@ -175,17 +220,29 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store {
     },
   };
 
-  const runRows = new Map<string, RunRecord>();
+  const idempotencyOwner = (key: string | undefined): string | undefined => {
+    if (key === undefined) return undefined;
+    for (const run of runRows.values()) if (run.idempotencyKey === key) return run.runId;
+    return undefined;
+  };
   const runs: RunRegistryStore = {
-    async put(run) {
+    async put(run, writeOptions = {}) {
       assertOpen();
       const record = validateRunRecord(run);
+      runVersions.check(record.runId, runRows.has(record.runId), writeOptions.expectedVersion);
+      checkIdempotencyKeyFree(record, idempotencyOwner(record.idempotencyKey), runRows.get(record.runId));
       runRows.set(record.runId, clone(record));
+      return runVersions.bump(record.runId).version;
     },
     async get(runId) {
       assertOpen();
       const run = runRows.get(runId);
       return run ? clone(run) : undefined;
+    },
+    async getVersioned(runId) {
+      assertOpen();
+      const run = runRows.get(runId);
+      return run ? { row: clone(run), version: runVersions.of(runId, true) } : undefined;
     },
     async getByIdempotencyKey(idempotencyKey) {
       assertOpen();
@@ -200,7 +257,6 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store {
     },
   };
 
-  const auditRecords: AuditRecord[] = [];
   const audit: AuditStore = {
     async append(records) {
       assertOpen();
@@ -229,7 +285,6 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store {
     },
   };
 
-  const metaValues = new Map<string, string>();
   const meta: MetaStore = {
     async get(name) {
       assertOpen();
@@ -247,6 +302,9 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store {
     runs,
     audit,
     meta,
+    async health() {
+      return { ok: true };
+    },
     async close() {
       closed = true;
     },

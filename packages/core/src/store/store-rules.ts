@@ -1,15 +1,16 @@
 import { z } from "zod";
 import { type AuditRecord, AuditRecordSchema } from "../audit/index";
 import { formatZodIssues, SwitchboardError } from "../errors";
-import { classifyKey } from "../keys/index";
 import type {
   RunListQuery,
+  SessionListOptions,
   SessionListQuery,
   TranscriptReadOptions,
   TranscriptReadResult,
 } from "./interfaces";
 import { type RunRecord, RunRecordSchema } from "./run-record";
 import { type SessionEntry, SessionEntrySchema } from "./session-entry";
+import { compileSessionVisibility, type SessionClassifier, sessionClassifierFor } from "./session-visibility";
 import {
   TRANSCRIPT_FORMAT_VERSION,
   type TranscriptEntry,
@@ -23,8 +24,9 @@ import {
  * networked store validate, order and window data identically (the conformance suite checks it).
  */
 
-/** Default cap on one serialised transcript entry. */
-export const DEFAULT_MAX_ENTRY_BYTES = 1024 * 1024;
+import { DEFAULT_MAX_ENTRY_BYTES } from "./limits";
+
+export { DEFAULT_MAX_ENTRY_BYTES };
 
 const SessionIdSchema = z.uuid();
 
@@ -206,15 +208,14 @@ export function normaliseReadOptions(options: TranscriptReadOptions): Normalised
  *
  * Windowing rules: entries with `seq >= before` and entries the filter rejects are skipped; the
  * newest `limit` matches are kept while their serialised sizes add up to at most `maxBytes`. When
- * the next match does not fit, the read stops with `truncated: true`. If not even the newest match
- * fits, nothing is returned and `nextBefore` steps past it, so paging never gets stuck.
+ * the next match does not fit, the read stops with `truncated: true`. The newest match is kept
+ * even when it alone exceeds `maxBytes`, so a message under the entry limit can always be read back.
  */
 export class TailCollector {
   private readonly newestFirst: TranscriptEntry[] = [];
   private bytes = 0;
   private truncated = false;
   private stopped = false;
-  private skippedSeq: number | undefined;
 
   constructor(private readonly options: NormalisedReadOptions) {}
 
@@ -234,10 +235,11 @@ export class TailCollector {
     if (this.skips(entry.seq)) return true;
     if (this.options.filter && !this.options.filter(entry)) return true;
     const { maxBytes, limit } = this.options;
-    if (maxBytes !== undefined && this.bytes + size > maxBytes) {
+    // The newest match is always returned whole, however big: entries are bounded by the store's
+    // entry limit, and a page that can never hold a big message would hide it for good.
+    if (maxBytes !== undefined && this.newestFirst.length > 0 && this.bytes + size > maxBytes) {
       this.truncated = true;
       this.stopped = true;
-      if (this.newestFirst.length === 0) this.skippedSeq = entry.seq;
       return false;
     }
     this.newestFirst.push(entry);
@@ -251,9 +253,7 @@ export class TailCollector {
     const entries = this.newestFirst.slice().reverse();
     const result: TranscriptReadResult = { entries, truncated: this.truncated };
     const oldest = entries[0];
-    if (this.skippedSeq !== undefined) {
-      if (this.skippedSeq > 1) result.nextBefore = this.skippedSeq;
-    } else if (this.stopped && oldest !== undefined && oldest.seq > 1) {
+    if (this.stopped && oldest !== undefined && oldest.seq > 1) {
       result.nextBefore = oldest.seq;
     } else if (!reachedStart && oldest !== undefined && oldest.seq > 1) {
       result.nextBefore = oldest.seq;
@@ -271,6 +271,7 @@ export function compareSessionsByRecency(a: SessionEntry, b: SessionEntry): numb
 const SessionListQuerySchema = z.object({
   agentId: z.string().optional(),
   kinds: z.array(z.string()).optional(),
+  mainKey: z.string().min(1).optional(),
   activeSince: z.number().optional(),
   spawnedBy: z.string().optional(),
   label: z.string().optional(),
@@ -279,16 +280,26 @@ const SessionListQuerySchema = z.object({
   limit: z.number().int().positive(),
 });
 
-export type SessionClassifier = (entry: SessionEntry) => string;
+/** The classifier a list uses for `kinds`: core's key rules for the query's `mainKey`. */
+export function sessionListClassifier(query: SessionListQuery): SessionClassifier {
+  return sessionClassifierFor(typeof query?.mainKey === "string" ? query.mainKey : "main");
+}
 
-/** The kind core's key rules give an entry (default `mainKey`); stores use it when the caller gives none. */
-export const defaultSessionClassifier: SessionClassifier = (entry) =>
-  classifyKey(entry.key, entry.chatType ? { chatType: entry.chatType } : {});
+/** The caller's visibility for a list (the data filter with its residual), or undefined when every row is visible. */
+export function compileListVisibility(
+  options: SessionListOptions = {},
+): ((entry: SessionEntry) => boolean) | undefined {
+  if (options.visibility !== undefined) return compileSessionVisibility(options.visibility, options.residual);
+  if (options.residual !== undefined) {
+    throw invalid(["residual: only with visibility (it refines the data filter)"], "residual");
+  }
+  return undefined;
+}
 
-/** A compiled `sessions.list` filter: the plain filters, not the caller's visibility predicate. */
+/** A compiled `sessions.list` filter: the plain filters, not the caller's visibility. */
 export function compileSessionFilter(
   query: SessionListQuery,
-  classify: SessionClassifier = defaultSessionClassifier,
+  classify: SessionClassifier = sessionListClassifier(query),
 ): (entry: SessionEntry) => boolean {
   const parsed = SessionListQuerySchema.safeParse(query);
   if (!parsed.success) throw invalid(formatZodIssues(parsed.error, "query"), "query");
@@ -333,6 +344,26 @@ export function compileRunFilter(query: RunListQuery): (run: RunRecord) => boole
     }
     return true;
   };
+}
+
+/**
+ * Idempotency keys are unique across runs: CONFLICT when the record takes a key that `owner` (the
+ * runId holding it now) already has. A run that already had the key keeps it (rewrites of a run
+ * loaded from data written before keys were unique never fail).
+ */
+export function checkIdempotencyKeyFree(
+  run: RunRecord,
+  owner: string | undefined,
+  previous: RunRecord | undefined,
+): void {
+  const key = run.idempotencyKey;
+  if (key === undefined || owner === undefined || owner === run.runId) return;
+  if (previous?.idempotencyKey === key) return;
+  throw new SwitchboardError(
+    "CONFLICT",
+    `idempotencyKey ${key} is already used by run ${owner}; run ${run.runId} cannot take it`,
+    { details: { field: "idempotencyKey", idempotencyKey: key, runId: owner } },
+  );
 }
 
 /** Order of `runs.list`: newest `createdAt` first, ties by runId ascending. */

@@ -1,3 +1,4 @@
+import type { Level } from "../labels/level";
 import type {
   AgentsListResult,
   MessageResult,
@@ -46,7 +47,7 @@ export interface ToolBackend {
   listSessions(
     caller: ToolCaller,
     query: { kinds?: string[]; limit: number; activeMinutes?: number; messageLimit: number },
-  ): Promise<{ sessions: SessionRow[]; hidden: number }>;
+  ): Promise<{ sessions: SessionRow[]; hidden: number; dataLabel?: Level }>;
   history(
     caller: ToolCaller,
     query: { sessionKey: string; limit: number; includeTools: boolean; before?: number; maxBytes: number },

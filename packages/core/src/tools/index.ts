@@ -1,2 +1,3 @@
 export * from "./backend-port";
+export * from "./tool-limits";
 export * from "./tool-schemas";

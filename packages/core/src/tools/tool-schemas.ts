@@ -1,7 +1,21 @@
 import { z } from "zod";
+import { SESSION_KINDS } from "../keys/classify";
 import { LevelSchema } from "../labels/level";
 import { DeliveryContextSchema } from "../store/session-entry";
 import { ProvenanceSchema } from "../store/transcript-entry";
+import {
+  HISTORY_LIMIT,
+  type IntegerRange,
+  SEND_TIMEOUT_SECONDS,
+  SESSIONS_LIST_LIMIT,
+  SESSIONS_LIST_MESSAGE_LIMIT,
+  SPAWN_LABEL_MAX_LENGTH,
+} from "./tool-limits";
+
+/** "default 50, 1..200": the range as the model reads it, from the one definition of the limit. */
+function rangeText(range: IntegerRange): string {
+  return `default ${range.default}, ${range.min}..${range.max}`;
+}
 
 /**
  * Parameters and results of the session tools (tools.md). Param schemas use only plain JSON types
@@ -30,18 +44,26 @@ export const SessionsListParamsSchema = z.object({
   kinds: z
     .array(z.string())
     .optional()
-    .describe("Session kinds to include: main, group, cron, hook, node, subagent, other"),
-  limit: z.number().optional().describe("Maximum rows (default 50, 1..200)"),
+    .describe(`Session kinds to include: ${SESSION_KINDS.join(", ")}`),
+  limit: z
+    .number()
+    .optional()
+    .describe(`Maximum rows (${rangeText(SESSIONS_LIST_LIMIT)})`),
   activeMinutes: z.number().optional().describe("Only sessions updated within this many minutes"),
   messageLimit: z
     .number()
     .optional()
-    .describe("Include the last N messages of each session (default 0, max 20)"),
+    .describe(
+      `Include the last N messages of each session (default ${SESSIONS_LIST_MESSAGE_LIMIT.default}, max ${SESSIONS_LIST_MESSAGE_LIMIT.max})`,
+    ),
 });
 
 export const SessionsHistoryParamsSchema = z.object({
   sessionKey: z.string().describe("Session key, alias (main) or sessionId"),
-  limit: z.number().optional().describe("Maximum messages (default 50, 1..500)"),
+  limit: z
+    .number()
+    .optional()
+    .describe(`Maximum messages (${rangeText(HISTORY_LIMIT)})`),
   includeTools: z.boolean().optional().describe("Include tool results (default false)"),
   before: z
     .number()
@@ -55,12 +77,17 @@ export const SessionsSendParamsSchema = z.object({
   timeoutSeconds: z
     .number()
     .optional()
-    .describe("Seconds to wait for the reply (default 30, 0 = do not wait, max 600)"),
+    .describe(
+      `Seconds to wait for the reply (default ${SEND_TIMEOUT_SECONDS.default}, 0 = do not wait, max ${SEND_TIMEOUT_SECONDS.max})`,
+    ),
 });
 
 export const SessionsSpawnParamsSchema = z.object({
   task: z.string().describe("What the sub-agent should do"),
-  label: z.string().optional().describe("Short label for the sub-agent session (max 64 chars)"),
+  label: z
+    .string()
+    .optional()
+    .describe(`Short label for the sub-agent session (max ${SPAWN_LABEL_MAX_LENGTH} chars)`),
   agentId: z.string().optional().describe("Agent to run the sub-agent as (default: your own agent)"),
   model: z.string().optional().describe("Model override for the sub-agent"),
   runTimeoutSeconds: z.number().optional().describe("Run timeout in seconds (default 0 = none)"),
@@ -115,6 +142,16 @@ export const ToolFailureSchema = z.object({
 });
 export type ToolFailure = z.infer<typeof ToolFailureSchema>;
 
+/**
+ * The classification of the data a result carries from another session (its taint when the data was
+ * taken). Taking the result in raised the caller's taint to it; data above the caller's clearance is
+ * withheld instead, and `withheld` says why (labels-and-policy.md, no read-up).
+ */
+const DataLabelFields = {
+  dataLabel: LevelSchema.optional(),
+  withheld: z.string().optional(),
+};
+
 export const HistoryMessageSchema = z.object({
   seq: z.number(),
   id: z.string(),
@@ -123,6 +160,8 @@ export const HistoryMessageSchema = z.object({
   content: z.array(z.record(z.string(), z.unknown())),
   label: LevelSchema,
   provenance: ProvenanceSchema.optional(),
+  /** Set on a copy cut to fit the page: the full message's size in bytes of JSON. */
+  clipped: z.object({ bytes: z.number() }).optional(),
 });
 export type HistoryMessage = z.infer<typeof HistoryMessageSchema>;
 
@@ -159,6 +198,7 @@ export const SessionsListResultSchema = z.object({
   count: z.number(),
   sessions: z.array(SessionRowSchema),
   hidden: z.number(),
+  dataLabel: LevelSchema.optional(),
 });
 export type SessionsListResult = z.infer<typeof SessionsListResultSchema>;
 
@@ -169,6 +209,7 @@ export const SessionsHistoryResultSchema = z.object({
   messages: z.array(HistoryMessageSchema),
   nextBefore: z.number().optional(),
   truncated: z.boolean(),
+  dataLabel: LevelSchema.optional(),
 });
 export type SessionsHistoryResult = z.infer<typeof SessionsHistoryResultSchema>;
 
@@ -187,6 +228,7 @@ export const SessionsSendResultSchema = z.union([
     sessionKey: z.string(),
     reply: z.string(),
     delivery: DeliveryStatusSchema,
+    ...DataLabelFields,
   }),
   z.object({
     status: z.enum(["timeout", "error"]),
@@ -228,7 +270,10 @@ export const SessionStatusResultSchema = z.object({
   spawnedBy: z.string().optional(),
   label: z.string().optional(),
   displayName: z.string().optional(),
+  dataLabel: LevelSchema.optional(),
   activeRun: z.object({ runId: z.string(), lane: z.string(), startedAt: z.number() }).optional(),
+  /** Runs waiting in the session's lanes (e.g. no worker for its agent is connected). */
+  queuedRuns: z.number().optional(),
   children: z
     .array(
       z.object({
@@ -275,7 +320,7 @@ export const SimulateResultSchema = z.object({
 export type SimulateResult = z.infer<typeof SimulateResultSchema>;
 
 export const SummarizeResultSchema = z.union([
-  z.object({ status: z.literal("ok"), summary: z.string() }),
+  z.object({ status: z.literal("ok"), summary: z.string(), ...DataLabelFields }),
   ToolFailureSchema,
 ]);
 export type SummarizeResult = z.infer<typeof SummarizeResultSchema>;

@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { SwitchboardError } from "@switchboard/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { loadConfig, resolveDataDir } from "./config-loader";
+import { loadConfig, loadConfigFile, resolveDataDir } from "./load-config";
 
 let dir: string;
 
@@ -107,5 +107,42 @@ describe("loadConfig", () => {
   it("treats an empty YAML file as the defaults", async () => {
     const empty = await file("empty.yaml", "");
     expect((await loadConfig(empty, { env: {} })).config.agents.list[0]!.id).toBe("main");
+  });
+});
+
+describe("loadConfigFile", () => {
+  it("reads JSON5 (comments, unquoted keys) and gives the file's directory as baseDir", async () => {
+    await writeFile(
+      join(dir, "switchboard.config.json5"),
+      "// agents\n{ agents: { list: [{ id: 'main' }, { id: 'research' },] } }",
+    );
+    const loaded = await loadConfigFile("switchboard.config.json5", dir);
+    expect(loaded.config.agents.list.map((agent) => agent.id)).toEqual(["main", "research"]);
+    expect(loaded.path).toBe(join(dir, "switchboard.config.json5"));
+    expect(loaded.baseDir).toBe(dir);
+  });
+
+  it("reads YAML, and an empty YAML file gives the defaults", async () => {
+    await writeFile(join(dir, "file.yaml"), "gateway:\n  port: 19000\n");
+    expect((await loadConfigFile(join(dir, "file.yaml"))).config.gateway.port).toBe(19000);
+    await writeFile(join(dir, "empty-file.yml"), "");
+    expect(
+      (await loadConfigFile(join(dir, "empty-file.yml"))).config.agents.list.map((agent) => agent.id),
+    ).toEqual(["main"]);
+  });
+
+  it("names the file and the problem: missing, not parseable, invalid", async () => {
+    await expect(loadConfigFile(join(dir, "missing-file.json5"))).rejects.toThrow(
+      `cannot read config file ${join(dir, "missing-file.json5")}`,
+    );
+    await writeFile(join(dir, "broken-file.json"), "{ agents: ");
+    await expect(loadConfigFile(join(dir, "broken-file.json"))).rejects.toThrow(
+      /broken-file\.json is not valid JSON at line \d+, column \d+/,
+    );
+    await writeFile(join(dir, "typo-file.json"), JSON.stringify({ agnets: {} }));
+    await expect(loadConfigFile(join(dir, "typo-file.json"))).rejects.toMatchObject({
+      code: "INVALID_REQUEST",
+      message: expect.stringMatching(/invalid configuration in .*typo-file\.json:\n\s+agnets: unknown key/),
+    });
   });
 });

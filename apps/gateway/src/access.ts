@@ -1,0 +1,191 @@
+import { timingSafeEqual } from "node:crypto";
+import {
+  type Config,
+  type ConnectParams,
+  canonicalizeKey,
+  compileGlob,
+  matchesAnyGlob,
+  normalizeAgentId,
+  type RunRecord,
+  type SessionEntry,
+  SwitchboardError,
+  type ToolCaller,
+} from "@switchboard/core";
+import type { Connection, ConnectionIdentity } from "./connection";
+import type { SessionsService } from "./sessions-service";
+
+/** Session-key patterns: `*` matches any run of characters, `?` is a literal (keys may hold one). */
+const KEY_GLOB = { questionMark: "literal" } as const;
+
+/** Glob over session keys where `*` matches any run of characters. */
+export function keyPatternMatches(pattern: string, key: string): boolean {
+  return compileGlob(pattern, KEY_GLOB)(key);
+}
+
+function sameSecret(a: string, b: string): boolean {
+  const left = Buffer.from(a);
+  const right = Buffer.from(b);
+  return left.length === right.length && timingSafeEqual(left, right);
+}
+
+/** What access checks need to know about runs: the live holder, else the stored record. */
+export interface RunLookup {
+  active(runId: string): RunRecord | undefined;
+  requireHeldBy(runId: string, connection: Connection): RunRecord;
+  stored(runId: string): Promise<RunRecord | undefined>;
+}
+
+/**
+ * Who a connection is and what it may touch: token lookup and role check at connect, session
+ * patterns of clients, run ownership of workers, and the operator's audited `as`.
+ */
+export class Access {
+  /** Runs each worker announced it executes at once (`connect` `concurrency`), until it is ready. */
+  private readonly concurrency = new WeakMap<Connection, number>();
+
+  constructor(
+    private readonly config: Config,
+    private readonly operatorToken: string,
+    private readonly sessions: SessionsService,
+    private readonly runs: RunLookup,
+  ) {}
+
+  private findToken(token: string) {
+    if (sameSecret(token, this.operatorToken)) return { name: "operator", token, role: "operator" as const };
+    return this.config.auth.tokens.find((candidate) => sameSecret(token, candidate.token));
+  }
+
+  authenticate(params: ConnectParams, connection: Connection): ConnectionIdentity {
+    const token = this.findToken(params.auth.token);
+    if (!token) throw new SwitchboardError("UNAUTHORIZED", "invalid token");
+    if (token.role !== "operator" && token.role !== params.role) {
+      throw new SwitchboardError(
+        "UNAUTHORIZED",
+        `token "${token.name}" is for role ${token.role}, not ${params.role}`,
+      );
+    }
+    const identity: ConnectionIdentity = {
+      role: params.role,
+      tokenName: token.name,
+      agents: new Set(),
+      sessionPatterns: [],
+    };
+    if (params.role === "agent") {
+      const agents = (params.agents ?? []).map((id) => normalizeAgentId(id, "agents"));
+      if (agents.length === 0)
+        throw new SwitchboardError("INVALID_REQUEST", "agents: a worker must serve at least one agent id");
+      const allowed = "agents" in token && token.agents ? token.agents : undefined;
+      for (const agentId of agents) {
+        if (allowed && !allowed.includes(agentId)) {
+          throw new SwitchboardError(
+            "UNAUTHORIZED",
+            `token "${token.name}" may not serve agent "${agentId}"`,
+          );
+        }
+      }
+      identity.agents = new Set(agents);
+      if (params.concurrency !== undefined) this.concurrency.set(connection, params.concurrency);
+    } else if (params.concurrency !== undefined) {
+      throw new SwitchboardError(
+        "INVALID_REQUEST",
+        "concurrency: only a role agent connection may announce one",
+      );
+    } else if (params.role === "client") {
+      const patterns =
+        "sessions" in token && token.sessions ? token.sessions : token.role === "operator" ? ["*"] : [];
+      if (params.sessionKey) {
+        const canonical = canonicalizeKey(
+          params.sessionKey,
+          this.sessions.keyContext(undefined, "sessionKey"),
+        );
+        if (!matchesAnyGlob(patterns, canonical, KEY_GLOB)) {
+          throw new SwitchboardError(
+            "UNAUTHORIZED",
+            `token "${token.name}" may not act for session ${canonical}`,
+          );
+        }
+        identity.sessionPatterns = [canonical];
+      } else {
+        if (patterns.length === 0) {
+          throw new SwitchboardError(
+            "UNAUTHORIZED",
+            "sessionKey: required for a client token without session patterns",
+          );
+        }
+        identity.sessionPatterns = patterns;
+      }
+    }
+    connection.log.info({ role: identity.role, tokenName: token.name }, "connected");
+    return identity;
+  }
+
+  /** The concurrency a worker announced at connect (undefined: no limit). */
+  workerConcurrency(connection: Connection): number | undefined {
+    return this.concurrency.get(connection);
+  }
+
+  clientMaySee(connection: Connection, sessionKey: string | undefined): boolean {
+    const identity = connection.identity!;
+    if (identity.role === "operator") return true;
+    if (!sessionKey) return false;
+    // Checked for every event a client may receive: the patterns are compiled once per identity.
+    return matchesAnyGlob(identity.sessionPatterns, sessionKey, KEY_GLOB);
+  }
+
+  requireClientSession(connection: Connection, key: string): void {
+    if (!this.clientMaySee(connection, key)) {
+      throw new SwitchboardError("FORBIDDEN", `this connection may not access session ${key}`);
+    }
+  }
+
+  async requireRunAccess(connection: Connection, runId: string): Promise<void> {
+    if (connection.identity!.role === "operator") return;
+    const record = this.runs.active(runId) ?? (await this.runs.stored(runId));
+    if (!record) throw new SwitchboardError("NOT_FOUND", `run not found: ${runId}`);
+    this.requireClientSession(connection, record.sessionKey);
+  }
+
+  /** The run a worker holds (a run another connection holds is refused). */
+  heldRun(connection: Connection, runId: string): RunRecord {
+    return this.runs.requireHeldBy(runId, connection);
+  }
+
+  /** Caller of a tool call: the run's session (agent) or an audited `as` (operator). */
+  async toolCaller(
+    connection: Connection,
+    params: { runId?: string | undefined; as?: string | undefined },
+  ): Promise<{ caller: ToolCaller; entry: SessionEntry }> {
+    const role = connection.identity!.role;
+    if (role === "agent") {
+      if (!params.runId) throw new SwitchboardError("INVALID_REQUEST", "runId: required for agent workers");
+      const record = this.runs.requireHeldBy(params.runId, connection);
+      const entry = await this.sessions.require(record.sessionKey);
+      return { caller: { sessionKey: entry.key, agentId: entry.agentId, runId: record.runId }, entry };
+    }
+    if (params.runId && !params.as) {
+      const active = this.runs.active(params.runId);
+      if (!active) throw new SwitchboardError("NOT_FOUND", `run not active: ${params.runId}`);
+      const entry = await this.sessions.require(active.sessionKey);
+      return {
+        caller: {
+          sessionKey: entry.key,
+          agentId: entry.agentId,
+          runId: params.runId,
+          operator: connection.identity!.tokenName,
+        },
+        entry,
+      };
+    }
+    if (!params.as)
+      throw new SwitchboardError(
+        "INVALID_REQUEST",
+        "as: required (the session to act as) when no runId is given",
+      );
+    const key = await this.sessions.resolveInput(params.as, undefined, "as");
+    const entry = await this.sessions.require(key);
+    return {
+      caller: { sessionKey: entry.key, agentId: entry.agentId, operator: connection.identity!.tokenName },
+      entry,
+    };
+  }
+}

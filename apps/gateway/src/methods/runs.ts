@@ -1,0 +1,109 @@
+import { type Level, SwitchboardError } from "@switchboard/core";
+import type { Connection } from "../connection";
+import type { MethodDeps } from "./deps";
+import type { Handlers, ParsedParams } from "./handler";
+import { isSendCommand, sendCommand } from "./send-command";
+
+type RunMethods = "chat.send" | "agent" | "agent.wait" | "run.progress" | "run.complete" | "run.fail";
+
+/** Input into sessions (clients, operators) and the run lifecycle reported by workers. */
+export function runMethods({
+  config,
+  store,
+  sessions,
+  policy,
+  scheduler,
+  bus,
+  access,
+  toolCalls,
+}: Pick<
+  MethodDeps,
+  "config" | "store" | "sessions" | "policy" | "scheduler" | "bus" | "access" | "toolCalls"
+>): Handlers<RunMethods> {
+  const agentTimeout = (agentId: string): number =>
+    sessions.agentConfig(agentId)?.timeoutSeconds ?? config.agents.defaults.timeoutSeconds;
+
+  /** Input from outside (a channel client or an operator) into a session. */
+  const input = async (
+    connection: Connection,
+    params: ParsedParams<"chat.send"> & Partial<ParsedParams<"agent">>,
+    origin: "chat" | "agent",
+  ): Promise<{ runId: string; status: "accepted" }> => {
+    const key = await sessions.resolveInput(params.sessionKey);
+    access.requireClientSession(connection, key);
+    if (params.idempotencyKey) {
+      const existing = await store.runs.getByIdempotencyKey(params.idempotencyKey);
+      if (existing) {
+        if (existing.sessionKey !== key)
+          throw new SwitchboardError("CONFLICT", "idempotencyKey: already used for another session");
+        return { runId: existing.runId, status: "accepted" };
+      }
+    }
+    const { entry } = await sessions.ensure(key);
+    const trimmed = params.message.trim();
+    if (isSendCommand(trimmed)) return sendCommand(sessions, store.runs, connection, entry, trimmed);
+    const label: Level = sessions.inboundLevel(entry);
+    const decision = await policy.enforce(
+      { hook: "PRE_SEND", target: policy.facts(entry), dataLabel: label, text: params.message },
+      connection.identity!.tokenName,
+    );
+    if (decision.action === "BLOCK")
+      throw new SwitchboardError("FORBIDDEN", decision.message, { details: { ruleId: decision.ruleId } });
+    await sessions.raiseTaint(
+      key,
+      label,
+      `input on ${sessions.channel(entry)}`,
+      `channel:${sessions.channel(entry)}`,
+    );
+    const { record } = await scheduler.enqueue({
+      sessionKey: key,
+      lane: params.lane ?? "main",
+      origin,
+      message: decision.text ?? params.message,
+      provenance:
+        origin === "chat"
+          ? { kind: "user", channel: sessions.channel(entry) }
+          : { kind: "operator", actor: connection.identity!.tokenName },
+      label,
+      timeoutSeconds: params.timeoutSeconds ?? agentTimeout(entry.agentId),
+      ...(params.idempotencyKey ? { idempotencyKey: params.idempotencyKey } : {}),
+    });
+    return { runId: record.runId, status: "accepted" };
+  };
+
+  return {
+    "chat.send": (params, connection) => input(connection, params, "chat"),
+    agent: (params, connection) => input(connection, params, "agent"),
+    "agent.wait": async (params, connection) => {
+      await access.requireRunAccess(connection, params.runId);
+      return { ...(await scheduler.wait(params.runId, params.timeoutMs ?? 30_000)) };
+    },
+    "run.progress": async (params, connection) => {
+      const record = access.heldRun(connection, params.runId);
+      if (params.kind === "tool-call" || params.kind === "tool-result") {
+        await toolCalls.recordWorkerEvent(record, { ...params, kind: params.kind });
+      }
+      bus.publish(
+        "run.progress",
+        {
+          runId: record.runId,
+          sessionKey: record.sessionKey,
+          kind: params.kind,
+          ...(params.text !== undefined ? { text: params.text } : {}),
+          ...(params.name !== undefined ? { name: params.name } : {}),
+          ...(params.toolCallId !== undefined ? { toolCallId: params.toolCallId } : {}),
+        },
+        { sessionKey: record.sessionKey, agentId: record.agentId },
+      );
+      return {};
+    },
+    "run.complete": async (params, connection) => {
+      await scheduler.complete(params.runId, connection, params.reply, params.usage);
+      return {};
+    },
+    "run.fail": async (params, connection) => {
+      await scheduler.fail(params.runId, connection, params.error);
+      return {};
+    },
+  };
+}

@@ -1,0 +1,107 @@
+import { createHmac } from "node:crypto";
+import {
+  type AuditChain,
+  type AuditHead,
+  type AuditRecord,
+  type AuditStore,
+  createAuditChain,
+  type MetaStore,
+} from "@switchboard/core";
+
+const ANCHOR = "audit.head";
+
+/** node:crypto's synchronous HMAC: the same hashes as core's WebCrypto default, without a thread hop. */
+export const nodeHmac = (key: Uint8Array, message: string): string =>
+  createHmac("sha256", key).update(message).digest("hex");
+
+export type AuditEntry = Parameters<AuditChain["next"]>[0];
+
+/**
+ * The head of the audit hash chain: which index and hash the next record links to, and the newest
+ * head known durable (anchored outside the log so a cut-off tail is noticed). One process owns it;
+ * several instances appending to one chain need the head in the store (a compare-and-set append).
+ */
+export interface AuditChainHead {
+  /** Chains `entry` after the current head; calls are chained in call order. */
+  next(entry: AuditEntry): Promise<AuditRecord>;
+  /** `record` is in the store: it becomes the durable head if it is newer. */
+  stored(record: AuditRecord): void;
+  /**
+   * The store refused a record the chain already moved past: once `settled` (records chained on the
+   * old head fail first), the head is re-read from the store. `next` waits until then.
+   */
+  resync(settled: Promise<unknown>): void;
+  /** Records the durable head outside the log. */
+  anchor(): Promise<void>;
+  /** The head last anchored, if any and readable. */
+  anchored(): Promise<AuditHead | undefined>;
+}
+
+/** The chain in memory, anchored in the meta store. */
+export class InProcessAuditHead implements AuditChainHead {
+  /** The newest record known to be durable; what `anchor()` records outside the log. */
+  private durableHead: AuditHead | undefined;
+  /** Set while the chain is rebuilt from the store after a failed append. */
+  private resyncing: Promise<void> | undefined;
+
+  private constructor(
+    private readonly store: Pick<AuditStore, "last">,
+    private readonly meta: MetaStore,
+    private readonly key: Uint8Array,
+    private chain: AuditChain,
+  ) {}
+
+  static async open(
+    store: Pick<AuditStore, "last">,
+    meta: MetaStore,
+    key: Uint8Array,
+  ): Promise<InProcessAuditHead> {
+    const last = await store.last();
+    const head = new InProcessAuditHead(store, meta, key, chainAfter(key, last));
+    if (last) head.durableHead = { index: last.index, hash: last.hash };
+    return head;
+  }
+
+  next(entry: AuditEntry): Promise<AuditRecord> {
+    return this.resyncing ? this.resyncing.then(() => this.chain.next(entry)) : this.chain.next(entry);
+  }
+
+  stored(record: AuditRecord): void {
+    if (!this.durableHead || record.index > this.durableHead.index) {
+      this.durableHead = { index: record.index, hash: record.hash };
+    }
+  }
+
+  resync(settled: Promise<unknown>): void {
+    this.resyncing ??= (async () => {
+      await settled;
+      this.chain = chainAfter(this.key, await this.store.last());
+    })().finally(() => {
+      this.resyncing = undefined;
+    });
+  }
+
+  async anchor(): Promise<void> {
+    const head = this.durableHead;
+    if (head) await this.meta.set(ANCHOR, JSON.stringify(head));
+  }
+
+  async anchored(): Promise<AuditHead | undefined> {
+    const text = await this.meta.get(ANCHOR);
+    if (!text) return undefined;
+    try {
+      const head = JSON.parse(text) as AuditHead;
+      return Number.isInteger(head.index) && typeof head.hash === "string" ? head : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+}
+
+function chainAfter(key: Uint8Array, last: AuditRecord | undefined): AuditChain {
+  return createAuditChain({
+    key,
+    hmac: nodeHmac,
+    ...(last ? { last: { index: last.index, hash: last.hash } } : {}),
+  });
+}

@@ -1,0 +1,51 @@
+/** Which of a session's budgets a call draws on (agent-to-agent.md, loops). */
+export type BudgetKind = "send" | "spawn";
+
+/**
+ * How many sends and spawns each session started in the last minute. Only one process can know
+ * this; a cluster backs it with a shared store behind the same interface.
+ */
+export interface CallBudget {
+  /** Calls of `kind` by `sessionKey` in the window ending now. */
+  used(sessionKey: string, kind: BudgetKind): number;
+  /** Counts one call that was allowed. */
+  record(sessionKey: string, kind: BudgetKind): void;
+}
+
+/**
+ * In-process sliding window. Memory is bounded: a session holds at most one timestamp per allowed
+ * call in the window (the policy refuses past the budget), and an empty window is dropped.
+ */
+export class MemoryCallBudget implements CallBudget {
+  private readonly windows = new Map<string, number[]>();
+
+  constructor(
+    private readonly windowMs = 60_000,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  private live(id: string): number[] | undefined {
+    const stamps = this.windows.get(id);
+    if (!stamps) return undefined;
+    const from = this.now() - this.windowMs;
+    let drop = 0;
+    while (drop < stamps.length && stamps[drop]! <= from) drop += 1;
+    if (drop > 0) stamps.splice(0, drop);
+    if (stamps.length === 0) {
+      this.windows.delete(id);
+      return undefined;
+    }
+    return stamps;
+  }
+
+  used(sessionKey: string, kind: BudgetKind): number {
+    return this.live(`${kind}\u0000${sessionKey}`)?.length ?? 0;
+  }
+
+  record(sessionKey: string, kind: BudgetKind): void {
+    const id = `${kind}\u0000${sessionKey}`;
+    const stamps = this.live(id) ?? [];
+    stamps.push(this.now());
+    this.windows.set(id, stamps);
+  }
+}

@@ -1,0 +1,47 @@
+import type { EventName, EventPayload } from "@switchboard/core";
+
+export interface BusEvent {
+  event: string;
+  seq: number;
+  payload: Record<string, unknown>;
+  /** Session the event concerns (for per-role filtering). */
+  sessionKey?: string;
+  /** Agent the event concerns (workers see events of the agents they serve). */
+  agentId?: string;
+  /** When set, only this connection may receive the event (e.g. `run.assigned`). */
+  connectionId?: string;
+}
+
+export interface EventSubscriber {
+  /** Returns false when the event must not be delivered to this subscriber. */
+  accepts(event: BusEvent): boolean;
+  deliver(event: BusEvent): void;
+}
+
+/** Who an event concerns, for per-role filtering. */
+export interface EventScope {
+  sessionKey?: string;
+  agentId?: string;
+  connectionId?: string;
+}
+
+/**
+ * The gateway's event stream: one `seq` order, publish/subscribe, and replay of a recent window.
+ * The in-process bus numbers and fans out events of this process only; several instances need a
+ * shared sequence and a shared log (what the PostgreSQL backend provides) behind this interface.
+ */
+export interface EventLog {
+  /** The seq of the last event handed out. */
+  readonly currentSeq: number;
+  publish<E extends EventName>(event: E, payload: EventPayload<E>, scope?: EventScope): void;
+  /**
+   * Calls `send` with a fresh seq for a frame sent directly to one peer (outside the replay window),
+   * in order with published events.
+   */
+  withSeq(send: (seq: number) => void): void;
+  /** Events with `seq > after` still in the window, oldest first. */
+  replay(after: number, accepts: (event: BusEvent) => boolean): BusEvent[];
+  subscribe(subscriber: EventSubscriber): () => void;
+  /** Stops background work (shutdown). */
+  stop(): void;
+}

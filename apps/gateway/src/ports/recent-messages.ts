@@ -1,0 +1,48 @@
+import type { TranscriptEntry } from "@switchboard/core";
+
+/**
+ * Each hot session's newest message entries (what `run.assigned.history` needs), kept beside the
+ * store so a run's start does not re-read the transcript. A cache only this process fills: another
+ * gateway appending to the same session would make it stale, so a shared store needs another one.
+ */
+export interface RecentMessagesCache {
+  readonly depth: number;
+  get(sessionId: string): TranscriptEntry[] | undefined;
+  /** Seeds the cache from a tail read; a read cut short by its byte cap is not cached. */
+  fill(sessionId: string, entries: TranscriptEntry[], truncated: boolean): void;
+  /** Entries this process just wrote (only message entries are kept). */
+  add(sessionId: string, written: TranscriptEntry[]): void;
+}
+
+/** Bounded LRU over sessions. */
+export class InProcessRecentMessages implements RecentMessagesCache {
+  readonly depth = 24;
+  private readonly bySession = new Map<string, TranscriptEntry[]>();
+
+  constructor(private readonly maxSessions = 2048) {}
+
+  get(sessionId: string): TranscriptEntry[] | undefined {
+    const entries = this.bySession.get(sessionId);
+    if (entries) {
+      this.bySession.delete(sessionId);
+      this.bySession.set(sessionId, entries);
+    }
+    return entries;
+  }
+
+  fill(sessionId: string, entries: TranscriptEntry[], truncated: boolean): void {
+    if (truncated) return;
+    this.bySession.set(sessionId, entries.slice(-this.depth));
+    if (this.bySession.size > this.maxSessions) {
+      const oldest = this.bySession.keys().next().value;
+      if (oldest !== undefined) this.bySession.delete(oldest);
+    }
+  }
+
+  add(sessionId: string, written: TranscriptEntry[]): void {
+    const entries = this.bySession.get(sessionId);
+    if (!entries) return;
+    for (const item of written) if (item.type === "message") entries.push(item);
+    if (entries.length > this.depth) entries.splice(0, entries.length - this.depth);
+  }
+}

@@ -1,0 +1,29 @@
+import type { RunRecord } from "@switchboard/core";
+import { describe, expect, it } from "vitest";
+import { InProcessRunWaiters } from "./run-waiters";
+
+const run = (runId: string) => ({ runId, status: "ok" }) as RunRecord;
+
+describe("InProcessRunWaiters", () => {
+  it("wakes every waiter of the run that ended, and only those", async () => {
+    const waiters = new InProcessRunWaiters();
+    const a1 = waiters.wait("a", 10_000);
+    const a2 = waiters.wait("a", 10_000);
+    const b = waiters.wait("b", 30);
+    waiters.ended(run("a"));
+    expect(await a1).toEqual({ ended: run("a") });
+    expect(await a2).toEqual({ ended: run("a") });
+    expect(await b).toEqual({ stopped: "run still in progress after waiting 30 ms" });
+    expect(waiters.size).toBe(0);
+  });
+
+  it("stops a wait on abort and forgets it", async () => {
+    const waiters = new InProcessRunWaiters();
+    const controller = new AbortController();
+    const waiting = waiters.wait("a", 10_000, controller.signal);
+    controller.abort();
+    expect(await waiting).toEqual({ stopped: "wait aborted" });
+    expect(waiters.size).toBe(0);
+    waiters.ended(run("a"));
+  });
+});

@@ -1,0 +1,63 @@
+import type { EventPayload, RunRecord, TranscriptEntry } from "@switchboard/core";
+import type { Connection } from "./connection";
+import type { EventLog } from "./ports/event-log";
+import { toHistoryMessage } from "./session-tools-backend";
+import type { SessionsService } from "./sessions-service";
+import type { ToolCatalog } from "./tool-catalog";
+
+/** Hands a run to a worker; the scheduler calls it once it picked the worker. */
+export type RunDispatcher = (
+  record: RunRecord,
+  worker: Connection,
+  deadline: number | undefined,
+) => Promise<void>;
+
+const EMPTY_TOOLS = { list: [], json: "[]" };
+
+/** Transcript entries never change once written, so each one's history JSON is built once. */
+const historyJsonCache = new WeakMap<TranscriptEntry, string>();
+
+function historyJsonOf(item: TranscriptEntry): string {
+  let json = historyJsonCache.get(item);
+  if (json === undefined) {
+    json = JSON.stringify(toHistoryMessage(item));
+    historyJsonCache.set(item, json);
+  }
+  return json;
+}
+
+/**
+ * Builds and sends `run.assigned`. It goes to one worker only and is never replayed (a reconnecting
+ * worker gets its runs reassigned), so it takes a seq but stays out of the replay ring. The tool
+ * definitions are the bulk of the frame and identical per tool set: their JSON is spliced in.
+ */
+export function runAssignment(sessions: SessionsService, tools: ToolCatalog, bus: EventLog): RunDispatcher {
+  return async (record, worker, deadline) => {
+    const entry = await sessions.require(record.sessionKey);
+    const recent = await sessions.recentMessages(entry, 21);
+    const historyJson = `[${recent
+      .filter((item) => item.runId !== record.runId)
+      .slice(-20)
+      .map(historyJsonOf)
+      .join(",")}]`;
+    const definitions = record.origin === "summarize" ? EMPTY_TOOLS : tools.definitionsFor(entry);
+    const payload: Omit<EventPayload<"run.assigned">, "tools" | "history"> = {
+      runId: record.runId,
+      sessionKey: record.sessionKey,
+      agentId: record.agentId,
+      lane: record.lane,
+      input: {
+        message: record.message,
+        provenance: record.provenance ?? { kind: "user" },
+        context: record.context ?? "",
+      },
+      ...(entry.model ? { model: entry.model } : {}),
+      ...(deadline ? { deadline } : {}),
+      attempt: record.attempts,
+    };
+    const payloadJson = `{"tools":${definitions.json},"history":${historyJson},${JSON.stringify(payload).slice(1)}`;
+    bus.withSeq((seq) =>
+      worker.sendText(`{"type":"event","event":"run.assigned","seq":${seq},"payload":${payloadJson}}`),
+    );
+  };
+}

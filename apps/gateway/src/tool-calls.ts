@@ -1,0 +1,191 @@
+import { randomUUID } from "node:crypto";
+import {
+  type Config,
+  type Level,
+  maxLevel,
+  type RunRecord,
+  type SessionEntry,
+  SwitchboardError,
+  type ToolCaller,
+  type ToolResult,
+  type TranscriptEntryInput,
+  toolLevel,
+} from "@switchboard/core";
+import type { ToolExecutor } from "@switchboard/tools";
+import type { AuditService } from "./audit-service";
+import type { PolicyService } from "./policy-service";
+import type { EventLog } from "./ports/event-log";
+import type { SessionToolsBackend } from "./session-tools-backend";
+import type { SessionsService } from "./sessions-service";
+import type { ToolGate } from "./tool-catalog";
+
+/** One tool call as the transcript names it. */
+interface RecordedCall {
+  sessionKey: string;
+  runId?: string | undefined;
+  toolCallId: string;
+  name: string;
+}
+
+/** A tool call a worker executed itself and reports through `run.progress`. */
+export interface WorkerToolEvent {
+  kind: "tool-call" | "tool-result";
+  name?: string | undefined;
+  toolCallId?: string | undefined;
+  args?: Record<string, unknown> | undefined;
+  result?: unknown;
+}
+
+/**
+ * The tool-call pipeline: availability gate, PRE_TOOL_CALL, execution, then recording and taint.
+ * Both gateway-executed calls (`tools.invoke`) and worker-executed ones (`run.progress`) are
+ * recorded by the same code, so their transcript entries cannot drift apart.
+ */
+export class ToolCalls {
+  constructor(
+    private readonly config: Config,
+    private readonly sessions: SessionsService,
+    private readonly policy: PolicyService,
+    private readonly audit: AuditService,
+    private readonly bus: EventLog,
+    private readonly gate: ToolGate,
+    private readonly backend: Pick<SessionToolsBackend, "toolCallContext">,
+    private readonly executor: ToolExecutor,
+  ) {}
+
+  /** A call executed by the gateway on behalf of `caller` (an agent's run or an operator's `as`). */
+  async invoke(
+    caller: ToolCaller,
+    entry: SessionEntry,
+    tool: string,
+    args: Record<string, unknown>,
+    toolCallId: string = randomUUID(),
+  ): Promise<ToolResult> {
+    if (caller.operator) {
+      await this.audit.append({
+        kind: "impersonation",
+        actor: caller.operator,
+        sessionKey: entry.key,
+        data: { tool, ...(caller.runId ? { runId: caller.runId } : {}) },
+      });
+    }
+    const call: RecordedCall = { sessionKey: entry.key, runId: caller.runId, toolCallId, name: tool };
+    const progress = (kind: "tool-call" | "tool-result") => {
+      if (!caller.runId) return;
+      this.bus.publish(
+        "run.progress",
+        { runId: caller.runId, sessionKey: entry.key, kind, name: tool, toolCallId },
+        { sessionKey: entry.key, agentId: entry.agentId },
+      );
+    };
+    progress("tool-call");
+    const finish = async (result: ToolResult) => {
+      progress("tool-result");
+      await this.record(call, {
+        call: { args, label: entry.taint },
+        result: {
+          value: result,
+          label: resultLabel(result, toolLevel(this.config.labels, tool), entry.taint),
+        },
+      });
+      return result;
+    };
+    const gate = this.gate(entry, tool);
+    if (!gate.allowed) return finish({ status: "forbidden", error: gate.message ?? "tool not available" });
+    const decision = await this.policy.enforce(
+      this.backend.toolCallContext(entry, tool, args),
+      caller.operator,
+    );
+    if (decision.action === "BLOCK") return finish({ status: "forbidden", error: decision.message });
+    const result = await this.executor.invoke(tool, args, caller);
+    if (result.status === "ok" || result.status === "accepted") {
+      await this.takeIn(entry.key, tool, toolLevel(this.config.labels, tool));
+    }
+    return finish(result);
+  }
+
+  /**
+   * Records one half of a worker-executed call. A result is data taken in at the tool's label, so
+   * PRE_TOOL_CALL applies to it as to a gateway-executed call (no read-up).
+   */
+  async recordWorkerEvent(run: RunRecord, event: WorkerToolEvent): Promise<void> {
+    const entry = await this.sessions.require(run.sessionKey);
+    const name = event.name ?? "tool";
+    const call: RecordedCall = {
+      sessionKey: run.sessionKey,
+      runId: run.runId,
+      toolCallId: event.toolCallId ?? randomUUID(),
+      name,
+    };
+    const args = event.args ?? {};
+    if (event.kind === "tool-call") {
+      await this.record(call, { call: { args, label: entry.taint } });
+      return;
+    }
+    const label = toolLevel(this.config.labels, name);
+    const decision = await this.policy.enforce(this.backend.toolCallContext(entry, name, args));
+    if (decision.action === "BLOCK") {
+      throw new SwitchboardError("FORBIDDEN", decision.message, { details: { ruleId: decision.ruleId } });
+    }
+    await this.record(call, { result: { value: event.result ?? null, label } });
+    await this.takeIn(run.sessionKey, name, label);
+  }
+
+  /** `policy.simulate`: the `simulate_tool_call` tool, run as the given caller. */
+  simulate(caller: ToolCaller, tool: string, args: Record<string, unknown>): Promise<ToolResult> {
+    return this.executor.invoke("simulate_tool_call", { tool_name: tool, args }, caller);
+  }
+
+  private takeIn(sessionKey: string, tool: string, label: Level) {
+    return this.sessions.raiseTaint(sessionKey, label, `result of tool ${tool}`, `tool:${tool}`);
+  }
+
+  /** The one place tool calls and results become transcript entries. */
+  private async record(
+    call: RecordedCall,
+    parts: {
+      call?: { args: Record<string, unknown>; label: Level };
+      result?: { value: unknown; label: Level };
+    },
+  ): Promise<void> {
+    const runId = call.runId ? { runId: call.runId } : {};
+    const entries: TranscriptEntryInput[] = [];
+    if (parts.call) {
+      entries.push({
+        type: "message",
+        label: parts.call.label,
+        ...runId,
+        message: {
+          role: "toolCall",
+          content: [{ type: "toolCall", id: call.toolCallId, name: call.name, args: parts.call.args }],
+        },
+      });
+    }
+    if (parts.result) {
+      entries.push({
+        type: "message",
+        label: parts.result.label,
+        ...runId,
+        message: {
+          role: "toolResult",
+          content: [
+            { type: "toolResult", toolCallId: call.toolCallId, name: call.name, result: parts.result.value },
+          ],
+        },
+      });
+    }
+    await this.sessions.append(call.sessionKey, entries);
+  }
+}
+
+/**
+ * The label a tool result is recorded with: a refusal or error carries no data (the caller's taint);
+ * a success carries the tool's configured label and, when it holds another session's data that was
+ * not withheld, that data's label.
+ */
+function resultLabel(result: ToolResult, toolLabel: Level, callerTaint: Level): Level {
+  if (result.status !== "ok" && result.status !== "accepted") return callerTaint;
+  const data =
+    typeof result.dataLabel === "string" && !result.withheld ? (result.dataLabel as Level) : undefined;
+  return data ? maxLevel(toolLabel, data) : toolLabel;
+}

@@ -1,0 +1,7 @@
+export {
+  type LoadConfigOptions,
+  type LoadedConfig,
+  loadConfig,
+  loadConfigFile,
+  resolveDataDir,
+} from "./load-config";

@@ -1,0 +1,429 @@
+import fs from "node:fs";
+import path from "node:path";
+import {
+  buildTranscriptHeader,
+  isLevel,
+  type Level,
+  maxLevel,
+  type RunRecord,
+  type SessionEntry,
+} from "@switchboard/core";
+import { type DoctorReport, damagedLines, inspectDataDir } from "./doctor";
+import { openFileStore } from "./file-store";
+import { closeFile, fileSize, openFile, syncData, writeAllAt } from "./fs-io";
+import { generationName, readJournaledState, writeSnapshotFile } from "./journaled-map";
+import { storeLayout } from "./layout";
+import { findIntactEnd, forEachLineText, parseJsonLine, readFirstLine, scanForward } from "./line-scan";
+import { acquireLock, releaseLock } from "./lock-file";
+import { type StoreLogger, silentLogger } from "./logger";
+import { sessionIdOfFileName } from "./retire-orphans";
+import { checkTranscriptHeader, isIntactEntryLine } from "./transcript-store";
+
+export interface RepairResult {
+  /** What was changed, one line each, naming the file. */
+  actions: string[];
+  /** The check after the repair: what is still wrong needs a person (or a backup). */
+  report: DoctorReport;
+}
+
+const INDEX_FILE = /^(journal|snapshot)-(\d{12})\.jsonl$/;
+const KEY_FIELDS: Record<string, string> = { sessions: "key", runs: "runId", meta: "name" };
+
+/**
+ * `doctor --repair`: fixes what `checkDataDir` reports and can be fixed without guessing, with
+ * the gateway stopped (it takes the data dir's lock). Nothing is erased: replaced files are kept
+ * beside the original (`*.damaged-<time>`) or in `archive/`.
+ *
+ * - damaged journal records are dropped; a lost or damaged snapshot is rebuilt from what is left
+ *   (for the sessions index also from the transcripts' headers and taint entries);
+ * - transcripts: damaged lines are dropped, a bad header is rewritten from the index row;
+ * - rows whose transcript is missing get it back from `archive/`, or an empty one;
+ * - transcripts no row points at are archived; runs waiting on a transcript that is gone are
+ *   marked failed.
+ */
+export async function repairDataDir(
+  dataDir: string,
+  options: { logger?: StoreLogger } = {},
+): Promise<RepairResult> {
+  const logger = options.logger ?? silentLogger;
+  const layout = storeLayout(dataDir);
+  const actions: string[] = [];
+  const first = await inspectDataDir(dataDir);
+  const blocking = first.report.issues.find((issue) =>
+    ["missing-data-dir", "unsupported-version", "unreadable-version", "missing-version"].includes(issue.code),
+  );
+  if (blocking) return { actions, report: first.report };
+
+  const stamp = new Date().toISOString().replace(/[:.]/g, "-");
+  const lock = await acquireLock(layout.dataDir, true, logger);
+  try {
+    const indexReadable = await readJournaledState(
+      layout.sessions,
+      "sessions",
+      (row: SessionEntry) => row.key,
+    ).then(
+      () => true,
+      () => false,
+    );
+    const transcriptTaints = await repairTranscripts(
+      layout,
+      first.contents.rows,
+      indexReadable,
+      stamp,
+      actions,
+    );
+    await repairIndex(layout.sessions, "sessions", stamp, actions, () =>
+      rowsFromTranscripts(layout.transcripts, transcriptTaints),
+    );
+    await raiseLoweredTaints(layout.sessions, transcriptTaints, stamp, actions);
+    await repairIndex(layout.runs, "runs", stamp, actions);
+    await repairIndex(layout.meta, "meta", stamp, actions);
+    await restoreMissingTranscripts(layout, stamp, actions);
+  } finally {
+    await releaseLock(lock);
+  }
+
+  // The rest goes through the store itself: it replays the commit log and archives orphans.
+  const store = await openFileStore({ dataDir, archiveOrphanTranscripts: true, logger });
+  try {
+    const orphans = (await store.stats()).orphansArchived;
+    if (orphans > 0) actions.push(`archived ${orphans} transcript(s) no session points at`);
+    for (const run of await store.runs.list({ statuses: ["queued", "running"] })) {
+      if (await store.transcripts.exists(run.sessionId)) continue;
+      const failed: RunRecord = {
+        ...run,
+        status: "error",
+        error: "session was reset or deleted before the run finished (marked failed by doctor --repair)",
+        endedAt: Date.now(),
+      };
+      await store.runs.put(failed);
+      actions.push(
+        `marked run ${run.runId} of ${run.sessionKey} failed: its transcript ${run.sessionId} is gone`,
+      );
+    }
+    for (const row of (await store.sessions.list({ limit: Number.MAX_SAFE_INTEGER, includeArchived: false }))
+      .entries) {
+      if (row.archivedAt !== undefined || (await store.transcripts.exists(row.sessionId))) continue;
+      await store.transcripts.create({ sessionId: row.sessionId, key: row.key, createdAt: row.createdAt });
+      actions.push(
+        `started an empty transcript for ${row.key} (${store.transcripts.locate(row.sessionId)}): none was found, not even in archive/`,
+      );
+    }
+  } finally {
+    await store.close();
+  }
+  return { actions, report: (await inspectDataDir(dataDir)).report };
+}
+
+/** Moves a file aside (same directory), keeping it for inspection. */
+async function moveAside(filePath: string, stamp: string): Promise<string> {
+  const target = `${filePath}.damaged-${stamp}`;
+  await fs.promises.rename(filePath, target);
+  return target;
+}
+
+/** Writes `content` to `filePath` through a synced temp file and a rename. */
+async function replaceFile(filePath: string, write: (fd: number) => Promise<void>): Promise<void> {
+  const temp = `${filePath}.repair.tmp`;
+  const fd = await openFile(temp, "w");
+  try {
+    await write(fd);
+    await syncData(fd);
+  } finally {
+    await closeFile(fd);
+  }
+  await fs.promises.rename(temp, filePath);
+}
+
+interface TranscriptFacts {
+  key: string;
+  sessionId: string;
+  createdAt: number;
+  lastTs: number;
+  /** Highest level taint entries raised the session to. */
+  taint: Level;
+}
+
+/**
+ * Fixes headers and drops damaged lines; returns what each intact transcript says about its
+ * session (for rebuilding or checking the index).
+ */
+async function repairTranscripts(
+  layout: ReturnType<typeof storeLayout>,
+  rows: Map<string, SessionEntry>,
+  indexReadable: boolean,
+  stamp: string,
+  actions: string[],
+): Promise<Map<string, TranscriptFacts>> {
+  const rowBySessionId = new Map([...rows.values()].map((row) => [String(row.sessionId).toLowerCase(), row]));
+  const facts = new Map<string, TranscriptFacts>();
+  for (const name of await fs.promises.readdir(layout.transcripts).catch(() => [] as string[])) {
+    const sessionId = sessionIdOfFileName(name);
+    if (sessionId === undefined) continue;
+    const filePath = path.join(layout.transcripts, name);
+    const fd = await openFile(filePath, "r");
+    let headerLine: Buffer | undefined;
+    let damaged: number[] = [];
+    let intactEnd = 0;
+    try {
+      headerLine = await readFirstLine(fd, 64 * 1024);
+      const checked = checkTranscriptHeader(headerLine, sessionId);
+      if ("problem" in checked && checked.newerVersion) continue;
+      const dataStart = headerLine ? headerLine.length + 1 : 0;
+      const size = await fileSize(fd);
+      intactEnd = (await findIntactEnd(fd, dataStart, size, isIntactEntryLine)).end;
+      damaged = await damagedLines(fd, dataStart, intactEnd);
+      const row = rowBySessionId.get(sessionId);
+      if ("problem" in checked || damaged.length > 0) {
+        const key = "problem" in checked ? row?.key : checked.header.key;
+        // Whose it is may be in the index once that is repaired: leave it for the next run.
+        if (key === undefined && !indexReadable) continue;
+        const archived = path.join(layout.archive, `${sessionId}.${stamp}.damaged.jsonl`);
+        await fs.promises.copyFile(filePath, archived);
+        if (key === undefined) {
+          // No row says whose it is: keep it only in the archive.
+          await fs.promises.rm(filePath);
+          actions.push(
+            `moved ${filePath} to ${archived}: its header is unreadable and no session points at it`,
+          );
+          continue;
+        }
+        const header =
+          "problem" in checked
+            ? buildTranscriptHeader({ sessionId, key, createdAt: row?.createdAt ?? Date.now() })
+            : checked.header;
+        const kept: Buffer[] = [Buffer.from(`${JSON.stringify(header)}\n`)];
+        await scanForward(fd, dataStart, intactEnd, (line) => {
+          if (isIntactEntryLine(line)) kept.push(Buffer.from(`${line.toString("utf8")}\n`));
+          return true;
+        });
+        await replaceFile(filePath, (out) => writeAllAt(out, kept, 0));
+        if ("problem" in checked)
+          actions.push(`rewrote the header of ${filePath} from the index row of ${key}`);
+        if (damaged.length > 0) {
+          actions.push(
+            `dropped ${damaged.length} damaged line(s) from ${filePath} (original kept as ${archived})`,
+          );
+        }
+      }
+    } finally {
+      await closeFile(fd);
+    }
+    const summary = await summarise(filePath);
+    if (summary) facts.set(sessionId, summary);
+  }
+  return facts;
+}
+
+/** Header, last timestamp and highest taint of an (intact) transcript. */
+async function summarise(filePath: string): Promise<TranscriptFacts | undefined> {
+  const fd = await openFile(filePath, "r");
+  try {
+    let header: Record<string, unknown> | undefined;
+    let lastTs = 0;
+    let taint: Level = "PUBLIC";
+    await forEachLineText(fd, 0, await fileSize(fd), (line) => {
+      const value = parseJsonLine(Buffer.from(line));
+      if (!value) return true;
+      if (header === undefined) {
+        header = value;
+        return true;
+      }
+      if (typeof value.ts === "number") lastTs = Math.max(lastTs, value.ts);
+      const raised = (value.taint as { to?: unknown } | undefined)?.to;
+      if (value.type === "taint" && isLevel(raised)) taint = maxLevel(taint, raised);
+      return true;
+    });
+    if (!header || typeof header.key !== "string" || typeof header.sessionId !== "string") return undefined;
+    const createdAt = typeof header.createdAt === "number" ? header.createdAt : 0;
+    return {
+      key: header.key,
+      sessionId: header.sessionId.toLowerCase(),
+      createdAt,
+      lastTs: Math.max(lastTs, createdAt),
+      taint,
+    };
+  } finally {
+    await closeFile(fd);
+  }
+}
+
+/**
+ * Rows as the transcripts tell them: per key the newest transcript, taint from its taint entries,
+ * clearance equal to that taint (the lowest that still lets the session read its own history;
+ * an operator raises it again with `sessions patch`). Other settings are not in the transcripts.
+ */
+function rowsFromTranscripts(_dir: string, facts: Map<string, TranscriptFacts>): SessionEntry[] {
+  const newest = new Map<string, TranscriptFacts>();
+  for (const fact of facts.values()) {
+    const known = newest.get(fact.key);
+    if (!known || fact.createdAt > known.createdAt) newest.set(fact.key, fact);
+  }
+  return [...newest.values()].map((fact) => ({
+    key: fact.key,
+    sessionId: fact.sessionId,
+    agentId: fact.key === "global" ? "main" : (fact.key.split(":")[1] ?? "main"),
+    createdAt: fact.createdAt,
+    updatedAt: fact.lastTs,
+    taint: fact.taint,
+    clearance: fact.taint,
+  }));
+}
+
+/**
+ * Makes a journaled map readable again: drops damaged journal records, and when the state is
+ * still not readable (a snapshot lost or damaged), writes a new snapshot from every readable row
+ * (`base` first, for the sessions index the transcripts) with the journals replayed on top.
+ */
+async function repairIndex(
+  dir: string,
+  format: "sessions" | "runs" | "meta",
+  stamp: string,
+  actions: string[],
+  base?: () => SessionEntry[],
+): Promise<void> {
+  const keyField = KEY_FIELDS[format]!;
+  const keyOf = (value: Record<string, unknown>) => String(value[keyField]);
+  const names = await fs.promises.readdir(dir).catch(() => [] as string[]);
+  const files = names
+    .map((name) => INDEX_FILE.exec(name))
+    .filter((match): match is RegExpExecArray => match !== null)
+    .map((match) => ({ kind: match[1]!, generation: Number(match[2]), path: path.join(dir, match[0]) }))
+    .sort((a, b) => a.generation - b.generation || (a.kind === "snapshot" ? -1 : 1));
+
+  for (const file of files.filter((entry) => entry.kind === "journal")) {
+    const { kept, dropped } = await readLines(file.path, true);
+    if (dropped === 0) continue;
+    const backup = await moveAside(file.path, stamp);
+    await replaceFile(file.path, (fd) => writeAllAt(fd, kept, 0));
+    actions.push(`dropped ${dropped} damaged record(s) from ${file.path} (original kept as ${backup})`);
+  }
+  const lostIndex = format === "sessions" && files.length === 0 && base !== undefined && base().length > 0;
+  if (!lostIndex) {
+    try {
+      await readJournaledState(dir, format, keyOf);
+      return;
+    } catch {
+      // Rebuilt below.
+    }
+  }
+
+  const values = new Map<string, Record<string, unknown>>();
+  for (const row of base?.() ?? []) values.set(row.key, row as unknown as Record<string, unknown>);
+  const replaced: string[] = [];
+  for (const file of files) {
+    const { kept } = await readLines(file.path, false);
+    for (const line of kept.slice(1)) {
+      const record = parseJsonLine(line.subarray(0, line.length - 1));
+      if (!record) continue;
+      if (file.kind === "snapshot") {
+        // Rows of a damaged snapshot are kept when readable; taints are checked against the
+        // transcripts afterwards, so an edited row cannot lower one.
+        if (record.type !== "end" && record[keyField] !== undefined) values.set(keyOf(record), record);
+      } else if (record.op === "put" && record.value && typeof record.value === "object") {
+        const value = record.value as Record<string, unknown>;
+        values.set(keyOf(value), value);
+      } else if (record.op === "del" && typeof record.key === "string") values.delete(record.key);
+    }
+  }
+  const generation = Math.max(1, ...files.map((file) => file.generation));
+  await fs.promises.mkdir(dir, { recursive: true, mode: 0o700 });
+  for (const file of files) {
+    if (file.kind === "journal" && file.generation === generation) continue;
+    replaced.push(await moveAside(file.path, stamp));
+  }
+  const snapshotPath = path.join(dir, generationName("snapshot", generation));
+  await replaceFile(snapshotPath, (fd) => writeSnapshotFile(fd, format, generation, [...values.values()]));
+  actions.push(
+    `rebuilt ${snapshotPath} with ${values.size} ${format} record(s)${format === "sessions" ? " (from the readable index files and the transcripts)" : ""}` +
+      (replaced.length > 0 ? `; old files kept as *.damaged-${stamp}` : ""),
+  );
+}
+
+/** Lines of a JSONL index file: header plus intact records (with `\n`); `dropped` counts damaged middle ones. */
+async function readLines(filePath: string, dropTail: boolean): Promise<{ kept: Buffer[]; dropped: number }> {
+  const fd = await openFile(filePath, "r");
+  try {
+    const lines: Array<{ line: Buffer; ok: boolean }> = [];
+    await scanForward(fd, 0, await fileSize(fd), (line) => {
+      lines.push({ line: Buffer.from(`${line.toString("utf8")}\n`), ok: parseJsonLine(line) !== undefined });
+      return true;
+    });
+    // Bad lines at the very end are a torn tail, which open cuts by itself.
+    let end = lines.length;
+    if (dropTail) while (end > 1 && !lines[end - 1]!.ok) end--;
+    const body = lines.slice(0, end);
+    const kept = body.filter((entry, index) => index === 0 || entry.ok).map((entry) => entry.line);
+    return { kept, dropped: body.length - kept.length };
+  } finally {
+    await closeFile(fd);
+  }
+}
+
+/**
+ * A row whose taint is below what its transcript's taint entries raised it to was lowered after
+ * the fact (or lost an update): raise it back through a journal record.
+ */
+async function raiseLoweredTaints(
+  dir: string,
+  facts: Map<string, TranscriptFacts>,
+  _stamp: string,
+  actions: string[],
+): Promise<void> {
+  let state: Awaited<ReturnType<typeof readJournaledState<SessionEntry>>>;
+  try {
+    state = await readJournaledState<SessionEntry>(dir, "sessions", (row) => row.key);
+  } catch {
+    return;
+  }
+  const fixes: SessionEntry[] = [];
+  for (const row of state.values.values()) {
+    const fact = facts.get(String(row.sessionId).toLowerCase());
+    if (!fact || !isLevel(row.taint) || maxLevel(row.taint, fact.taint) === row.taint) continue;
+    fixes.push({ ...row, taint: fact.taint, clearance: maxLevel(row.clearance, fact.taint) });
+  }
+  if (fixes.length === 0) return;
+  const journal = state.journals.at(-1);
+  if (!journal) return;
+  // Anything after the last good record is a torn tail: cut it so the new records follow good ones.
+  await fs.promises.truncate(journal.path, journal.validEnd);
+  const fd = await openFile(journal.path, "r+");
+  try {
+    const text = fixes.map((row) => `${JSON.stringify({ op: "put", value: row })}\n`).join("");
+    await writeAllAt(fd, [Buffer.from(text)], journal.validEnd);
+    await syncData(fd);
+  } finally {
+    await closeFile(fd);
+  }
+  for (const row of fixes) {
+    actions.push(
+      `raised the taint of ${row.key} back to ${row.taint}, as its transcript's taint entries say`,
+    );
+  }
+}
+
+/** Rows pointing at a transcript that only exists in the archive get it back. */
+async function restoreMissingTranscripts(
+  layout: ReturnType<typeof storeLayout>,
+  _stamp: string,
+  actions: string[],
+): Promise<void> {
+  let state: Awaited<ReturnType<typeof readJournaledState<SessionEntry>>>;
+  try {
+    state = await readJournaledState<SessionEntry>(layout.sessions, "sessions", (row) => row.key);
+  } catch {
+    return;
+  }
+  const archived = (await fs.promises.readdir(layout.archive).catch(() => [] as string[])).sort();
+  for (const row of state.values.values()) {
+    if (row.archivedAt !== undefined) continue;
+    const sessionId = String(row.sessionId).toLowerCase();
+    const target = path.join(layout.transcripts, `${sessionId}.jsonl`);
+    if (fs.existsSync(target)) continue;
+    const copies = archived.filter((name) => name.startsWith(`${sessionId}.`) && !name.includes(".damaged."));
+    const newest = copies.at(-1);
+    if (!newest) continue;
+    await fs.promises.rename(path.join(layout.archive, newest), target);
+    actions.push(`moved ${newest} back from archive/ to ${target}: ${row.key} still points at it`);
+  }
+}

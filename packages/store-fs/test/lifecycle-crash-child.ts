@@ -1,0 +1,91 @@
+/**
+ * Child process of the reset/delete crash test: sessions are created, written to, reset and
+ * deleted (with core's crash-ordered helpers, as the gateway does) until the process is killed,
+ * either by the parent's timer or at a chosen file operation (the kill point). One line per event:
+ *   BEGIN <worker> <op> <key>          an operation starts (at most one in flight per worker)
+ *   NEW <key> <sessionId>              session created
+ *   M <key> <sessionId> <seq> <id>     message acknowledged
+ *   RESET <key> <old> <new>            reset done
+ *   DEL <key> <sessionId>              delete done
+ */
+import { deleteSession, resetSessionTranscript, type SessionEntry } from "@switchboard/core";
+import { setFaultHook } from "../src/fs-io";
+import { openFileStore } from "../src/index";
+
+const [dataDir, keysArg, seedArg, killArg] = process.argv.slice(2);
+const keysByWorker = JSON.parse(keysArg!) as string[][];
+let seed = Number(seedArg) || 1;
+const random = () => {
+  seed ^= seed << 13;
+  seed ^= seed >>> 17;
+  seed ^= seed << 5;
+  return (seed >>> 0) / 0x1_0000_0000;
+};
+const print = (line: string) => process.stdout.write(`${line}\n`);
+
+const store = await openFileStore({
+  dataDir: dataDir!,
+  fsyncMode: "always",
+  snapshotEvery: 40,
+  archiveOrphanTranscripts: true,
+});
+
+if (killArg && killArg !== "timer") {
+  // "<op>:<path part>:<n>": die at the n-th such call, before it runs.
+  const [op, where, nth] = killArg.split(":");
+  let seen = 0;
+  setFaultHook((called, filePath) => {
+    if (called === op && filePath.includes(where!) && ++seen === Number(nth))
+      process.kill(process.pid, "SIGKILL");
+    return undefined;
+  });
+}
+print("ready");
+
+async function worker(index: number, keys: string[]): Promise<void> {
+  for (let n = 0; ; n++) {
+    const key = keys[Math.floor(random() * keys.length)]!;
+    const row = await store.sessions.get(key);
+    const dice = random();
+    if (!row) {
+      print(`BEGIN ${index} new ${key}`);
+      const now = Date.now();
+      const entry: SessionEntry = {
+        key,
+        sessionId: crypto.randomUUID(),
+        agentId: "main",
+        createdAt: now,
+        updatedAt: now,
+        taint: "PUBLIC",
+        clearance: "INTERNAL",
+      };
+      await store.transcripts.create({ sessionId: entry.sessionId, key, createdAt: now });
+      await store.sessions.put(entry);
+      print(`NEW ${key} ${entry.sessionId}`);
+    } else if (dice < 0.6) {
+      print(`BEGIN ${index} append ${key}`);
+      const written = await store.transcripts.append(row.sessionId, [
+        {
+          type: "message",
+          label: "INTERNAL",
+          message: { role: "user", content: [{ type: "text", text: `w${index}-${n}` }] },
+        },
+      ]);
+      for (const entry of written) print(`M ${key} ${row.sessionId} ${entry.seq} ${entry.id}`);
+    } else if (dice < 0.8) {
+      print(`BEGIN ${index} reset ${key}`);
+      const now = Date.now();
+      const next = { ...row, sessionId: crypto.randomUUID(), updatedAt: now };
+      const { archiveError } = await resetSessionTranscript(store, row.sessionId, next, now);
+      if (archiveError) throw archiveError;
+      print(`RESET ${key} ${row.sessionId} ${next.sessionId}`);
+    } else {
+      print(`BEGIN ${index} delete ${key}`);
+      const { archiveError } = await deleteSession(store, row);
+      if (archiveError) throw archiveError;
+      print(`DEL ${key} ${row.sessionId}`);
+    }
+  }
+}
+
+await Promise.all(keysByWorker.map((keys, index) => worker(index, keys)));
