@@ -128,13 +128,23 @@ export async function startTransport(options: {
       tcp.destroy();
       return;
     }
-    tcp.once("close", () => caps.releaseSocket(address));
-    // A socket that sends nothing at all: with no 'timeout' listener on the server, Node destroys it.
-    // Cleared once a request or upgrade arrives (ws does so itself), so a long response such as a
-    // stream is not cut; keep-alive idling then has Node's keepAliveTimeout.
-    tcp.setTimeout(limits.handshakeTimeoutMs);
+    // A socket must have sent a whole request (or upgrade) within the handshake window. Our own timer,
+    // not the socket's idle timeout: that one is re-armed by every byte, and Node's header timeout is
+    // only checked on an interval, so under load neither closed a silent socket reliably.
+    const deadline = setTimeout(() => {
+      if (!answered.has(tcp)) tcp.destroy();
+    }, limits.handshakeTimeoutMs);
+    deadline.unref();
+    tcp.once("close", () => {
+      clearTimeout(deadline);
+      caps.releaseSocket(address);
+    });
   });
-  http.on("request", (req: IncomingMessage) => req.socket.setTimeout(0));
+  // Sockets that reached a request or an upgrade: their deadline no longer applies (a long response
+  // such as a stream is not cut; keep-alive idling has Node's keepAliveTimeout).
+  const answered = new WeakSet<Socket>();
+  http.on("request", (req: IncomingMessage) => answered.add(req.socket));
+  http.on("upgrade", (req: IncomingMessage) => answered.add(req.socket));
 
   function healthReport(): HealthReport & { ok: boolean } {
     let report: HealthReport;

@@ -34,23 +34,29 @@ async function openFrom(url: string, localAddress = "127.0.0.1"): Promise<TestPe
   return new Peer(socket);
 }
 
+/** Sockets whose close was seen, watched from the moment they were opened (so no close is missed). */
+const closedSockets = new WeakMap<Socket, Promise<void>>();
+
 function rawSocket(url: string): Promise<Socket> {
   return new Promise((resolve, reject) => {
     const socket = tcpConnect({ host: "127.0.0.1", port: port(url) }, () => resolve(socket));
+    closedSockets.set(socket, new Promise((closed) => socket.once("close", () => closed())));
     opened.push(socket);
     socket.once("error", reject);
   });
 }
 
-function closedWithin(socket: Socket, ms: number): Promise<boolean> {
-  if (socket.destroyed) return Promise.resolve(true);
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => resolve(false), ms);
-    socket.once("close", () => {
-      clearTimeout(timer);
-      resolve(true);
-    });
+async function closedWithin(socket: Socket, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<false>((resolve) => {
+    timer = setTimeout(() => resolve(false), ms);
   });
+  const closed = closedSockets.get(socket)?.then(() => true as const) ?? Promise.resolve(true as const);
+  try {
+    return await Promise.race([closed, timedOut]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 const UPGRADE =
