@@ -10,6 +10,7 @@ import { AuditService } from "./audit-service";
 import type { Connection } from "./connection";
 import { DataDirSecrets } from "./data-dir-secrets";
 import { EventBus } from "./event-bus";
+import { httpRoutes } from "./http/routes";
 import { createDispatch, createHandlers } from "./methods";
 import { OutputDelivery } from "./output-delivery";
 import { PolicyService } from "./policy-service";
@@ -211,7 +212,7 @@ export class Gateway {
         requireHeldBy: (runId, connection) => scheduler.requireHeldBy(runId, connection),
         stored: (runId) => store.runs.get(runId),
       });
-      const handlers = createHandlers({
+      const methodDeps = {
         config,
         store,
         sessions,
@@ -223,7 +224,8 @@ export class Gateway {
         access,
         tools,
         toolCalls,
-      });
+      };
+      const handlers = createHandlers(methodDeps);
       const dispatch = createDispatch(handlers, new RefusalAudit((input) => audit.append(input)), log);
       const storeHealth = new StoreHealthMonitor(store, log.child({ component: "store-health" }));
       await scheduler.recover();
@@ -261,6 +263,14 @@ export class Gateway {
           },
           health: () => ({ ...storeHealth.report(), instanceId, version: VERSION }),
         },
+        routes: httpRoutes({
+          ...methodDeps,
+          log: log.child({ component: "http" }),
+          instanceId,
+          operatorToken: token,
+          handlers,
+          dispatch,
+        }),
         log: log.child({ component: "transport" }),
       });
       return new Gateway({

@@ -16,6 +16,7 @@ import {
 import type { Logger } from "pino";
 import { WebSocketServer } from "ws";
 import { Connection, type ConnectionIdentity } from "./connection";
+import type { HttpRoute } from "./http/http-route";
 import { ConnectionCaps, peerAddress, SOCKET_SLACK } from "./transport/connection-caps";
 import { defaultMaxConnections, RESERVED_FILES, readOpenFileLimit } from "./transport/fd-limit";
 import { warnThrottle } from "./transport/warn-throttle";
@@ -77,9 +78,12 @@ export async function startTransport(options: {
   port: number;
   limits: TransportLimits;
   handlers: TransportHandlers;
+  /** HTTP endpoints besides `/healthz`, tried in order. */
+  routes?: readonly HttpRoute[];
   log: Logger;
 }): Promise<Transport> {
   const { limits, handlers, log } = options;
+  const routes = options.routes ?? [];
   const connections = new Set<Connection>();
 
   const fileLimit = readOpenFileLimit();
@@ -114,6 +118,20 @@ export async function startTransport(options: {
           "cache-control": "no-store",
         });
         res.end(JSON.stringify(report));
+        return;
+      }
+      const pathname = (req.url ?? "/").split("?", 1)[0] ?? "/";
+      const route = routes.find((candidate) => candidate.matches(pathname, req));
+      if (route) {
+        void Promise.resolve()
+          .then(() => route.handle(req, res))
+          .catch((error: unknown) => {
+            log.error({ err: error, route: route.name }, "http route failed");
+            if (!res.headersSent) {
+              res.writeHead(500, { "content-type": "application/json" });
+              res.end(JSON.stringify({ ok: false, error: "internal error" }));
+            } else res.destroy();
+          });
         return;
       }
       res.writeHead(404, { "content-type": "application/json" });

@@ -4,6 +4,12 @@ import { PolicyRulesSchema } from "../policy/rule-schema";
 import { SendPolicySchema } from "../policy/send-policy";
 import { AgentModelConfigSchema, defaultAgentModel, SubagentModelSchema } from "./model-config";
 import {
+  RetentionConfigSchema,
+  StoreConfigSchema,
+  TelemetryConfigSchema,
+  UiConfigSchema,
+} from "./operations-config";
+import {
   agentIdString,
   agentPatternString,
   closestName,
@@ -37,6 +43,7 @@ const GatewayConfigSchema = z.strictObject({
       maxInFlight: intAtLeast(1).default(256),
     })
     .prefault({}),
+  retention: RetentionConfigSchema.prefault({}),
 });
 
 const TOKEN_ROLES = ["operator", "agent", "client"] as const;
@@ -171,6 +178,9 @@ const ConfigShapeSchema = z.strictObject({
   labels: LabelsConfigSchema.prefault({}),
   policy: PolicyConfigSchema.prefault({}),
   logging: LoggingConfigSchema.prefault({}),
+  store: StoreConfigSchema.default({ kind: "fs" }),
+  ui: UiConfigSchema.prefault({}),
+  telemetry: TelemetryConfigSchema.prefault({}),
 });
 
 type ConfigShape = z.infer<typeof ConfigShapeSchema>;

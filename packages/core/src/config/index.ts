@@ -21,6 +21,13 @@ export {
   type SubagentModel,
   SubagentModelSchema,
 } from "./model-config";
+export {
+  RetentionConfigSchema,
+  type StoreConfig,
+  StoreConfigSchema,
+  TelemetryConfigSchema,
+  UiConfigSchema,
+} from "./operations-config";
 export { configJsonSchema, defaultConfig, parseConfig, parseScriptedRulesFile } from "./parse-config";
 export {
   DEFAULT_SCRIPTED_RULES,

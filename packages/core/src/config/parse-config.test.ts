@@ -133,6 +133,7 @@ describe("parseConfig", () => {
         maxConnectionsPerAddress: 512,
         maxInFlight: 256,
       },
+      retention: { runsDays: 7, archiveDays: 30 },
     });
     expect(config.session).toEqual({
       mainKey: "main",
@@ -198,7 +199,7 @@ describe("parseConfig", () => {
   });
 
   it("reports an unknown key without a suggestion when nothing is close", () => {
-    expect(issuesOf({ telemetry: true })).toEqual([{ path: "telemetry", message: "unknown key" }]);
+    expect(issuesOf({ zzzqqq: true })).toEqual([{ path: "zzzqqq", message: "unknown key" }]);
     expect(issuesOf({ agents: { list: [{ id: "main", modle: {} }] } })).toEqual([
       { path: "agents.list[0].modle", message: 'unknown key (did you mean "model"?)' },
     ]);

@@ -1,0 +1,20 @@
+import type { Logger } from "pino";
+import { mcpRoutes } from "../mcp/mcp-routes";
+import type { Dispatch, HandlerMap, MethodDeps } from "../methods";
+import { metricsRoutes } from "../telemetry/metrics-routes";
+import { uiRoutes } from "../ui/ui-routes";
+import type { HttpRoute } from "./http-route";
+
+/** What the HTTP endpoints are built from: the same parts as the protocol handlers, plus the handlers. */
+export interface HttpRouteDeps extends MethodDeps {
+  log: Logger;
+  instanceId: string;
+  operatorToken: string;
+  handlers: HandlerMap;
+  dispatch: Dispatch;
+}
+
+/** Every HTTP endpoint besides `/healthz`, in the order they are tried. */
+export function httpRoutes(deps: HttpRouteDeps): HttpRoute[] {
+  return [...mcpRoutes(deps), ...metricsRoutes(deps), ...uiRoutes(deps)];
+}
