@@ -1,11 +1,14 @@
 import {
   checkIdempotencyKeyFree,
+  checkPruneOptions,
   compareRunsNewestFirst,
   compileRunFilter,
   RowVersions,
   type RunListQuery,
+  type RunPruneOptions,
   type RunRecord,
   type RunRegistryStore,
+  runPrunable,
   type Versioned,
   validateRunRecord,
   type WriteOptions,
@@ -90,6 +93,29 @@ export class FileRunRegistry implements RunRegistryStore {
     selected.sort(compareRunsNewestFirst);
     const limited = query.limit === undefined ? selected : selected.slice(0, query.limit);
     return limited.map((run) => structuredClone(run));
+  }
+
+  async prune(options: RunPruneOptions): Promise<number> {
+    checkPruneOptions(options, "endedBefore", options.endedBefore);
+    const doomed: RunRecord[] = [];
+    for (const run of this.journal.values.values()) if (runPrunable(run, options)) doomed.push(run);
+    doomed.sort((a, b) => (a.endedAt ?? 0) - (b.endedAt ?? 0));
+    // Issued together so they share group commits; a crash keeps a prefix of them.
+    const results = await Promise.all(
+      doomed.slice(0, options.limit).map((run) => {
+        const key = run.idempotencyKey;
+        if (key !== undefined && this.runIdByIdempotencyKey.get(key) === run.runId)
+          this.runIdByIdempotencyKey.delete(key);
+        const version = this.versions.forget(run.runId);
+        return this.journal.delete(run.runId, (restored) => {
+          this.versions.restore(run.runId, version);
+          if (restored.idempotencyKey !== undefined)
+            this.runIdByIdempotencyKey.set(restored.idempotencyKey, restored.runId);
+        });
+      }),
+    );
+    const pruned = results.filter(Boolean).length;
+    return pruned;
   }
 
   count(): number {

@@ -1,7 +1,9 @@
 import fs from "node:fs";
 import path from "node:path";
 import {
+  type ArchivePruneOptions,
   buildTranscriptHeader,
+  checkPruneOptions,
   DEFAULT_MAX_ENTRY_BYTES,
   normaliseReadOptions,
   parseSessionId,
@@ -16,6 +18,7 @@ import {
   type TranscriptReadResult,
   type TranscriptStore,
 } from "@switchboard/core";
+import { archivedAt, archiveStamp } from "./archive-names";
 import { CommitLog, readPendingCommits } from "./commit-log";
 import {
   closeFile,
@@ -346,7 +349,7 @@ export class FileTranscriptStore implements TranscriptStore {
     }
     this.assertOpen();
     await this.withLock(id, async () => {
-      const stamp = new Date().toISOString().replace(/[:.]/g, "-");
+      const stamp = archiveStamp();
       let target = path.join(this.options.archiveDir, `${id}.${stamp}.${reason}.jsonl`);
       for (let attempt = 1; fs.existsSync(target); attempt++) {
         target = path.join(this.options.archiveDir, `${id}.${stamp}-${attempt}.${reason}.jsonl`);
@@ -385,6 +388,29 @@ export class FileTranscriptStore implements TranscriptStore {
       });
       if (found) await this.commitLog.drop(id);
     });
+  }
+
+  async pruneArchives(options: ArchivePruneOptions): Promise<number> {
+    checkPruneOptions(options, "archivedBefore", options.archivedBefore);
+    this.assertOpen();
+    const dir = this.options.archiveDir;
+    const names = await withStorageErrors("listing", dir, () => fs.promises.readdir(dir));
+    const doomed = names
+      .map((name) => ({ name, at: archivedAt(name) }))
+      .filter(
+        (file): file is { name: string; at: number } =>
+          file.at !== undefined && file.at < options.archivedBefore,
+      )
+      .sort((a, b) => a.at - b.at)
+      .slice(0, options.limit);
+    for (const file of doomed) {
+      await withStorageErrors("pruning", path.join(dir, file.name), () =>
+        fs.promises.rm(path.join(dir, file.name), { force: true }),
+      );
+    }
+    if (doomed.length > 0 && this.options.durable) await syncDirectory(dir);
+    if (doomed.length > 0) this.options.logger.info({ count: doomed.length }, "pruned archived transcripts");
+    return doomed.length;
   }
 
   stats(): TranscriptStats {

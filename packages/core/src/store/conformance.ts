@@ -905,6 +905,31 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
         expect((await store.transcripts.read(kept, { limit: 10 })).entries.map(text)).toEqual(["new"]);
       });
     });
+
+    it("prunes archived transcripts archived before a cutoff, never live ones", async () => {
+      await withStore(async (store) => {
+        const archived = [uuid(), uuid(), uuid()];
+        const live = uuid();
+        for (const sessionId of [...archived, live]) {
+          await store.transcripts.create({ sessionId, key: `agent:main:${sessionId}`, createdAt: 1 });
+          await store.transcripts.append(sessionId, [sampleMessage("kept?")]);
+        }
+        const before = Date.now();
+        for (const sessionId of archived) await store.transcripts.archive(sessionId, "archive");
+        // Nothing was archived an hour ago.
+        expect(await store.transcripts.pruneArchives({ archivedBefore: before - 3_600_000, limit: 10 })).toBe(
+          0,
+        );
+        const later = Date.now() + 60_000;
+        expect(await store.transcripts.pruneArchives({ archivedBefore: later, limit: 2 })).toBe(2);
+        expect(await store.transcripts.pruneArchives({ archivedBefore: later, limit: 10 })).toBe(1);
+        expect(await store.transcripts.pruneArchives({ archivedBefore: later, limit: 10 })).toBe(0);
+        expect((await store.transcripts.read(live, { limit: 10 })).entries.map(text)).toEqual(["kept?"]);
+        await expect(
+          store.transcripts.pruneArchives({ archivedBefore: Number.NaN, limit: 1 }),
+        ).rejects.toEqual(code("INVALID_REQUEST"));
+      });
+    });
   });
 
   describe("run registry", () => {
@@ -1010,6 +1035,48 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
         expect(await ids({ sessionKey: "agent:main:a" })).toEqual(["r4", "r3", "r1"]);
         expect(await ids({ pendingAnnounce: true })).toEqual(["r2"]);
         expect(await ids({ pendingAnnounce: false, sessionKey: "agent:main:a", limit: 1 })).toEqual(["r4"]);
+      });
+    });
+
+    it("prunes ended runs before a cutoff, oldest first, keeping pending announces and named runs", async () => {
+      await withStore(async (store) => {
+        const spawn = (status: "pending" | "delivered") => ({
+          requesterKey: "agent:main:main",
+          childKey: "agent:main:subagent:x",
+          childSessionId: uuid(),
+          task: "t",
+          cleanup: "keep" as const,
+          announce: { status, attempts: 0, idempotencyKey: uuid() },
+        });
+        const runs = [
+          sampleRun({ runId: "old-ok", status: "ok", endedAt: 100, idempotencyKey: "idem-old" }),
+          sampleRun({ runId: "old-error", status: "error", endedAt: 50 }),
+          sampleRun({ runId: "old-timeout", status: "timeout", endedAt: 150 }),
+          sampleRun({ runId: "old-pending", status: "ok", endedAt: 10, spawn: spawn("pending") }),
+          sampleRun({ runId: "old-delivered", status: "ok", endedAt: 20, spawn: spawn("delivered") }),
+          sampleRun({ runId: "old-kept", status: "ok", endedAt: 30 }),
+          sampleRun({ runId: "recent", status: "ok", endedAt: 5_000 }),
+          sampleRun({ runId: "running", status: "running" }),
+          sampleRun({ runId: "queued", status: "queued" }),
+        ];
+        for (const run of runs) await store.runs.put(run);
+        const keep = new Set(["old-kept"]);
+        // Oldest first: a limit of 2 takes old-delivered (20) and old-error (50).
+        expect(await store.runs.prune({ endedBefore: 1_000, limit: 2, keep })).toBe(2);
+        expect(await store.runs.get("old-delivered")).toBeUndefined();
+        expect(await store.runs.get("old-error")).toBeUndefined();
+        expect(await store.runs.get("old-ok")).toBeDefined();
+        expect(await store.runs.prune({ endedBefore: 1_000, limit: 100, keep })).toBe(2);
+        const left = (await store.runs.list({})).map((run) => run.runId).sort();
+        expect(left).toEqual(["old-kept", "old-pending", "queued", "recent", "running"]);
+        expect(await store.runs.prune({ endedBefore: 1_000, limit: 100, keep })).toBe(0);
+        // A pruned run's idempotency key is free again.
+        expect(await store.runs.getByIdempotencyKey("idem-old")).toBeUndefined();
+        await store.runs.put(sampleRun({ runId: "new-owner", idempotencyKey: "idem-old" }));
+        expect((await store.runs.getByIdempotencyKey("idem-old"))?.runId).toBe("new-owner");
+        await expect(store.runs.prune({ endedBefore: 1_000, limit: 0 })).rejects.toEqual(
+          code("INVALID_REQUEST"),
+        );
       });
     });
   });

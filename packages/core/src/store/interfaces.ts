@@ -119,6 +119,16 @@ export interface TranscriptStore {
   remove(sessionId: string): Promise<void>;
   /** Where the transcript lives, for display (`transcriptPath`). */
   locate(sessionId: string): string;
+  /**
+   * Retention: erase at most `limit` archived transcripts archived before `archivedBefore` (ms epoch),
+   * oldest first; resolves to how many went. Live transcripts are never touched.
+   */
+  pruneArchives(options: ArchivePruneOptions): Promise<number>;
+}
+
+export interface ArchivePruneOptions {
+  archivedBefore: number;
+  limit: number;
 }
 
 export interface RunListQuery {
@@ -142,6 +152,18 @@ export interface RunRegistryStore {
   getVersioned(runId: string): Promise<Versioned<RunRecord> | undefined>;
   getByIdempotencyKey(idempotencyKey: string): Promise<RunRecord | undefined>;
   list(query: RunListQuery): Promise<RunRecord[]>;
+  /**
+   * Retention: delete at most `limit` ended runs (ok, error, timeout) whose `endedAt` is before
+   * `endedBefore`, oldest first, except runs whose spawn announce is still pending and the runs named
+   * in `keep`; resolves to how many went (their idempotency keys are free again).
+   */
+  prune(options: RunPruneOptions): Promise<number>;
+}
+
+export interface RunPruneOptions {
+  endedBefore: number;
+  limit: number;
+  keep?: ReadonlySet<string>;
 }
 
 export interface AuditStore {

@@ -20,6 +20,7 @@ import type { SessionEntry } from "./session-entry";
 import {
   buildTranscriptHeader,
   checkIdempotencyKeyFree,
+  checkPruneOptions,
   compareRunsNewestFirst,
   compareSessionsByRecency,
   compileListVisibility,
@@ -30,6 +31,7 @@ import {
   normaliseReadOptions,
   parseSessionId,
   prepareTranscriptAppend,
+  runPrunable,
   TailCollector,
   utf8ByteLength,
   validateAuditBatch,
@@ -72,6 +74,8 @@ export interface MemoryBackend {
   readonly runVersions: RowVersions;
   readonly auditRecords: AuditRecord[];
   readonly metaValues: Map<string, string>;
+  /** Archived transcripts in archive order (only their time is kept: retention prunes them). */
+  readonly archives: { sessionId: string; archivedAt: number }[];
 }
 
 export function createMemoryBackend(): MemoryBackend {
@@ -83,6 +87,7 @@ export function createMemoryBackend(): MemoryBackend {
     runVersions: new RowVersions("run"),
     auditRecords: [],
     metaValues: new Map(),
+    archives: [],
   };
 }
 
@@ -93,8 +98,16 @@ export function createMemoryBackend(): MemoryBackend {
 export function createMemoryStore(options: MemoryStoreOptions = {}): Store {
   const maxEntryBytes = options.maxEntryBytes ?? DEFAULT_MAX_ENTRY_BYTES;
   const backend = options.backend ?? createMemoryBackend();
-  const { sessionRows, sessionVersions, transcriptFiles, runRows, runVersions, auditRecords, metaValues } =
-    backend;
+  const {
+    sessionRows,
+    sessionVersions,
+    transcriptFiles,
+    runRows,
+    runVersions,
+    auditRecords,
+    metaValues,
+    archives,
+  } = backend;
   let closed = false;
   const assertOpen = () => {
     if (closed) throw new SwitchboardError("UNAVAILABLE", "store is closed");
@@ -209,7 +222,18 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store {
     },
     async archive(sessionId) {
       assertOpen();
-      transcriptFiles.delete(parseSessionId(sessionId));
+      const id = parseSessionId(sessionId);
+      if (transcriptFiles.delete(id)) archives.push({ sessionId: id, archivedAt: Date.now() });
+    },
+    async pruneArchives(options) {
+      assertOpen();
+      checkPruneOptions(options, "archivedBefore", options.archivedBefore);
+      // Archived in time order, so the prunable ones are a prefix.
+      let count = 0;
+      while (count < options.limit && archives[count] && archives[count]!.archivedAt < options.archivedBefore)
+        count++;
+      archives.splice(0, count);
+      return count;
     },
     async remove(sessionId) {
       assertOpen();
@@ -254,6 +278,16 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store {
       const matches = compileRunFilter(query);
       const sorted = [...runRows.values()].filter(matches).sort(compareRunsNewestFirst);
       return clone(query.limit === undefined ? sorted : sorted.slice(0, query.limit));
+    },
+    async prune(options) {
+      assertOpen();
+      checkPruneOptions(options, "endedBefore", options.endedBefore);
+      const doomed = [...runRows.values()]
+        .filter((run) => runPrunable(run, options))
+        .sort((a, b) => (a.endedAt ?? 0) - (b.endedAt ?? 0))
+        .slice(0, options.limit);
+      for (const run of doomed) runRows.delete(run.runId);
+      return doomed.length;
     },
   };
 

@@ -3,12 +3,13 @@ import { type AuditRecord, AuditRecordSchema } from "../audit/index";
 import { formatZodIssues, SwitchboardError } from "../errors";
 import type {
   RunListQuery,
+  RunPruneOptions,
   SessionListOptions,
   SessionListQuery,
   TranscriptReadOptions,
   TranscriptReadResult,
 } from "./interfaces";
-import { type RunRecord, RunRecordSchema } from "./run-record";
+import { type RunRecord, RunRecordSchema, TERMINAL_RUN_STATUSES } from "./run-record";
 import { type SessionEntry, SessionEntrySchema } from "./session-entry";
 import { compileSessionVisibility, type SessionClassifier, sessionClassifierFor } from "./session-visibility";
 import {
@@ -344,6 +345,24 @@ export function compileRunFilter(query: RunListQuery): (run: RunRecord) => boole
     }
     return true;
   };
+}
+
+/** Whether retention may delete this run (see `RunRegistryStore.prune`). */
+export function runPrunable(run: RunRecord, options: RunPruneOptions): boolean {
+  return (
+    TERMINAL_RUN_STATUSES.includes(run.status) &&
+    run.endedAt !== undefined &&
+    run.endedAt < options.endedBefore &&
+    run.spawn?.announce.status !== "pending" &&
+    !options.keep?.has(run.runId)
+  );
+}
+
+/** Checks prune options (a bad limit or cutoff is a caller bug, named by field). */
+export function checkPruneOptions(options: { limit: number }, cutoffField: string, cutoff: number): void {
+  if (!Number.isInteger(options.limit) || options.limit < 1)
+    throw invalid(["limit: must be a positive integer"], "limit");
+  if (!Number.isFinite(cutoff)) throw invalid([`${cutoffField}: must be a time in ms`], cutoffField);
 }
 
 /**
