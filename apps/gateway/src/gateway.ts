@@ -24,6 +24,7 @@ import type { Secrets } from "./ports/secrets";
 import { InProcessSessionLocks } from "./ports/session-locks";
 import { InProcessWaitGraph } from "./ports/wait-graph";
 import { InProcessWorkerRegistry } from "./ports/worker-registry";
+import { Retention } from "./retention";
 import { runAssignment } from "./run-assignment";
 import { RunScheduler } from "./run-scheduler";
 import { SessionToolsBackend } from "./session-tools-backend";
@@ -67,6 +68,7 @@ interface GatewayParts {
   scheduler: RunScheduler;
   flows: AgentFlows;
   storeHealth: StoreHealthMonitor;
+  retention: Retention;
   transport: Transport;
 }
 
@@ -89,6 +91,7 @@ export class Gateway {
   readonly scheduler: RunScheduler;
   readonly flows: AgentFlows;
   readonly storeHealth: StoreHealthMonitor;
+  readonly retention: Retention;
   private readonly transport: Transport;
   private readonly ownsStore: boolean;
   private readonly anchorTimer: NodeJS.Timeout;
@@ -108,6 +111,7 @@ export class Gateway {
     this.scheduler = parts.scheduler;
     this.flows = parts.flows;
     this.storeHealth = parts.storeHealth;
+    this.retention = parts.retention;
     this.transport = parts.transport;
     // Bookkeeping every 5 s: the audit chain's anchored head (event seqs are reserved by the bus).
     this.anchorTimer = setInterval(() => {
@@ -115,6 +119,7 @@ export class Gateway {
     }, 5000);
     this.anchorTimer.unref();
     this.storeHealth.start();
+    this.retention.start();
   }
 
   /** Open WebSocket connections (tests, health). */
@@ -228,6 +233,7 @@ export class Gateway {
       const handlers = createHandlers(methodDeps);
       const dispatch = createDispatch(handlers, new RefusalAudit((input) => audit.append(input)), log);
       const storeHealth = new StoreHealthMonitor(store, log.child({ component: "store-health" }));
+      const retention = new Retention(store, config, log.child({ component: "retention" }));
       await scheduler.recover();
       await flows.resumePendingAnnounces();
       flows.startArchiver();
@@ -287,6 +293,7 @@ export class Gateway {
         scheduler,
         flows,
         storeHealth,
+        retention,
         transport,
       });
     } catch (error) {
@@ -300,6 +307,7 @@ export class Gateway {
     this.closing ??= (async () => {
       clearInterval(this.anchorTimer);
       this.storeHealth.stop();
+      this.retention.stop();
       await this.transport.stopAccepting();
       this.flows.stop();
       await this.scheduler.stop();
