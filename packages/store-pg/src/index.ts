@@ -1,0 +1,9 @@
+export { connectionFault } from "./errors";
+export { MIGRATIONS, SCHEMA_VERSION } from "./migrations";
+export {
+  openPostgresStore,
+  type PostgresStore,
+  type PostgresStoreOptions,
+  PostgresStoreOptionsSchema,
+} from "./pg-store";
+export { describeTarget, redactUrl } from "./url";

@@ -1,0 +1,147 @@
+import { type Logger, type Store, type StoreHealth, SwitchboardError, silentLogger } from "@switchboard/core";
+import pg from "pg";
+import { z } from "zod";
+import { Db } from "./db";
+import { toStoreError } from "./errors";
+import { migrate, quoteIdent, SCHEMA_VERSION } from "./migrations";
+import { createAuditStore, createMetaStore, createRunRegistry } from "./runs";
+import { createSessionIndex } from "./sessions";
+import { createTranscriptStore } from "./transcripts";
+import { describeTarget, passwordOf, redactUrl } from "./url";
+
+export const PostgresStoreOptionsSchema = z.strictObject({
+  /** `postgres://user:password@host:port/database`; the password never appears in logs or errors. */
+  url: z
+    .string({ error: "must be a postgres:// URL" })
+    .regex(/^postgres(ql)?:\/\//, { error: "must start with postgres:// or postgresql://" }),
+  /** The schema holding every table; created and migrated at open. */
+  schema: z
+    .string({ error: "must be a schema name" })
+    .regex(/^[a-z_][a-z0-9_]{0,62}$/, {
+      error: "must be a schema name: lower-case letters, digits and _, at most 63 characters",
+    })
+    .default("switchboard"),
+  pool: z
+    .strictObject({ max: z.number().int().min(1, { error: "must be at least 1" }).max(1000).default(10) })
+    .prefault({}),
+  /** How long to wait for a connection before failing with UNAVAILABLE. */
+  connectTimeoutMs: z.number().int().positive().default(5000),
+  /** How long one statement may take before it fails with UNAVAILABLE (a hung server or network). */
+  statementTimeoutMs: z.number().int().positive().default(30_000),
+  /** Largest serialised transcript entry accepted (default: core's limit, 1 MiB + envelope). */
+  maxEntryBytes: z.number().int().positive().optional(),
+  logger: z.custom<Logger>((value) => typeof value === "object" && value !== null).optional(),
+});
+export type PostgresStoreOptions = z.input<typeof PostgresStoreOptionsSchema>;
+
+export interface PostgresStore extends Store {
+  /** The schema this store works in. */
+  readonly schema: string;
+  /** The schema version found at open (0: created by this open) and the one it runs at now. */
+  readonly migration: { from: number; to: number; searchIndex: boolean };
+}
+
+function invalidOptions(error: z.ZodError): SwitchboardError {
+  const lines = error.issues.map((issue) => `${["store", ...issue.path].join(".")}: ${issue.message}`);
+  return new SwitchboardError("INVALID_REQUEST", lines.join("; "), {
+    details: { field: ["store", ...(error.issues[0]?.path ?? [])].join(".") },
+  });
+}
+
+/**
+ * Opens (creating or migrating) the Switchboard schema in a PostgreSQL database and returns core's
+ * `Store` over it. Several stores, in one process or many, may open the same schema: compare-and-
+ * set versions, unique idempotency keys and per-transcript counters hold across them.
+ */
+export async function openPostgresStore(input: PostgresStoreOptions): Promise<PostgresStore> {
+  const parsed = PostgresStoreOptionsSchema.safeParse(input);
+  if (!parsed.success) throw invalidOptions(parsed.error);
+  const options = parsed.data;
+  const logger = (options.logger ?? silentLogger).child({ component: "store-pg", schema: options.schema });
+  const target = describeTarget(options.url);
+  const where = { target, password: passwordOf(options.url) };
+
+  const pool = new pg.Pool({
+    connectionString: options.url,
+    max: options.pool.max,
+    connectionTimeoutMillis: options.connectTimeoutMs,
+    query_timeout: options.statementTimeoutMs,
+    idleTimeoutMillis: 30_000,
+    keepAlive: true,
+    application_name: "switchboard",
+  });
+  // An idle connection the server drops (restart, pg_terminate_backend) is reported here and
+  // removed by the pool; without a listener it would crash the process.
+  pool.on("error", (error) => {
+    logger.warn(
+      { target, error: toStoreError(error, { ...where, action: "while idle" }).message },
+      "PostgreSQL connection lost",
+    );
+  });
+  const db = new Db(pool, where, logger);
+
+  let migration: PostgresStore["migration"];
+  try {
+    let client: pg.PoolClient;
+    try {
+      client = await pool.connect();
+    } catch (error) {
+      throw toStoreError(error, { ...where, action: `connecting to open schema ${options.schema}` });
+    }
+    let broken: Error | undefined;
+    try {
+      migration = await migrate(client, options.schema, logger);
+    } catch (error) {
+      broken = error as Error;
+      throw toStoreError(error, { ...where, action: `migrating schema ${options.schema}` });
+    } finally {
+      client.release(broken);
+    }
+  } catch (error) {
+    await pool.end().catch(() => undefined);
+    throw error;
+  }
+  logger.info(
+    {
+      url: redactUrl(options.url),
+      version: SCHEMA_VERSION,
+      from: migration.from,
+      searchIndex: migration.searchIndex,
+    },
+    "PostgreSQL store open",
+  );
+
+  const schemaName = quoteIdent(options.schema);
+  const q = (table: string) => `${schemaName}.${table}`;
+  return {
+    schema: options.schema,
+    migration,
+    sessions: createSessionIndex(db, q),
+    transcripts: createTranscriptStore(db, q, options.schema, options.maxEntryBytes),
+    runs: createRunRegistry(db, q),
+    audit: createAuditStore(db, q),
+    meta: createMetaStore(db, q),
+    async health(): Promise<StoreHealth> {
+      if (db.isClosed)
+        return {
+          ok: false,
+          degraded: { database: { cause: "store is closed", since: new Date().toISOString() } },
+        };
+      try {
+        await db.query("checking health", "SELECT 1");
+        return { ok: true };
+      } catch (error) {
+        const fault = db.currentFault();
+        return {
+          ok: false,
+          degraded: {
+            database: fault ?? { cause: (error as Error).message, since: new Date().toISOString() },
+          },
+        };
+      }
+    },
+    async close() {
+      await db.close();
+    },
+  };
+}

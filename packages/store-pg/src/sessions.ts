@@ -1,0 +1,299 @@
+import {
+  classifyKey,
+  compileListVisibility,
+  compileSessionFilter,
+  keyRest,
+  levelRank,
+  parseSessionId,
+  type SessionEntry,
+  type SessionIndexStore,
+  type SessionListOptions,
+  type SessionListQuery,
+  type SessionListResult,
+  type SessionVisibility,
+  validateSessionEntry,
+  type WriteOptions,
+} from "@switchboard/core";
+import type { Db } from "./db";
+import { checkExpectedVersion, escapeLike, pgText, toNumber, versionConflict } from "./versions";
+
+/**
+ * The kind a key has whatever the gateway's `mainKey`: core's rules with a main key no real key can
+ * have. A query's `main` kind is then `rest = mainKey` (or the internal `global` key) in SQL.
+ */
+const NO_MAIN_KEY = "\u0000";
+
+/** The derived columns of a row, in the order of `COLUMNS`. */
+function columnValues(row: SessionEntry): unknown[] {
+  return [
+    row.key,
+    row.sessionId,
+    pgText(row.agentId),
+    row.updatedAt,
+    levelRank(row.taint),
+    pgText(row.spawnedBy),
+    pgText(row.label),
+    row.archivedAt ?? null,
+    pgText(keyRest(row.key)),
+    classifyKey(row.key, { mainKey: NO_MAIN_KEY, ...(row.chatType ? { chatType: row.chatType } : {}) }),
+    pgText(row.key.toLowerCase()),
+    pgText(row.displayName?.toLowerCase()),
+    pgText(row.label?.toLowerCase()),
+    JSON.stringify(row),
+  ];
+}
+
+const COLUMNS = [
+  "key",
+  "session_id",
+  "agent_id",
+  "updated_at",
+  "taint_rank",
+  "spawned_by",
+  "label",
+  "archived_at",
+  "rest",
+  "kind_base",
+  "key_lc",
+  "name_lc",
+  "label_lc",
+  "row",
+];
+const PLACEHOLDERS = COLUMNS.map((_, index) => `$${index + 1}`).join(", ");
+const UPDATES = COLUMNS.slice(1)
+  .map((column) => `${column} = EXCLUDED.${column}`)
+  .join(", ");
+const SETS = COLUMNS.slice(1)
+  .map((column, index) => `${column} = $${index + 2}`)
+  .join(", ");
+
+/** Collects positional parameters while a statement is built. */
+class Params {
+  readonly values: unknown[] = [];
+  add(value: unknown): string {
+    this.values.push(value);
+    return `$${this.values.length}`;
+  }
+}
+
+/** The plain filters of a list as SQL conditions (the same rules as core's `compileSessionFilter`). */
+function filterConditions(query: SessionListQuery, params: Params): string[] {
+  const where: string[] = [];
+  if (!query.includeArchived) where.push("archived_at IS NULL");
+  if (query.agentId !== undefined) where.push(`agent_id = ${params.add(pgText(query.agentId))}`);
+  if (query.activeSince !== undefined)
+    where.push(`updated_at >= ${params.add(Math.ceil(query.activeSince))}`);
+  if (query.spawnedBy !== undefined) where.push(`spawned_by = ${params.add(pgText(query.spawnedBy))}`);
+  if (query.label !== undefined) where.push(`label = ${params.add(pgText(query.label))}`);
+  if (query.search !== undefined && query.search !== "") {
+    const pattern = params.add(`%${escapeLike(pgText(query.search.toLowerCase()))}%`);
+    where.push(`(key_lc LIKE ${pattern} OR name_lc LIKE ${pattern} OR label_lc LIKE ${pattern})`);
+  }
+  if (query.kinds !== undefined) {
+    const isMain = `(key = 'global' OR rest = ${params.add(pgText(query.mainKey ?? "main"))})`;
+    const others = query.kinds.filter((kind) => kind !== "main");
+    const any: string[] = [];
+    if (query.kinds.includes("main")) any.push(isMain);
+    if (others.length > 0) any.push(`(kind_base = ANY(${params.add(others)}::text[]) AND NOT ${isMain})`);
+    where.push(any.length === 0 ? "false" : `(${any.join(" OR ")})`);
+  }
+  return where;
+}
+
+/** An agent-id glob (`*`, `?`, case-insensitive, trimmed) as a LIKE pattern over `lower(agent_id)`. */
+function globToLike(pattern: string): string {
+  let out = "";
+  for (const char of pattern.trim().toLowerCase()) {
+    if (char === "*") out += "%";
+    else if (char === "?") out += "_";
+    else out += escapeLike(char);
+  }
+  return out;
+}
+
+/** What the caller may see, as one SQL condition (see core's `compileSessionVisibility`). */
+function visibilityCondition(visibility: SessionVisibility, params: Params): string {
+  const self = params.add(visibility.selfKey);
+  const parts = [`taint_rank <= ${params.add(levelRank(visibility.maxTaint))}`];
+  const { agents } = visibility;
+  if (agents !== "all") {
+    const patterns = agents.map(globToLike);
+    if (patterns.length === 0) parts.push("false");
+    else if (!patterns.includes("%")) parts.push(`lower(agent_id) LIKE ANY(${params.add(patterns)}::text[])`);
+  }
+  if (visibility.sandboxed) parts.push(`spawned_by = ${self}`);
+  return `(key = ${self} OR (${parts.join(" AND ")}))`;
+}
+
+const ORDER = "ORDER BY updated_at DESC, key";
+
+export function createSessionIndex(db: Db, q: (table: string) => string): SessionIndexStore {
+  const table = q("sessions");
+  const versionOf = async (key: string): Promise<number> => {
+    const found = await db.read<{ version: string }>(
+      "reading a session's version",
+      `SELECT version FROM ${table} WHERE key = $1`,
+      [key],
+    );
+    return toNumber(found.rows[0]?.version);
+  };
+
+  return {
+    async get(key) {
+      const found = await db.read<{ row: SessionEntry }>(
+        "reading a session",
+        `SELECT row FROM ${table} WHERE key = $1`,
+        [key],
+      );
+      return found.rows[0]?.row;
+    },
+    async getVersioned(key) {
+      const found = await db.read<{ row: SessionEntry; version: string }>(
+        "reading a session",
+        `SELECT row, version FROM ${table} WHERE key = $1`,
+        [key],
+      );
+      const hit = found.rows[0];
+      return hit ? { row: hit.row, version: toNumber(hit.version) } : undefined;
+    },
+    async keysForSessionId(sessionId) {
+      const id = parseSessionId(sessionId);
+      const found = await db.read<{ key: string }>(
+        "finding sessions by sessionId",
+        `SELECT key FROM ${table} WHERE session_id = $1 ORDER BY key`,
+        [id],
+      );
+      return found.rows.map((row) => row.key);
+    },
+    async put(entry, options: WriteOptions = {}) {
+      const row = validateSessionEntry(entry);
+      const expected = options.expectedVersion;
+      checkExpectedVersion(expected);
+      const values = columnValues(row);
+      const action = `writing session ${row.key}`;
+      const version = `nextval('${q("row_versions").replaceAll("'", "''")}')`;
+      if (expected === undefined) {
+        const written = await db.query<{ version: string }>(
+          action,
+          `INSERT INTO ${table} (${COLUMNS.join(", ")}, version) VALUES (${PLACEHOLDERS}, ${version})
+           ON CONFLICT (key) DO UPDATE SET ${UPDATES}, version = ${version} RETURNING version`,
+          values,
+        );
+        return toNumber(written.rows[0]?.version);
+      }
+      if (expected === 0) {
+        const inserted = await db.query<{ version: string }>(
+          action,
+          `INSERT INTO ${table} (${COLUMNS.join(", ")}, version) VALUES (${PLACEHOLDERS}, ${version})
+           ON CONFLICT (key) DO NOTHING RETURNING version`,
+          values,
+        );
+        const hit = inserted.rows[0];
+        if (hit) return toNumber(hit.version);
+        throw versionConflict("session", row.key, 0, await versionOf(row.key));
+      }
+      const updated = await db.query<{ version: string }>(
+        action,
+        `UPDATE ${table} SET ${SETS}, version = ${version}
+         WHERE key = $1 AND version = $${values.length + 1} RETURNING version`,
+        [...values, expected],
+      );
+      const hit = updated.rows[0];
+      if (hit) return toNumber(hit.version);
+      throw versionConflict("session", row.key, expected, await versionOf(row.key));
+    },
+    async delete(key, options: WriteOptions = {}) {
+      const expected = options.expectedVersion;
+      checkExpectedVersion(expected);
+      const action = `deleting session ${key}`;
+      if (expected === undefined) {
+        const gone = await db.query(action, `DELETE FROM ${table} WHERE key = $1`, [key]);
+        return (gone.rowCount ?? 0) > 0;
+      }
+      const gone = await db.query(action, `DELETE FROM ${table} WHERE key = $1 AND version = $2`, [
+        key,
+        expected,
+      ]);
+      if ((gone.rowCount ?? 0) > 0) return true;
+      const actual = await versionOf(key);
+      if (actual === 0 && expected === 0) return false;
+      throw versionConflict("session", key, expected, actual);
+    },
+    async list(query: SessionListQuery, options: SessionListOptions = {}): Promise<SessionListResult> {
+      // Validation (and its error texts) comes from core, so every store refuses the same input.
+      compileSessionFilter(query);
+      compileListVisibility(options);
+      const { visibility, residual } = options;
+      const params = new Params();
+      const where = filterConditions(query, params);
+      const limit = query.limit;
+      if (visibility === undefined) {
+        const found = await db.read<{ row: SessionEntry }>(
+          "listing sessions",
+          `SELECT row FROM ${table} ${where.length ? `WHERE ${where.join(" AND ")}` : ""} ${ORDER} LIMIT ${params.add(limit)}`,
+          params.values,
+        );
+        return { entries: found.rows.map((hit) => hit.row), hidden: 0 };
+      }
+
+      const visible = visibilityCondition(visibility, params);
+      const base = [...where];
+      const baseValues = [...params.values];
+      const entries: SessionEntry[] = [];
+      let hidden = 0;
+      let cursor: SessionEntry | undefined;
+      // Pages of rows the data admits; the residual (user policy rules) may withhold some, and
+      // then the next page continues after the last row seen.
+      for (;;) {
+        const page = new Params();
+        page.values.push(...baseValues);
+        const conditions = [...base, `(${visible}) IS TRUE`];
+        if (cursor !== undefined) {
+          const at = page.add(cursor.updatedAt);
+          conditions.push(`(updated_at < ${at} OR (updated_at = ${at} AND key > ${page.add(cursor.key)}))`);
+        }
+        const want = limit - entries.length;
+        const found = await db.read<{ row: SessionEntry }>(
+          "listing sessions",
+          `SELECT row FROM ${table} WHERE ${conditions.join(" AND ")} ${ORDER} LIMIT ${page.add(want)}`,
+          page.values,
+        );
+        for (const { row } of found.rows) {
+          if (entries.length >= limit) break;
+          if (residual && row.key !== visibility.selfKey && !residual(row)) {
+            hidden++;
+            continue;
+          }
+          entries.push(row);
+        }
+        if (entries.length >= limit || found.rows.length < want) break;
+        cursor = found.rows.at(-1)!.row;
+      }
+
+      // Rows the data withholds, among those the page went through: newer than the last row
+      // returned, or every matching row when the page is not full.
+      const counted = new Params();
+      counted.values.push(...baseValues);
+      const conditions = [...base, `(${visible}) IS NOT TRUE`];
+      const last = entries.length >= limit ? entries.at(-1) : undefined;
+      if (last !== undefined) {
+        const at = counted.add(last.updatedAt);
+        conditions.push(`(updated_at > ${at} OR (updated_at = ${at} AND key < ${counted.add(last.key)}))`);
+      }
+      const withheld = await db.read<{ count: string }>(
+        "counting hidden sessions",
+        `SELECT count(*) AS count FROM ${table} WHERE ${conditions.join(" AND ")}`,
+        counted.values,
+      );
+      hidden += toNumber(withheld.rows[0]?.count);
+      return { entries, hidden };
+    },
+    async count() {
+      const found = await db.read<{ count: string }>(
+        "counting sessions",
+        `SELECT count(*) AS count FROM ${table}`,
+      );
+      return toNumber(found.rows[0]?.count);
+    },
+  };
+}

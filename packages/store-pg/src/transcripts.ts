@@ -1,0 +1,258 @@
+import {
+  buildTranscriptHeader,
+  checkPruneOptions,
+  DEFAULT_MAX_ENTRY_BYTES,
+  normaliseReadOptions,
+  parseSessionId,
+  prepareTranscriptAppend,
+  SwitchboardError,
+  TailCollector,
+  type TranscriptEntry,
+  type TranscriptReadResult,
+  type TranscriptStore,
+  utf8ByteLength,
+} from "@switchboard/core";
+import type { Db } from "./db";
+import { toNumber } from "./versions";
+
+/** Larger than any seq, for "no `before`". */
+const NO_BEFORE = Number.MAX_SAFE_INTEGER;
+/** Rows fetched per step of a filtered scan: a first page near `limit`, then growing. */
+const MIN_CHUNK = 16;
+const MAX_CHUNK = 1024;
+
+/** `"seq":N,` — what the stored text lacks compared with the entry's serialised form. */
+const seqBytes = (seq: number) => 7 + String(seq).length;
+
+interface EntryRow {
+  seq: string;
+  bytes: number;
+  entry: Omit<TranscriptEntry, "seq"> | null;
+}
+
+/** The entry with its seq back in second place, so it serialises exactly as it was appended. */
+function withSeq(stored: Omit<TranscriptEntry, "seq">, seq: number): TranscriptEntry {
+  const { type, ...rest } = stored;
+  return { type, seq, ...rest } as TranscriptEntry;
+}
+
+/** The serialised entry without `"seq":N,` (seq is a column, assigned by the database). */
+function withoutSeq(entry: TranscriptEntry): string {
+  const { seq: _seq, ...rest } = entry;
+  return JSON.stringify(rest);
+}
+
+export function createTranscriptStore(
+  db: Db,
+  q: (table: string) => string,
+  schema: string,
+  maxEntryBytes = DEFAULT_MAX_ENTRY_BYTES,
+): TranscriptStore {
+  const transcripts = q("transcripts");
+  const entriesTable = q("transcript_entries");
+
+  /** The live transcript's id and last seq; NOT_FOUND when there is none. */
+  const live = async (id: string, action: string): Promise<{ id: string; lastSeq: number }> => {
+    const found = await db.read<{ id: string; last_seq: string }>(
+      action,
+      `SELECT id, last_seq FROM ${transcripts} WHERE session_id = $1 AND archived_at IS NULL`,
+      [id],
+    );
+    const hit = found.rows[0];
+    if (!hit) throw new SwitchboardError("NOT_FOUND", `no transcript for sessionId ${id}`);
+    return { id: hit.id, lastSeq: toNumber(hit.last_seq) };
+  };
+
+  return {
+    async create(input) {
+      const header = buildTranscriptHeader(input);
+      const action = `creating transcript ${header.sessionId}`;
+      const inserted = await db.query(
+        action,
+        `INSERT INTO ${transcripts} (session_id, key, created_at) VALUES ($1, $2, $3)
+         ON CONFLICT (session_id) WHERE archived_at IS NULL DO NOTHING`,
+        [header.sessionId, header.key, header.createdAt],
+      );
+      if ((inserted.rowCount ?? 0) > 0) return;
+      const existing = await db.read<{ key: string }>(
+        action,
+        `SELECT key FROM ${transcripts} WHERE session_id = $1 AND archived_at IS NULL`,
+        [header.sessionId],
+      );
+      const key = existing.rows[0]?.key;
+      if (key !== undefined && key !== header.key) {
+        throw new SwitchboardError(
+          "CONFLICT",
+          `transcript ${header.sessionId} already exists for key ${key}`,
+        );
+      }
+    },
+
+    async append(sessionId, inputs) {
+      const id = parseSessionId(sessionId);
+      // Validate (and fill ids and timestamps) before touching the database: one bad entry and
+      // nothing is written. The seqs are the database's, assigned below.
+      const prepared = prepareTranscriptAppend(inputs, { lastSeq: 0, maxEntryBytes });
+      const action = `appending to transcript ${id}`;
+      if (prepared.entries.length === 0) {
+        await live(id, action);
+        return [];
+      }
+      const texts = prepared.entries.map(withoutSeq);
+      const sizes = texts.map(utf8ByteLength);
+      // One statement, so one transaction: the counter on the transcript row is raised (its row
+      // lock orders concurrent appends, from any instance) and the entries are inserted with the
+      // seqs it hands out. A failed statement leaves no gap: the counter rolls back with it.
+      const inserted = await db.query<{ seq: string }>(
+        action,
+        `WITH bump AS (
+           UPDATE ${transcripts} SET last_seq = last_seq + $2::bigint
+           WHERE session_id = $1 AND archived_at IS NULL
+           RETURNING id, last_seq - $2::bigint AS base
+         )
+         INSERT INTO ${entriesTable} (transcript_id, seq, bytes, entry)
+         SELECT bump.id, bump.base + u.ord, u.bytes, u.entry
+         FROM bump, unnest($3::int[], $4::json[]) WITH ORDINALITY AS u(bytes, entry, ord)
+         RETURNING seq`,
+        [id, texts.length, sizes, texts],
+      );
+      if (inserted.rows.length === 0)
+        throw new SwitchboardError("NOT_FOUND", `no transcript for sessionId ${id}`);
+      const base = Math.min(...inserted.rows.map((row) => toNumber(row.seq))) - 1;
+      return prepared.entries.map((entry, index) => ({ ...entry, seq: base + index + 1 }));
+    },
+
+    async read(sessionId, options): Promise<TranscriptReadResult> {
+      const id = parseSessionId(sessionId);
+      const normalised = normaliseReadOptions(options);
+      const action = `reading transcript ${id}`;
+      const transcript = await live(id, action);
+      const collector = new TailCollector(normalised);
+      const before = normalised.before ?? NO_BEFORE;
+
+      if (normalised.filter === undefined && normalised.maxBytes !== undefined) {
+        // A byte cap without a filter is decided from the index (seq, bytes): entries that do not
+        // fit are never fetched, so a page of small entries next to a huge one costs the small ones.
+        const found = await db.read<EntryRow & { running: string }>(
+          action,
+          `SELECT t.seq, t.size AS bytes,
+             CASE WHEN t.running <= $4 OR t.rn = 1 THEN
+               (SELECT e.entry FROM ${entriesTable} e WHERE e.transcript_id = $1 AND e.seq = t.seq)
+             END AS entry
+           FROM (
+             SELECT s.seq, s.size,
+               sum(s.size) OVER (ORDER BY s.seq DESC ROWS UNBOUNDED PRECEDING) AS running,
+               row_number() OVER (ORDER BY s.seq DESC) AS rn
+             FROM (
+               SELECT seq, bytes + 7 + length(seq::text) AS size FROM ${entriesTable}
+               WHERE transcript_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3
+             ) s
+           ) t
+           ORDER BY t.seq DESC`,
+          [transcript.id, before, normalised.limit, normalised.maxBytes],
+        );
+        let stopped = false;
+        for (const row of found.rows) {
+          const seq = toNumber(row.seq);
+          if (row.entry === null) {
+            // Past the byte cap: the collector stops here without keeping it.
+            if (collector.offer({ seq } as TranscriptEntry, row.bytes)) {
+              throw new SwitchboardError(
+                "INTERNAL",
+                `transcript ${id}: entry ${seq} was needed but not fetched`,
+              );
+            }
+            stopped = true;
+            break;
+          }
+          if (!collector.offer(withSeq(row.entry, seq), row.bytes)) {
+            stopped = true;
+            break;
+          }
+        }
+        return collector.result(!stopped && found.rows.length < normalised.limit);
+      }
+
+      // Newest first, in steps: without a filter one step of `limit` rows; with one, steps grow
+      // until the filter has kept `limit` entries or the transcript's start is reached.
+      let chunk =
+        normalised.filter === undefined
+          ? normalised.limit
+          : Math.min(Math.max(normalised.limit, MIN_CHUNK), MAX_CHUNK);
+      let cursor = before;
+      for (;;) {
+        const found = await db.read<EntryRow>(
+          action,
+          `SELECT seq, bytes, entry FROM ${entriesTable}
+           WHERE transcript_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3`,
+          [transcript.id, cursor, chunk],
+        );
+        for (const row of found.rows) {
+          const seq = toNumber(row.seq);
+          if (!collector.offer(withSeq(row.entry!, seq), row.bytes + seqBytes(seq)))
+            return collector.result(false);
+        }
+        if (found.rows.length < chunk) return collector.result(true);
+        cursor = toNumber(found.rows.at(-1)!.seq);
+        chunk = Math.min(chunk * 2, MAX_CHUNK);
+      }
+    },
+
+    async lastSeq(sessionId) {
+      const id = parseSessionId(sessionId);
+      return (await live(id, `reading transcript ${id}`)).lastSeq;
+    },
+
+    async exists(sessionId) {
+      const id = parseSessionId(sessionId);
+      const found = await db.read(
+        `reading transcript ${id}`,
+        `SELECT 1 FROM ${transcripts} WHERE session_id = $1 AND archived_at IS NULL`,
+        [id],
+      );
+      return (found.rowCount ?? 0) > 0;
+    },
+
+    async archive(sessionId, reason) {
+      const id = parseSessionId(sessionId);
+      await db.query(
+        `archiving transcript ${id}`,
+        `UPDATE ${transcripts} SET archived_at = $3, archive_reason = $2
+         WHERE session_id = $1 AND archived_at IS NULL`,
+        [id, reason, Date.now()],
+      );
+    },
+
+    async pruneArchives(options) {
+      checkPruneOptions(options, "archivedBefore", options.archivedBefore);
+      const gone = await db.query<{ count: string }>(
+        "pruning archived transcripts",
+        `WITH doomed AS (
+           SELECT id FROM ${transcripts} WHERE archived_at IS NOT NULL AND archived_at < $1
+           ORDER BY archived_at, id LIMIT $2
+           FOR UPDATE SKIP LOCKED
+         ), gone AS (DELETE FROM ${transcripts} WHERE id IN (SELECT id FROM doomed) RETURNING id),
+         erased AS (DELETE FROM ${entriesTable} WHERE transcript_id IN (SELECT id FROM gone))
+         SELECT count(*) AS count FROM gone`,
+        [options.archivedBefore, options.limit],
+      );
+      return toNumber(gone.rows[0]?.count);
+    },
+
+    async remove(sessionId) {
+      const id = parseSessionId(sessionId);
+      await db.query(
+        `removing transcript ${id}`,
+        `WITH gone AS (
+           DELETE FROM ${transcripts} WHERE session_id = $1 AND archived_at IS NULL RETURNING id
+         )
+         DELETE FROM ${entriesTable} WHERE transcript_id IN (SELECT id FROM gone)`,
+        [id],
+      );
+    },
+
+    locate(sessionId) {
+      return `postgres:${schema}.transcripts/${parseSessionId(sessionId)}`;
+    },
+  };
+}
