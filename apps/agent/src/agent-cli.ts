@@ -10,7 +10,8 @@ export const AGENT_CLI_USAGE = `Usage: switchboard-agent [options]
 Connects to a Switchboard gateway as an agent worker and runs the configured agents' models.
 
 Options:
-  --url <ws-url>        gateway URL (default: ws://<gateway.host>:<gateway.port> from the config)
+  --url <ws-url>[,...]  gateway URL, or several instances of one cluster separated by commas (tried in
+                        turn; default: ws://<gateway.host>:<gateway.port> from the config)
   --token <token>       a token for role agent (or an operator token); default: $SWITCHBOARD_TOKEN
   --config <file>       config file, JSON, JSON5 or YAML (default: $SWITCHBOARD_CONFIG, else built-in defaults)
   --agents <a,b>        agent ids to serve (default: every configured agent)
@@ -42,7 +43,7 @@ export interface AgentCliIO {
 }
 
 export interface AgentCliArgs {
-  url?: string;
+  url?: string[];
   token: string;
   configPath?: string;
   agents?: string[];
@@ -81,9 +82,12 @@ export function parseAgentCliArgs(
   if (values.help) return undefined;
   const token = (values.token as string | undefined) ?? env.SWITCHBOARD_TOKEN;
   if (!token) throw new UsageError("--token is required (or set SWITCHBOARD_TOKEN)");
-  const url = values.url as string | undefined;
-  if (url !== undefined && !/^wss?:\/\/\S+$/i.test(url)) {
-    throw new UsageError(`--url: must be a ws:// or wss:// URL, got ${JSON.stringify(url)}`);
+  const url = (values.url as string | undefined)?.split(",").map((part) => part.trim());
+  for (const one of url ?? []) {
+    if (!/^wss?:\/\/\S+$/i.test(one))
+      throw new UsageError(
+        `--url: must be a ws:// or wss:// URL (or several, comma-separated), got ${JSON.stringify(one)}`,
+      );
   }
   const args: AgentCliArgs = { token, wait: values.wait === true };
   if (url !== undefined) args.url = url;
@@ -153,7 +157,8 @@ export async function runAgentCli(argv: string[], io: AgentCliIO = {}): Promise<
 
   const logger =
     io.logger ?? pino({ name: "switchboard-agent", level: args.logLevel ?? config.logging.level });
-  const url = args.url ?? defaultUrl(config);
+  const urls = args.url ?? [defaultUrl(config)];
+  const url = urls.length === 1 ? urls[0]! : urls;
   let worker: RunningAgentWorker;
   try {
     worker = await startAgentWorker({
@@ -169,7 +174,10 @@ export async function runAgentCli(argv: string[], io: AgentCliIO = {}): Promise<
   } catch (error) {
     const exitCode = exitCodeFor(error);
     const message = (error as Error).message;
-    const where = exitCode === EXIT.usage || message.includes(url) ? "" : ` (gateway ${url})`;
+    const where =
+      exitCode === EXIT.usage || urls.some((one) => message.includes(one))
+        ? ""
+        : ` (gateway ${urls.join(", ")})`;
     const refused = exitCode === EXIT.refused ? "the gateway refused the worker: " : "";
     stderr.write(`switchboard-agent: ${refused}${message}${where}\n`);
     return exitCode;

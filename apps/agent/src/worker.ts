@@ -25,7 +25,8 @@ const MAX_TOOL_CALL_ID = 128;
 
 export interface AgentWorkerOptions {
   /** The gateway's WebSocket URL, e.g. `ws://127.0.0.1:18789`. */
-  url: string;
+  /** The gateway, or several instances of one cluster (tried in turn; see the SDK's `url`). */
+  url: string | string[];
   /** A token for role `agent` (or an operator token) that may serve the agents. */
   token: string;
   /** The parsed gateway config (core `Config`): agents.list[].model gives each agent's provider. */

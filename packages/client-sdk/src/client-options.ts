@@ -7,6 +7,7 @@ import type { WebSocketConstructor } from "./websocket";
 export const SDK_VERSION = "0.1.0";
 export const SDK_NAME = "@switchboard/client";
 
+const GatewayUrl = z.string().regex(/^wss?:\/\/[^\s]+$/i, { error: "must be a ws:// or wss:// URL" });
 const Delay = z.number().int().min(0).max(3_600_000);
 /** setTimeout fires at once for delays above 2^31-1 ms, which would turn a long timeout into none. */
 const Timeout = z.number().int().positive().max(2_147_483_647);
@@ -28,7 +29,13 @@ export const ReconnectOptionsSchema = z
 
 export const ClientOptionsSchema = z
   .object({
-    url: z.string().regex(/^wss?:\/\/[^\s]+$/i, { error: "must be a ws:// or wss:// URL" }),
+    /**
+     * The gateway, or several instances of one cluster: the client connects to the first and, when a
+     * connection fails or drops, tries the next (round robin), resuming its event stream there.
+     */
+    url: z.union([GatewayUrl, z.array(GatewayUrl).min(1, { error: "must list at least one URL" }).max(16)], {
+      error: "must be a ws:// or wss:// URL, or a list of them",
+    }),
     token: z.string().min(1, { error: "must not be empty" }).max(4096),
     role: RoleSchema,
     clientName: z.string().min(1).max(128).default(SDK_NAME),

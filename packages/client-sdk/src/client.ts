@@ -144,6 +144,9 @@ export class SwitchboardClient {
   private session: SocketSession | undefined;
   private reconnectTimer: ReturnType<typeof setTimeout> | undefined;
   private attempt = 0;
+  /** The gateway URLs, tried in turn; `urlIndex` is the one in use (or being tried). */
+  private readonly urls: readonly string[];
+  private urlIndex = 0;
   private everOpened = false;
   private closeRequested = false;
   private closing: Promise<void> | undefined;
@@ -164,6 +167,7 @@ export class SwitchboardClient {
 
   constructor(options: ClientOptions, start: ClientStartOptions = {}) {
     this.options = parseClientOptions(options);
+    this.urls = typeof this.options.url === "string" ? [this.options.url] : this.options.url;
     this.logger = this.options.logger ?? silentLogger;
     this.WebSocketImpl = this.options.WebSocket ?? (WebSocket as unknown as WebSocketConstructor);
     this.failFast = start.failFast ?? false;
@@ -407,8 +411,13 @@ export class SwitchboardClient {
 
   // ---- connection lifecycle ------------------------------------------------------------------
 
+  /** The gateway URL in use (or being tried). */
+  get url(): string {
+    return this.urls[this.urlIndex] ?? this.urls[0]!;
+  }
+
   private openSocket(): void {
-    const { url } = this.options;
+    const { url } = this;
     let socket: WebSocketLike;
     try {
       socket = new this.WebSocketImpl(url);
@@ -494,8 +503,8 @@ export class SwitchboardClient {
     }
     const detail = [reason, session.lastError].filter(Boolean).join(": ");
     const message = session.opened
-      ? `the connection to ${this.options.url} closed (code ${code}${detail ? `, ${detail}` : ""})`
-      : `could not connect to ${this.options.url}${detail ? ` (${detail})` : ""}`;
+      ? `the connection to ${this.url} closed (code ${code}${detail ? `, ${detail}` : ""})`
+      : `could not connect to ${this.url}${detail ? ` (${detail})` : ""}`;
     return new SwitchboardError("UNAVAILABLE", message, {
       retryable: true,
       details: { closeCode: code },
@@ -543,7 +552,7 @@ export class SwitchboardClient {
     this.flush();
     this.setState("open");
     this.logger.info(
-      { url: this.options.url, connectionId: result.connectionId, role: result.role, reconnected },
+      { url: this.url, connectionId: result.connectionId, role: result.role, reconnected },
       reconnected ? "reconnected to the gateway" : "connected to the gateway",
     );
   }
@@ -612,10 +621,10 @@ export class SwitchboardClient {
       // A half-open TCP connection never reports a close by itself: drop it and reconnect.
       session.dropReason = new SwitchboardError(
         "UNAVAILABLE",
-        `the gateway at ${this.options.url} sent nothing for ${silentLimitMs} ms`,
+        `the gateway at ${this.url} sent nothing for ${silentLimitMs} ms`,
         { retryable: true },
       );
-      this.logger.warn({ url: this.options.url, silentLimitMs }, "gateway silent; dropping the connection");
+      this.logger.warn({ url: this.url, silentLimitMs }, "gateway silent; dropping the connection");
       dropSocket(socket);
     }, heartbeatMs);
   }
@@ -629,25 +638,31 @@ export class SwitchboardClient {
     if (this.closeRequested || this.#state === "closed") return;
 
     const { reconnect } = this.options;
+    // With several URLs, fail-fast still tries each once before giving up.
+    const untried = !this.everOpened && this.attempt + 1 < this.urls.length;
     const retry =
       !fatal &&
       reconnect.enabled &&
-      !(this.failFast && !this.everOpened) &&
+      !(this.failFast && !this.everOpened && !untried) &&
       (reconnect.maxAttempts === undefined || this.attempt < reconnect.maxAttempts);
     if (!retry) {
-      this.logger.warn(
-        { url: this.options.url, error: error.message },
-        "connection closed; not reconnecting",
-      );
+      this.logger.warn({ url: this.url, error: error.message }, "connection closed; not reconnecting");
       this.shutdown(error);
       return;
     }
     this.setState("reconnecting");
     this.releaseInFlight(error);
-    const delayMs = backoffDelay(this.attempt, reconnect);
+    // Another instance may be up while this one is not: move on to the next URL, and back off only
+    // once every URL has failed in this round.
+    const failedUrl = this.url;
+    this.urlIndex = (this.urlIndex + 1) % this.urls.length;
+    const delayMs =
+      this.urls.length > 1 && (this.attempt + 1) % this.urls.length !== 0
+        ? 0
+        : backoffDelay(Math.floor(this.attempt / this.urls.length), reconnect);
     this.attempt += 1;
     this.logger.info(
-      { url: this.options.url, attempt: this.attempt, delayMs, reason: error.message },
+      { url: failedUrl, next: this.url, attempt: this.attempt, delayMs, reason: error.message },
       "reconnecting",
     );
     this.reconnectTimer = setTimeout(() => {
