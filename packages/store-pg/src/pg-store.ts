@@ -28,6 +28,8 @@ export const PostgresStoreOptionsSchema = z.strictObject({
   connectTimeoutMs: z.number().int().positive().default(5000),
   /** How long one statement may take before it fails with UNAVAILABLE (a hung server or network). */
   statementTimeoutMs: z.number().int().positive().default(30_000),
+  /** `application_name` of the connections (what `pg_stat_activity` shows). */
+  applicationName: z.string().min(1).max(63).default("switchboard"),
   /** Largest serialised transcript entry accepted (default: core's limit, 1 MiB + envelope). */
   maxEntryBytes: z.number().int().positive().optional(),
   logger: z.custom<Logger>((value) => typeof value === "object" && value !== null).optional(),
@@ -68,7 +70,7 @@ export async function openPostgresStore(input: PostgresStoreOptions): Promise<Po
     query_timeout: options.statementTimeoutMs,
     idleTimeoutMillis: 30_000,
     keepAlive: true,
-    application_name: "switchboard",
+    application_name: options.applicationName,
   });
   // An idle connection the server drops (restart, pg_terminate_backend) is reported here and
   // removed by the pool; without a listener it would crash the process.
