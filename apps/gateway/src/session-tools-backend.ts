@@ -231,6 +231,7 @@ export class SessionToolsBackend implements ToolBackend {
       truncated: read.truncated,
       dataLabel: target.taint,
       ...(read.nextBefore !== undefined ? { nextBefore: read.nextBefore } : {}),
+      ...(read.damaged ? { damaged: read.damaged } : {}),
     };
   }
 

@@ -99,6 +99,7 @@ export function sessionMethods({
           messages: read.entries.map(toHistoryMessage),
           truncated: read.truncated,
           ...(read.nextBefore !== undefined ? { nextBefore: read.nextBefore } : {}),
+          ...(read.damaged ? { damaged: read.damaged } : {}),
         },
         cap,
       );

@@ -209,6 +209,8 @@ export const SessionsHistoryResultSchema = z.object({
   messages: z.array(HistoryMessageSchema),
   nextBefore: z.number().optional(),
   truncated: z.boolean(),
+  /** Lines of the page's range that were damaged on disk and skipped (`switchboard doctor` names them). */
+  damaged: z.number().int().positive().optional(),
   dataLabel: LevelSchema.optional(),
 });
 export type SessionsHistoryResult = z.infer<typeof SessionsHistoryResultSchema>;
