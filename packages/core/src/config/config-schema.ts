@@ -1,4 +1,6 @@
 import { z } from "zod";
+import { isInternalKey, tryParseKey } from "../keys/parse-key";
+import { keyProblem } from "../keys/validate-key";
 import { DEFAULT_CLEARANCE, LabelsConfigSchema, LevelSchema } from "../labels/index";
 import { PolicyRulesSchema } from "../policy/rule-schema";
 import { SendPolicySchema } from "../policy/send-policy";
@@ -46,7 +48,7 @@ const GatewayConfigSchema = z.strictObject({
   retention: RetentionConfigSchema.prefault({}),
 });
 
-const TOKEN_ROLES = ["operator", "agent", "client"] as const;
+const TOKEN_ROLES = ["operator", "agent", "client", "mcp"] as const;
 
 export const ConfigTokenSchema = z.strictObject({
   name: nonEmptyString("a non-empty name"),
@@ -63,6 +65,15 @@ export const ConfigTokenSchema = z.strictObject({
         error: "must be a session key pattern: 1-256 characters, no spaces, / or \\",
       }),
     )
+    .optional(),
+  /**
+   * Role mcp: the one session its holder acts as, in canonical form `agent:<agentId>:<rest>` (created on
+   * first use with channel `mcp`). Checked against the key rules and the configured agents below.
+   */
+  session: z
+    .string({ error: "must be a session key agent:<agentId>:<rest>" })
+    // One key, one session: the same NFC form the gateway gives every key it is sent.
+    .transform((key) => key.normalize("NFC"))
     .optional(),
 });
 export type ConfigToken = z.infer<typeof ConfigTokenSchema>;
@@ -284,12 +295,64 @@ function checkTokens(config: ConfigShape, agentIds: readonly string[], ctx: Refi
         `only allowed on a token with role "client" (this one is "${token.role}")`,
       );
     }
+    checkTokenSession(token, path, agentIds, ctx);
     token.agents?.forEach((agentId, agentIndex) => {
       if (!agentIds.includes(agentId)) {
         issue(ctx, [...path, "agents", agentIndex], unknownAgent(agentId, agentIds));
       }
     });
   });
+}
+
+/**
+ * The session an `mcp` token is bound to: required for that role and refused on others. It must be
+ * canonical (no alias: `main` or a bare key would depend on which agent is the default, and the
+ * binding must not move when the agent list changes), of a configured agent, and not internal.
+ */
+function checkTokenSession(
+  token: ConfigShape["auth"]["tokens"][number],
+  path: PropertyKey[],
+  agentIds: readonly string[],
+  ctx: RefineContext,
+): void {
+  if (token.role !== "mcp") {
+    if (token.session !== undefined) {
+      issue(
+        ctx,
+        [...path, "session"],
+        `only allowed on a token with role "mcp" (this one is "${token.role}")`,
+      );
+    }
+    return;
+  }
+  if (token.session === undefined) {
+    issue(
+      ctx,
+      [...path, "session"],
+      'required for a token with role "mcp": the session key it acts as, e.g. "agent:main:mcp:desktop"',
+    );
+    return;
+  }
+  const problem = keyProblem(token.session, "session");
+  if (problem) {
+    issue(ctx, [...path, "session"], problem.replace(/^session: /, ""));
+    return;
+  }
+  const parsed = tryParseKey(token.session);
+  if (!parsed) {
+    issue(
+      ctx,
+      [...path, "session"],
+      `must be a canonical key agent:<agentId>:<rest> with a lower-case agent id (got ${JSON.stringify(token.session)})`,
+    );
+    return;
+  }
+  if (isInternalKey(parsed.rest)) {
+    issue(ctx, [...path, "session"], `"${parsed.rest}" is an internal key and cannot be bound to a token`);
+    return;
+  }
+  if (!agentIds.includes(parsed.agentId))
+    issue(ctx, [...path, "session"], unknownAgent(parsed.agentId, agentIds));
 }
 
 /**

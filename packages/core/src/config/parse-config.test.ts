@@ -321,6 +321,61 @@ describe("parseConfig", () => {
     ).not.toContain(secret);
   });
 
+  it("binds an mcp token to one canonical session of a configured agent", () => {
+    const config = parseConfig({
+      auth: {
+        tokens: [
+          { name: "desktop", token: "mcp-0123456789abcdef", role: "mcp", session: "agent:main:mcp:desktop" },
+        ],
+      },
+    });
+    expect(config.auth.tokens[0]).toMatchObject({ role: "mcp", session: "agent:main:mcp:desktop" });
+    const token = (name: string, extra: Record<string, unknown>) => ({
+      name,
+      token: `${name}-0123456789abcdef`,
+      ...extra,
+    });
+    expect(
+      issuesOf({
+        agents: { list: [{ id: "main", default: true }, { id: "research" }] },
+        auth: {
+          tokens: [
+            token("none", { role: "mcp" }),
+            token("bare", { role: "mcp", session: "mcp:desktop" }),
+            token("spaces", { role: "mcp", session: "agent:main:mcp desktop" }),
+            token("internal", { role: "mcp", session: "agent:main:global" }),
+            token("typo", { role: "mcp", session: "agent:reseach:mcp:x" }),
+            token("client", { role: "client", sessions: ["agent:main:*"], session: "agent:main:mcp:x" }),
+          ],
+        },
+      }),
+    ).toEqual([
+      {
+        path: "auth.tokens[0].session",
+        message:
+          'required for a token with role "mcp": the session key it acts as, e.g. "agent:main:mcp:desktop"',
+      },
+      {
+        path: "auth.tokens[1].session",
+        message:
+          'must be a canonical key agent:<agentId>:<rest> with a lower-case agent id (got "mcp:desktop")',
+      },
+      { path: "auth.tokens[2].session", message: "must not contain whitespace" },
+      {
+        path: "auth.tokens[3].session",
+        message: '"global" is an internal key and cannot be bound to a token',
+      },
+      {
+        path: "auth.tokens[4].session",
+        message: 'unknown agent "reseach" (did you mean "research"? configured agents: main, research)',
+      },
+      {
+        path: "auth.tokens[5].session",
+        message: 'only allowed on a token with role "mcp" (this one is "client")',
+      },
+    ]);
+  });
+
   it("checks that agent ids named elsewhere are configured, allowing patterns", () => {
     expect(
       issuesOf({

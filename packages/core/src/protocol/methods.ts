@@ -15,7 +15,8 @@ import {
   ToolDefinitionSchema,
 } from "../tools/tool-schemas";
 
-export const RoleSchema = z.enum(["operator", "agent", "client"]);
+/** `mcp`: a token bound to one session, used by the stdio MCP bridge (only the tool methods, as that session). */
+export const RoleSchema = z.enum(["operator", "agent", "client", "mcp"]);
 export type Role = z.infer<typeof RoleSchema>;
 
 const SessionKeyParam = z.string().min(1).max(512);
@@ -300,8 +301,8 @@ export const METHOD_ROLES: Record<MethodName, readonly Role[]> = {
   agent: ["operator"],
   "agent.wait": ["operator", "client"],
   "agents.list": ["operator"],
-  "tools.list": ["operator", "agent"],
-  "tools.invoke": ["operator", "agent"],
+  "tools.list": ["operator", "agent", "mcp"],
+  "tools.invoke": ["operator", "agent", "mcp"],
   "policy.simulate": ["operator"],
   "audit.tail": ["operator"],
   "audit.verify": ["operator"],
