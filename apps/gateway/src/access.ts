@@ -28,6 +28,12 @@ function sameSecret(a: string, b: string): boolean {
   return left.length === right.length && timingSafeEqual(left, right);
 }
 
+/** Who an MCP caller is: the token's name (for audit) and the session it acts as. */
+export interface McpBinding {
+  tokenName: string;
+  sessionKey: string;
+}
+
 /** What access checks need to know about runs: the live holder, else the stored record. */
 export interface RunLookup {
   active(runId: string): RunRecord | undefined;
@@ -90,6 +96,8 @@ export class Access {
         "INVALID_REQUEST",
         "concurrency: only a role agent connection may announce one",
       );
+    } else if (params.role === "mcp") {
+      identity.boundSession = this.boundSession(token, params.sessionKey);
     } else if (params.role === "client") {
       const patterns =
         "sessions" in token && token.sessions ? token.sessions : token.role === "operator" ? ["*"] : [];
@@ -117,6 +125,68 @@ export class Access {
     }
     connection.log.info({ role: identity.role, tokenName: token.name }, "connected");
     return identity;
+  }
+
+  /**
+   * The session an `mcp` token acts as. Only a token of role mcp has one (an operator token is
+   * refused too: it names no session, and acting as one is what `as` is for, audited).
+   */
+  private boundSession(
+    token: ReturnType<Access["findToken"]> & object,
+    sessionKey: string | undefined,
+  ): string {
+    if (token.role !== "mcp" || !("session" in token) || !token.session) {
+      throw new SwitchboardError(
+        "UNAUTHORIZED",
+        `token "${token.name}" is for role ${token.role}, not mcp (an mcp token names its session in auth.tokens)`,
+      );
+    }
+    if (sessionKey !== undefined) {
+      throw new SwitchboardError(
+        "INVALID_REQUEST",
+        "sessionKey: not accepted for role mcp (the token's configured session is the caller)",
+      );
+    }
+    return token.session;
+  }
+
+  /**
+   * The MCP endpoints' token check (`Authorization: Bearer`): the token's name and bound session.
+   * UNAUTHORIZED for a missing or unknown token, FORBIDDEN for a token of another role.
+   */
+  mcpToken(token: string | undefined): McpBinding {
+    const found = token ? this.findToken(token) : undefined;
+    if (!found) throw new SwitchboardError("UNAUTHORIZED", token ? "invalid token" : "missing bearer token");
+    if (found.role !== "mcp" || !("session" in found) || !found.session) {
+      throw new SwitchboardError(
+        "FORBIDDEN",
+        `token "${found.name}" is for role ${found.role}; the MCP endpoint takes only role mcp tokens`,
+      );
+    }
+    return { tokenName: found.name, sessionKey: found.session };
+  }
+
+  /**
+   * The binding of an `mcp` connection on the WebSocket protocol. The caller is the token's session;
+   * `runId`/`as` would name another caller, so they are refused rather than ignored.
+   */
+  mcpBinding(
+    connection: Connection,
+    params: { runId?: string | undefined; as?: string | undefined },
+  ): McpBinding {
+    const identity = connection.identity!;
+    if (identity.role !== "mcp" || !identity.boundSession) {
+      throw new SwitchboardError("FORBIDDEN", "this connection is not bound to a session (role mcp)");
+    }
+    for (const field of ["runId", "as"] as const) {
+      if (params[field] !== undefined) {
+        throw new SwitchboardError(
+          "INVALID_REQUEST",
+          `${field}: not accepted for role mcp (the caller is the token's session ${identity.boundSession})`,
+        );
+      }
+    }
+    return { tokenName: identity.tokenName, sessionKey: identity.boundSession };
   }
 
   /** The concurrency a worker announced at connect (undefined: no limit). */
@@ -161,6 +231,10 @@ export class Access {
       const record = this.runs.requireHeldBy(params.runId, connection);
       const entry = await this.sessions.require(record.sessionKey);
       return { caller: { sessionKey: entry.key, agentId: entry.agentId, runId: record.runId }, entry };
+    }
+    // `runId` and `as` below are the operator's; any other role reaching here would pick its caller.
+    if (role !== "operator") {
+      throw new SwitchboardError("FORBIDDEN", `role ${role} may not choose the session a tool call runs as`);
     }
     if (params.runId && !params.as) {
       const active = this.runs.active(params.runId);

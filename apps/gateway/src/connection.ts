@@ -10,6 +10,8 @@ export interface ConnectionIdentity {
   agents: ReadonlySet<string>;
   /** Session-key patterns a client may act for (role client); `*` globs. */
   sessionPatterns: readonly string[];
+  /** The one session an `mcp` token acts as (from its config entry, never from the peer). */
+  boundSession?: string;
 }
 
 /** One WebSocket peer. Owns the outgoing-buffer guard so a slow reader never grows memory without bound. */

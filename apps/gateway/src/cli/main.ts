@@ -7,6 +7,7 @@ import type { Command } from "./command";
 import { demoCommand } from "./demo-command";
 import { doctorCommand } from "./doctor-command";
 import { gatewayCommand } from "./gateway-command";
+import { mcpCommand } from "./mcp-command";
 import { type CliIo, processIo } from "./output";
 import { policySimulateCommand } from "./policy-command";
 import { sendCommand } from "./send-command";
@@ -38,6 +39,7 @@ export const COMMANDS: readonly Command[] = [
   policySimulateCommand,
   doctorCommand,
   demoCommand,
+  mcpCommand,
 ];
 
 /** Command words that only group subcommands (`sessions list`). */

@@ -1,7 +1,167 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { isIP } from "node:net";
+import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+import { isSwitchboardError } from "@switchboard/core";
 import type { HttpRoute } from "../http/http-route";
 import type { HttpRouteDeps } from "../http/routes";
+import { createMcpServer } from "./mcp-server";
+import { McpSessionTools } from "./mcp-session-tools";
 
-/** HTTP endpoints for /mcp (Streamable HTTP), issue 14. Not built yet: answers nothing (404). */
-export function mcpRoutes(_deps: HttpRouteDeps): HttpRoute[] {
-  return [];
+export const MCP_PATH = "/mcp";
+
+const LOOPBACK_NAMES = new Set(["localhost", "127.0.0.1", "[::1]", "::1"]);
+
+/** A loopback address of this host (IPv4 127/8, IPv6 ::1, or IPv4-mapped 127/8). */
+export function isLoopbackAddress(address: string | undefined): boolean {
+  if (!address) return false;
+  const plain = address.startsWith("::ffff:") ? address.slice(7) : address;
+  if (isIP(plain) === 4) return plain.startsWith("127.");
+  return plain === "::1";
+}
+
+function isLoopbackName(hostname: string): boolean {
+  return LOOPBACK_NAMES.has(hostname) || isLoopbackAddress(hostname.replace(/^\[|\]$/g, ""));
+}
+
+/**
+ * DNS-rebinding protection for a gateway reached on loopback: a web page whose name was re-pointed
+ * at 127.0.0.1 still sends its own name as `Host` (and its origin as `Origin`), so both must be
+ * loopback names. Port-agnostic: the port is not what an attacker controls. Undefined: allowed.
+ */
+export function rebindingProblem(host: string | undefined, origin: string | undefined): string | undefined {
+  if (!host) return "Host header: required";
+  let hostname: string;
+  try {
+    hostname = new URL(`http://${host}`).hostname;
+  } catch {
+    return `Host header: not a host name (${host})`;
+  }
+  if (!isLoopbackName(hostname)) return `Host header: ${hostname} is not a loopback name`;
+  if (origin === undefined) return undefined;
+  let originHost: string;
+  try {
+    originHost = new URL(origin).hostname;
+  } catch {
+    return `Origin header: not an origin (${origin})`;
+  }
+  if (!isLoopbackName(originHost)) return `Origin header: ${origin} is not a loopback origin`;
+  return undefined;
+}
+
+function bearer(req: IncomingMessage): string | undefined {
+  const header = req.headers.authorization;
+  if (!header) return undefined;
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
+  return match ? match[1] : undefined;
+}
+
+/** A JSON-RPC error outside any request (id null), as the SDK answers transport-level failures. */
+function fail(
+  res: ServerResponse,
+  status: number,
+  message: string,
+  headers: Record<string, string> = {},
+): void {
+  res.writeHead(status, { "content-type": "application/json", "cache-control": "no-store", ...headers });
+  res.end(JSON.stringify({ jsonrpc: "2.0", error: { code: -32000, message }, id: null }));
+}
+
+/** Reads a request body of at most `limit` bytes; undefined when it is larger (the rest is not read). */
+async function readBody(req: IncomingMessage, limit: number): Promise<Buffer | undefined> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > limit) return undefined;
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks);
+}
+
+/**
+ * `/mcp`: Streamable HTTP, stateless (every request carries its bearer token and gets a fresh
+ * SDK transport and server), so any instance of a cluster can answer any request and several
+ * clients may share a token. The token's bound session is the caller of every call.
+ */
+export function mcpRoutes(deps: HttpRouteDeps): HttpRoute[] {
+  const log = deps.log.child({ component: "mcp" });
+  const tools = new McpSessionTools(deps);
+  const maxBody = deps.config.gateway.limits.maxPayload;
+  return [
+    {
+      name: "mcp",
+      matches: (pathname) => pathname === MCP_PATH,
+      async handle(req, res) {
+        if (isLoopbackAddress(req.socket.localAddress)) {
+          const problem = rebindingProblem(req.headers.host, req.headers.origin);
+          if (problem) {
+            log.warn(
+              { host: req.headers.host, origin: req.headers.origin },
+              `mcp request refused: ${problem}`,
+            );
+            fail(res, 403, problem);
+            return;
+          }
+        }
+        let binding: ReturnType<typeof deps.access.mcpToken>;
+        try {
+          binding = deps.access.mcpToken(bearer(req));
+        } catch (error) {
+          const message = error instanceof Error ? error.message : String(error);
+          if (isSwitchboardError(error) && error.code === "FORBIDDEN") {
+            log.info({ reason: message }, "mcp request refused");
+            fail(res, 403, message);
+            return;
+          }
+          const invalid = bearer(req) !== undefined;
+          log.info({ reason: message }, "mcp request unauthorized");
+          fail(res, 401, message, {
+            "www-authenticate": invalid
+              ? 'Bearer realm="switchboard", error="invalid_token", error_description="unknown token"'
+              : 'Bearer realm="switchboard"',
+          });
+          return;
+        }
+        if (req.method !== "POST") {
+          // Stateless: no server-initiated stream (GET) and no transport session to end (DELETE).
+          fail(res, 405, `method ${req.method} not allowed on ${MCP_PATH}; use POST`, { allow: "POST" });
+          return;
+        }
+        const body = await readBody(req, maxBody);
+        if (!body) {
+          fail(res, 413, `request body: must be at most ${maxBody} bytes (gateway.limits.maxPayload)`);
+          return;
+        }
+        let parsed: unknown;
+        try {
+          parsed = JSON.parse(body.toString("utf8"));
+        } catch {
+          res.writeHead(400, { "content-type": "application/json" });
+          res.end(
+            JSON.stringify({
+              jsonrpc: "2.0",
+              error: { code: -32700, message: "Parse error: body is not JSON" },
+              id: null,
+            }),
+          );
+          return;
+        }
+
+        const server = createMcpServer(
+          {
+            listTools: () => tools.list(binding),
+            callTool: (name, args, signal) => tools.call(binding, name, args, { transport: "http", signal }),
+          },
+          { sessionKey: binding.sessionKey },
+        );
+        const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
+        res.on("close", () => {
+          void transport.close().catch(() => undefined);
+          void server.close().catch(() => undefined);
+        });
+        await server.connect(transport);
+        await transport.handleRequest(req, res, parsed);
+      },
+    },
+  ];
 }

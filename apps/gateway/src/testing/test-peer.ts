@@ -1,3 +1,4 @@
+import type { Role } from "@switchboard/core";
 import { WebSocket } from "ws";
 
 export interface EventFrame {
@@ -61,7 +62,7 @@ export class TestPeer {
 
   static async connect(
     url: string,
-    options: { token: string; role: "operator" | "agent" | "client"; agents?: string[]; sessionKey?: string },
+    options: { token: string; role: Role; agents?: string[]; sessionKey?: string },
   ): Promise<TestPeer> {
     const peer = await TestPeer.open(url);
     await peer.handshake(options);
@@ -70,7 +71,7 @@ export class TestPeer {
 
   async handshake(options: {
     token: string;
-    role: "operator" | "agent" | "client";
+    role: Role;
     agents?: string[];
     sessionKey?: string;
   }): Promise<void> {
