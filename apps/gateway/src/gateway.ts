@@ -268,6 +268,17 @@ export class Gateway {
               .catch((error) => log.error({ err: error }, "worker cleanup failed"));
           },
           health: () => ({ ...storeHealth.report(), instanceId, version: VERSION }),
+          onOversizedReport: (connection, runId, bytes) => {
+            const limit = config.gateway.limits.maxPayload;
+            void scheduler
+              .fail(
+                runId,
+                connection,
+                `the worker's reply (a frame of ${bytes} bytes) exceeds limits.maxPayload (${limit})`,
+              )
+              // Not a run this worker holds (or already ended): the refusal answered the frame.
+              .catch(() => undefined);
+          },
         },
         routes: httpRoutes({
           ...methodDeps,

@@ -50,6 +50,11 @@ export interface TransportHandlers {
   onReady(connection: Connection): void;
   onClose(connection: Connection): void;
   health(): HealthReport;
+  /**
+   * A worker's `run.complete` was over `limits.maxPayload` and refused: the run should end now with
+   * that reason rather than wait for its deadline (the SDK fails such runs itself; raw workers don't).
+   */
+  onOversizedReport?(connection: Connection, runId: string, bytes: number): void;
 }
 
 export interface Transport {
@@ -67,6 +72,29 @@ function salvageId(value: unknown): string | null {
     if (typeof id === "string" && id.length > 0 && id.length <= 128) return id;
   }
   return null;
+}
+
+/** The id, method and run of a frame too large to handle (none when it is not JSON of that shape). */
+function salvageReport(data: unknown): { id: string | null; method?: string; runId?: string } | undefined {
+  let frame: unknown;
+  try {
+    const text = Array.isArray(data)
+      ? Buffer.concat(data as Buffer[]).toString("utf8")
+      : Buffer.isBuffer(data)
+        ? data.toString("utf8")
+        : Buffer.from(data as ArrayBuffer).toString("utf8");
+    frame = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  if (!frame || typeof frame !== "object") return undefined;
+  const { method, params } = frame as { method?: unknown; params?: unknown };
+  const runId = (params as { runId?: unknown } | undefined)?.runId;
+  return {
+    id: salvageId(frame),
+    ...(typeof method === "string" ? { method } : {}),
+    ...(typeof runId === "string" && runId.length <= 128 ? { runId } : {}),
+  };
 }
 
 function errorFrame(id: string | null, error: SwitchboardError) {
@@ -252,15 +280,28 @@ export async function startTransport(options: {
           ? data.byteLength
           : data.length;
       if (bytes > limits.maxPayload) {
+        // Only a ready worker's frame is looked into (bounded by ws's hard limit): its id gets the
+        // answer, and a refused run.complete ends its run at once.
+        const salvaged =
+          connection.identity?.role === "agent" && connection.state === "ready" && !isBinary
+            ? salvageReport(data)
+            : undefined;
         connection.send(
           errorFrame(
-            null,
+            salvaged?.id ?? null,
             new SwitchboardError(
               "PAYLOAD_TOO_LARGE",
               `frame of ${bytes} bytes exceeds limits.maxPayload (${limits.maxPayload})`,
             ),
           ),
         );
+        if (salvaged?.method === "run.complete" && salvaged.runId !== undefined) {
+          try {
+            handlers.onOversizedReport?.(connection, salvaged.runId, bytes);
+          } catch (error) {
+            connection.log.error({ err: error }, "oversized report handling failed");
+          }
+        }
         return;
       }
       if (isBinary) {

@@ -1,0 +1,45 @@
+import { afterEach, describe, expect, it } from "vitest";
+import { startTestGateway, type TestGateway } from "../testing/test-gateway";
+import { TestPeer } from "../testing/test-peer";
+
+const WORKER_TOKEN = "worker-token-0123456789";
+let gw: TestGateway | undefined;
+afterEach(async () => {
+  await gw?.close();
+  gw = undefined;
+});
+
+describe("a raw worker's reply over the frame limit", () => {
+  it("is refused with its request id and ends the run at once, naming the limit", async () => {
+    gw = await startTestGateway(
+      { auth: { tokens: [{ name: "worker", token: WORKER_TOKEN, role: "agent" }] } },
+      { store: "memory" },
+    );
+    const worker = await TestPeer.connect(gw.url, { token: WORKER_TOKEN, role: "agent", agents: ["main"] });
+    const operator = await gw.operator();
+    const { runId } = await operator.call<{ runId: string }>("chat.send", {
+      sessionKey: "main",
+      message: "hi",
+    });
+    await worker.waitForEvent((event) => event.event === "run.assigned");
+
+    const refused = await worker.request("run.complete", { runId, reply: "x".repeat(1_200_000) });
+    expect(refused.error?.code).toBe("PAYLOAD_TOO_LARGE");
+    const ended = await operator.call<{ status: string; error?: string }>("agent.wait", {
+      runId,
+      timeoutMs: 5000,
+    });
+    // Ended now, not at the run's 600 s deadline (the wait above gives up after 5 s).
+    expect(ended.status).toBe("error");
+    expect(ended.error).toContain("limits.maxPayload");
+    // The worker is still connected and can take the next run.
+    const next = await operator.call<{ runId: string }>("chat.send", {
+      sessionKey: "main",
+      message: "again",
+    });
+    await worker.waitForEvent(
+      (event) => event.event === "run.assigned" && (event.payload as { runId?: string }).runId === next.runId,
+    );
+    worker.close();
+  });
+});
