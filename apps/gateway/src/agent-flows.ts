@@ -12,6 +12,7 @@ import {
   type SessionsSpawnResult,
   type SpawnRequest,
   type Store,
+  type SubagentModel,
   type ToolCaller,
 } from "@switchboard/core";
 import type { Logger } from "pino";
@@ -478,11 +479,9 @@ export class AgentFlows {
       const model = agent.model as { provider?: string; model?: string } | undefined;
       if (model?.model) models.add(model.model);
       if (model?.provider) models.add(model.provider);
-      const sub = agent.subagents?.model as unknown;
-      if (typeof sub === "string") models.add(sub);
+      addSubagentModel(models, agent.subagents?.model);
     }
-    const defaults = this.config.agents.defaults.subagents.model as unknown;
-    if (typeof defaults === "string") models.add(defaults);
+    addSubagentModel(models, this.config.agents.defaults.subagents.model);
     return models;
   }
 
@@ -721,5 +720,14 @@ export class AgentFlows {
 
   stop(): void {
     if (this.archiveTimer) clearInterval(this.archiveTimer);
+  }
+}
+
+/** A configured sub-agent model names a model either as a string or as an object's `model`/`provider`. */
+function addSubagentModel(models: Set<string>, model: SubagentModel | undefined): void {
+  if (typeof model === "string") models.add(model);
+  else if (model) {
+    models.add(model.provider);
+    if ("model" in model) models.add(model.model);
   }
 }

@@ -178,7 +178,7 @@ export class Gateway {
         sessions,
         bus,
         log.child({ component: "runs" }),
-        runAssignment(sessions, tools, bus),
+        runAssignment(config, sessions, tools, bus),
         new InProcessRunWaiters(),
         new InProcessRunLanes(),
         new InProcessActiveRuns(),

@@ -1,4 +1,11 @@
-import type { EventPayload, RunRecord, TranscriptEntry } from "@switchboard/core";
+import {
+  agentConfig,
+  type Config,
+  type EventPayload,
+  type RunRecord,
+  type SessionEntry,
+  type TranscriptEntry,
+} from "@switchboard/core";
 import type { Connection } from "./connection";
 import type { EventLog } from "./ports/event-log";
 import { toHistoryMessage } from "./session-tools-backend";
@@ -27,11 +34,29 @@ function historyJsonOf(item: TranscriptEntry): string {
 }
 
 /**
+ * A session's model override (`sessions.patch`, `sessions_spawn`'s model), else for a sub-agent session
+ * the child agent's `subagents.model` (a name or a whole model config; `null` = the agent's own).
+ */
+function modelOf(config: Config, entry: SessionEntry): { model?: SubagentModelValue } {
+  if (entry.model) return { model: entry.model };
+  if (entry.spawnedBy === undefined) return {};
+  const model = (agentConfig(config, entry.agentId)?.subagents ?? config.agents.defaults.subagents).model;
+  return model ? { model } : {};
+}
+
+type SubagentModelValue = NonNullable<EventPayload<"run.assigned">["model"]>;
+
+/**
  * Builds and sends `run.assigned`. It goes to one worker only and is never replayed (a reconnecting
  * worker gets its runs reassigned), so it takes a seq but stays out of the replay ring. The tool
  * definitions are the bulk of the frame and identical per tool set: their JSON is spliced in.
  */
-export function runAssignment(sessions: SessionsService, tools: ToolCatalog, bus: EventLog): RunDispatcher {
+export function runAssignment(
+  config: Config,
+  sessions: SessionsService,
+  tools: ToolCatalog,
+  bus: EventLog,
+): RunDispatcher {
   return async (record, worker, deadline) => {
     const entry = await sessions.require(record.sessionKey);
     const recent = await sessions.recentMessages(entry, 21);
@@ -51,7 +76,7 @@ export function runAssignment(sessions: SessionsService, tools: ToolCatalog, bus
         provenance: record.provenance ?? { kind: "user" },
         context: record.context ?? "",
       },
-      ...(entry.model ? { model: entry.model } : {}),
+      ...modelOf(config, entry),
       ...(deadline ? { deadline } : {}),
       attempt: record.attempts,
     };

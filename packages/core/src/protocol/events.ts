@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { AgentModelConfigSchema } from "../config/model-config";
 import { LevelSchema } from "../labels/level";
 import { LaneSchema, UsageSchema } from "../store/run-record";
 import { ProvenanceSchema } from "../store/transcript-entry";
@@ -22,7 +23,18 @@ export const Events = {
     input: RunInputSchema,
     history: z.array(HistoryMessageSchema),
     tools: z.array(ToolDefinitionSchema),
-    model: z.string().optional(),
+    /**
+     * The model to run with, when not the agent's own: a model name on the agent's provider, or a full
+     * model config (a sub-agent's `subagents.model` object).
+     */
+    model: z.union([z.string(), AgentModelConfigSchema]).optional(),
+    /** W3C trace context of the run's span (telemetry on), so a worker's own spans join the trace. */
+    traceparent: z
+      .string()
+      .regex(/^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/, {
+        error: "must be a W3C traceparent (version-traceid-spanid-flags, lower-case hex)",
+      })
+      .optional(),
     /** ms epoch after which the gateway ends the run as `timeout`. */
     deadline: z.number().optional(),
     attempt: z.number().int().positive().optional(),
