@@ -1,0 +1,392 @@
+import { request as httpRequest } from "node:http";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { type RunningAgentWorker, startAgentWorker } from "@switchboard/agent";
+import { connect, type SwitchboardClient } from "@switchboard/client";
+import { type ConfigInput, parseConfig, type ScriptedRuleInput } from "@switchboard/core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CLI_BUILT, CLI_PATH, cleanEnv, NOT_BUILT_MESSAGE } from "../cli/cli-process";
+import { startTestGateway, type TestGateway } from "../testing/test-gateway";
+import { TestPeer } from "../testing/test-peer";
+
+const STORE = (process.env.SWITCHBOARD_TEST_STORE as "memory" | "file" | undefined) ?? "file";
+const WORKER_TOKEN = "mcp-test-worker-0123456789";
+const MCP_TOKEN = "mcp-test-desktop-0123456789";
+const CLIENT_TOKEN = "mcp-test-webchat-0123456789";
+const MCP_KEY = "agent:main:mcp:desktop";
+/** A PUBLIC chat (webchat is unlabelled): the bound session may write to it only while its taint is PUBLIC. */
+const BOB = "agent:main:webchat:dm:bob";
+/** A CONFIDENTIAL chat: reading it raises the bound session's taint. */
+const VAULT = "agent:main:vault:dm:1";
+/** A RESTRICTED chat: above the bound session's clearance (CONFIDENTIAL, from `labels.channels.mcp`). */
+const SAFE = "agent:main:safe:dm:1";
+
+const RULES: ScriptedRuleInput[] = [
+  { context: "Agent-to-agent reply step", reply: "REPLY_SKIP" },
+  { context: "announce step", reply: "ANNOUNCE_SKIP" },
+  { when: "^ping$", reply: "pong" },
+  { reply: "echo: {{message}}" },
+];
+
+const CONFIG: ConfigInput = {
+  auth: {
+    tokens: [
+      { name: "worker", token: WORKER_TOKEN, role: "agent", agents: ["main"] },
+      { name: "desktop", token: MCP_TOKEN, role: "mcp", session: MCP_KEY },
+      { name: "webchat", token: CLIENT_TOKEN, role: "client", sessions: ["agent:main:webchat:*"] },
+    ],
+  },
+  agents: { list: [{ id: "main", default: true, model: { provider: "scripted", rules: RULES } }] },
+  labels: { channels: { mcp: "CONFIDENTIAL", vault: "CONFIDENTIAL", safe: "RESTRICTED" } },
+};
+
+let gw: TestGateway;
+let op: SwitchboardClient;
+let worker: RunningAgentWorker;
+const clients: Client[] = [];
+
+function httpUrl(): string {
+  return gw.url.replace(/^ws/, "http");
+}
+
+async function mcpOverHttp(token = MCP_TOKEN): Promise<Client> {
+  const transport = new StreamableHTTPClientTransport(new URL(`${httpUrl()}/mcp`), {
+    requestInit: { headers: { authorization: `Bearer ${token}` } },
+  });
+  const client = new Client({ name: "mcp-int-test", version: "0" });
+  await client.connect(transport);
+  clients.push(client);
+  return client;
+}
+
+/** A chat session with one exchange in it, so its taint is its channel's label. */
+async function chatSession(key: string, channel: string): Promise<void> {
+  await op.sessions.create({ key, channel });
+  const { runId } = await op.chat.send({ sessionKey: key, message: `hello ${channel}` });
+  expect((await op.agent.wait({ runId, timeoutMs: 10_000 })).status).toBe("ok");
+}
+
+type ToolCallResult = Awaited<ReturnType<Client["callTool"]>>;
+
+function text(result: ToolCallResult): string {
+  return (result.content as Array<{ type: string; text: string }>)[0]!.text;
+}
+
+async function auditEntries(): Promise<Array<Record<string, unknown>>> {
+  return (await op.audit.tail({ limit: 1000 })).entries;
+}
+
+/** A raw HTTP POST to /mcp, for what the SDK client hides (status, headers). */
+function rawPost(
+  headers: Record<string, string>,
+): Promise<{ status: number; headers: Record<string, unknown>; body: string }> {
+  const url = new URL(`${httpUrl()}/mcp`);
+  const body = JSON.stringify({
+    jsonrpc: "2.0",
+    id: 1,
+    method: "initialize",
+    params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "raw", version: "0" } },
+  });
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(
+      url,
+      {
+        method: "POST",
+        headers: {
+          "content-type": "application/json",
+          accept: "application/json, text/event-stream",
+          ...headers,
+        },
+      },
+      (res) => {
+        let data = "";
+        res.setEncoding("utf8").on("data", (chunk: string) => {
+          data += chunk;
+        });
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: data }));
+      },
+    );
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+beforeAll(async () => {
+  gw = await startTestGateway(CONFIG, { store: STORE });
+  op = await connect({ url: gw.url, token: gw.token, role: "operator", reconnect: { enabled: false } });
+  worker = await startAgentWorker({
+    url: gw.url,
+    token: WORKER_TOKEN,
+    config: parseConfig(CONFIG),
+    stopGraceMs: 2_000,
+  });
+  await chatSession(BOB, "webchat");
+  await chatSession(VAULT, "vault");
+  await chatSession(SAFE, "safe");
+}, 30_000);
+
+afterAll(async () => {
+  await Promise.all(clients.splice(0).map((client) => client.close().catch(() => undefined)));
+  await gw.gateway.flows.idle();
+  await worker.stop();
+  await op.close();
+  await gw.close();
+});
+
+// The tests of this file share one gateway and run in order: the bound session's taint rises in the
+// second one, and later ones rely on it.
+describe("MCP over Streamable HTTP at /mcp", { timeout: 30_000 }, () => {
+  it("lists the bound session's tools with the native definitions, and creates the session on first use", async () => {
+    expect(await op.sessions.resolve({ key: MCP_KEY }).catch((error: Error) => error.message)).toMatch(
+      /not found/,
+    );
+    const client = await mcpOverHttp();
+    const { tools } = await client.listTools();
+    const native = (await op.tools.list({ as: MCP_KEY })).tools;
+    expect(tools.map((tool) => tool.name)).toEqual(native.map((tool) => tool.name));
+    expect(tools.map((tool) => tool.name)).toEqual(
+      expect.arrayContaining(["sessions_list", "sessions_send"]),
+    );
+    for (const [index, tool] of tools.entries()) {
+      expect(tool.description).toBe(native[index]!.description);
+      expect(tool.inputSchema).toMatchObject(native[index]!.parameters);
+    }
+    expect(tools.find((tool) => tool.name === "sessions_history")!.annotations).toMatchObject({
+      readOnlyHint: true,
+      destructiveHint: false,
+    });
+    const status = await op.sessions.status({ sessionKey: MCP_KEY });
+    expect(status).toMatchObject({ channel: "mcp", clearance: "CONFIDENTIAL", taint: "PUBLIC" });
+  });
+
+  it("lists sessions, sends a message a reference agent answers, then reads a CONFIDENTIAL one and is refused a write-down", async () => {
+    const client = await mcpOverHttp();
+    const listed = await client.callTool({ name: "sessions_list", arguments: {} });
+    expect(listed.isError).toBeFalsy();
+    const keys = (listed.structuredContent as { sessions: Array<{ key: string }> }).sessions.map(
+      (row) => row.key,
+    );
+    // Listing never raises taint: sessions above the bound session's current taint (PUBLIC) are hidden.
+    expect(keys).toContain(BOB);
+    expect(keys).not.toContain(VAULT);
+    expect((listed.structuredContent as { hidden: number }).hidden).toBeGreaterThanOrEqual(2);
+    expect(JSON.parse(text(listed))).toEqual(listed.structuredContent);
+
+    const sent = await client.callTool({
+      name: "sessions_send",
+      arguments: { sessionKey: BOB, message: "ping", timeoutSeconds: 15 },
+    });
+    expect(sent.isError).toBeFalsy();
+    expect(sent.structuredContent).toMatchObject({ status: "ok", reply: "pong", sessionKey: BOB });
+
+    const read = await client.callTool({ name: "sessions_history", arguments: { sessionKey: VAULT } });
+    expect(read.structuredContent).toMatchObject({ status: "ok", dataLabel: "CONFIDENTIAL" });
+    expect(JSON.stringify(read.structuredContent)).toContain("hello vault");
+    expect((await op.sessions.status({ sessionKey: MCP_KEY })).taint).toBe("CONFIDENTIAL");
+
+    const refused = await client.callTool({
+      name: "sessions_send",
+      arguments: { sessionKey: BOB, message: "the vault says…", timeoutSeconds: 0 },
+    });
+    expect(refused.isError).toBe(true);
+    expect(text(refused)).toMatch(
+      /^forbidden: write-down blocked: session taint CONFIDENTIAL cannot flow to agent:main:webchat:dm:bob/,
+    );
+    const bobHistory = await op.sessions.history({ sessionKey: BOB, limit: 50 });
+    expect(JSON.stringify(bobHistory)).not.toContain("the vault says");
+
+    const audit = await auditEntries();
+    expect(audit).toContainEqual(
+      expect.objectContaining({
+        kind: "policy.blocked",
+        sessionKey: MCP_KEY,
+        data: expect.objectContaining({ ruleId: "flow.no-write-down", target: BOB }),
+      }),
+    );
+    expect(audit).toContainEqual(
+      expect.objectContaining({
+        kind: "mcp.call",
+        actor: "desktop",
+        sessionKey: MCP_KEY,
+        data: expect.objectContaining({ tool: "sessions_send", status: "forbidden", transport: "http" }),
+      }),
+    );
+    expect(audit).toContainEqual(
+      expect.objectContaining({ kind: "session.created", actor: "desktop", sessionKey: MCP_KEY }),
+    );
+    expect(audit).toContainEqual(
+      expect.objectContaining({
+        kind: "taint",
+        sessionKey: MCP_KEY,
+        data: expect.objectContaining({ to: "CONFIDENTIAL" }),
+      }),
+    );
+
+    // The calls are in the bound session's transcript like any agent's: a toolCall and its toolResult.
+    const transcript = await op.sessions.history({ sessionKey: MCP_KEY, includeTools: true, limit: 200 });
+    const roles = transcript.messages.map((message) => (message as { role: string }).role);
+    expect(roles.filter((role) => role === "toolCall").length).toBeGreaterThanOrEqual(4);
+    expect(roles.filter((role) => role === "toolResult").length).toBeGreaterThanOrEqual(4);
+  });
+
+  it("cannot reach what the bound session may not: a RESTRICTED transcript is refused, as a tool and as a resource", async () => {
+    const client = await mcpOverHttp();
+    const refused = await client.callTool({ name: "sessions_history", arguments: { sessionKey: SAFE } });
+    expect(refused.isError).toBe(true);
+    expect(text(refused)).toMatch(/^forbidden: read-up blocked/);
+    await expect(
+      client.readResource({ uri: `switchboard://session/${encodeURIComponent(SAFE)}/history` }),
+    ).rejects.toThrow(/read-up blocked/);
+    const vault = await client.readResource({
+      uri: `switchboard://session/${encodeURIComponent(VAULT)}/history`,
+    });
+    expect((vault.contents[0] as { text: string }).text).toContain("hello vault");
+    // No argument names another caller: the status of "main" is the bound agent's, seen as this session.
+    const status = await client.callTool({ name: "session_status", arguments: {} });
+    expect(status.structuredContent).toMatchObject({ status: "ok" });
+    expect(JSON.stringify(status.structuredContent)).toContain("mcp:desktop");
+  });
+
+  it("spawns a sub-agent as the bound session", async () => {
+    const client = await mcpOverHttp();
+    const spawned = await client.callTool({ name: "sessions_spawn", arguments: { task: "look around" } });
+    expect(spawned.structuredContent).toMatchObject({ status: "accepted" });
+    const child = (spawned.structuredContent as { childSessionKey: string }).childSessionKey;
+    const row = await op.sessions.status({ sessionKey: child });
+    expect(row).toMatchObject({ spawnedBy: MCP_KEY });
+  });
+
+  it("answers 401 with WWW-Authenticate for a missing or wrong token, 403 for a token of another role", async () => {
+    const missing = await rawPost({});
+    expect(missing.status).toBe(401);
+    expect(missing.headers["www-authenticate"]).toBe('Bearer realm="switchboard"');
+    const wrong = await rawPost({ authorization: "Bearer not-a-token-0123456789" });
+    expect(wrong.status).toBe(401);
+    expect(wrong.headers["www-authenticate"]).toMatch(/^Bearer realm="switchboard", error="invalid_token"/);
+    await expect(mcpOverHttp("not-a-token-0123456789")).rejects.toThrow(/401|invalid token/i);
+
+    for (const token of [gw.token, WORKER_TOKEN, CLIENT_TOKEN]) {
+      const other = await rawPost({ authorization: `Bearer ${token}` });
+      expect(other.status).toBe(403);
+      expect(JSON.parse(other.body).error.message).toMatch(/takes only role mcp tokens/);
+    }
+    const ok = await rawPost({ authorization: `Bearer ${MCP_TOKEN}` });
+    expect(ok.status).toBe(200);
+  });
+
+  it("refuses a Host or Origin that is not loopback (DNS rebinding) on a loopback gateway", async () => {
+    const host = await rawPost({ authorization: `Bearer ${MCP_TOKEN}`, host: "evil.example" });
+    expect(host.status).toBe(403);
+    expect(JSON.parse(host.body).error.message).toBe("Host header: evil.example is not a loopback name");
+    const origin = await rawPost({ authorization: `Bearer ${MCP_TOKEN}`, origin: "https://evil.example" });
+    expect(origin.status).toBe(403);
+  });
+});
+
+describe("role mcp on the WebSocket protocol", () => {
+  it("may list and call tools only as its token's session", async () => {
+    const peer = await TestPeer.connect(gw.url, { token: MCP_TOKEN, role: "mcp" });
+    try {
+      const listed = await peer.request("tools.list", {});
+      expect(listed.ok).toBe(true);
+      const asOther = await peer.request("tools.invoke", { tool: "sessions_list", args: {}, as: VAULT });
+      expect(asOther.error).toMatchObject({ code: "INVALID_REQUEST" });
+      expect(asOther.error!.message).toMatch(/^as: not accepted for role mcp/);
+      const history = await peer.request("sessions.history", { sessionKey: VAULT });
+      expect(history.error).toMatchObject({ code: "FORBIDDEN" });
+      const subscribe = await peer.request("events.subscribe", {});
+      expect(subscribe.error).toMatchObject({ code: "FORBIDDEN" });
+    } finally {
+      peer.close();
+    }
+    // Another role's token cannot connect as mcp, nor an mcp token as another role.
+    const operatorAsMcp = await TestPeer.open(gw.url);
+    const refused = await operatorAsMcp.request("connect", {
+      protocol: 1,
+      client: { name: "t", version: "0" },
+      auth: { token: gw.token },
+      role: "mcp",
+    });
+    expect(refused.error).toMatchObject({ code: "UNAUTHORIZED" });
+    operatorAsMcp.close();
+    const mcpAsClient = await TestPeer.open(gw.url);
+    const refusedClient = await mcpAsClient.request("connect", {
+      protocol: 1,
+      client: { name: "t", version: "0" },
+      auth: { token: MCP_TOKEN },
+      role: "client",
+      sessionKey: BOB,
+    });
+    expect(refusedClient.error).toMatchObject({ code: "UNAUTHORIZED" });
+    mcpAsClient.close();
+  });
+});
+
+if (!CLI_BUILT) console.warn(`skipping the stdio MCP test: ${NOT_BUILT_MESSAGE}`);
+
+describe.skipIf(!CLI_BUILT)("MCP over stdio: switchboard mcp", { timeout: 30_000 }, () => {
+  it("relays list and calls to the gateway, with nothing but MCP frames on stdout", async () => {
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [CLI_PATH, "mcp", "--url", gw.url],
+      env: cleanEnv({ SWITCHBOARD_TOKEN: MCP_TOKEN }) as Record<string, string>,
+      stderr: "pipe",
+    });
+    let stderr = "";
+    transport.stderr?.on("data", (chunk: Buffer) => {
+      stderr += String(chunk);
+    });
+    // A line on stdout that is not a JSON-RPC frame surfaces here.
+    const transportErrors: Error[] = [];
+    const client = new Client({ name: "mcp-stdio-test", version: "0" });
+    client.onerror = (error) => transportErrors.push(error);
+    await client.connect(transport);
+    clients.push(client);
+
+    const { tools } = await client.listTools();
+    expect(tools.map((tool) => tool.name)).toEqual(
+      (await op.tools.list({ as: MCP_KEY })).tools.map((t) => t.name),
+    );
+    const listed = await client.callTool({ name: "sessions_list", arguments: { limit: 5 } });
+    expect(listed.structuredContent).toMatchObject({ status: "ok" });
+    // The bound session read CONFIDENTIAL data above: the write-down rule holds over stdio too.
+    const refused = await client.callTool({
+      name: "sessions_send",
+      arguments: { sessionKey: BOB, message: "ping", timeoutSeconds: 5 },
+    });
+    expect(refused.isError).toBe(true);
+    expect(text(refused)).toMatch(/write-down blocked/);
+    const history = await client.callTool({ name: "sessions_history", arguments: { sessionKey: VAULT } });
+    expect(history.structuredContent).toMatchObject({ status: "ok" });
+
+    await client.close();
+    expect(transportErrors).toEqual([]);
+    expect(stderr).toContain("switchboard mcp: serving the session tools");
+    const audit = await auditEntries();
+    expect(audit).toContainEqual(
+      expect.objectContaining({
+        kind: "mcp.call",
+        actor: "desktop",
+        data: expect.objectContaining({ tool: "sessions_history", status: "ok", transport: "websocket" }),
+      }),
+    );
+  });
+
+  it("exits with a clear message on stderr when the gateway refuses the token", async () => {
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [CLI_PATH, "mcp", "--url", gw.url, "--token", "not-a-token-0123456789"],
+      env: cleanEnv() as Record<string, string>,
+      stderr: "pipe",
+    });
+    let stderr = "";
+    transport.stderr?.on("data", (chunk: Buffer) => {
+      stderr += String(chunk);
+    });
+    const client = new Client({ name: "mcp-stdio-test", version: "0" });
+    await expect(client.connect(transport)).rejects.toThrow();
+    await client.close().catch(() => undefined);
+    expect(stderr).toMatch(/refused the token: invalid token/);
+  });
+});
