@@ -28,6 +28,7 @@ const TRANSIENT_SQLSTATES: Record<string, string> = {
   "53300": "too many connections",
   "53100": "the server's disk is full",
   "53200": "the server is out of memory",
+  "57014": "the statement timed out (statementTimeoutMs) or was cancelled",
   "40001": "a serialization failure",
   "40P01": "a deadlock",
   "28P01": "password authentication failed",

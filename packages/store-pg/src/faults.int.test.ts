@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { isSwitchboardError } from "@switchboard/core";
 import { sampleMessage, sampleSession } from "@switchboard/core/testing";
+import pg from "pg";
 import { afterEach, describe, expect, it } from "vitest";
 import { adminQuery, describeWithPg, dropSchema, TEST_PG_URL, testSchemaName } from "../test/pg-harness";
 import { closedPort, TcpProxy } from "../test/tcp-proxy";
@@ -84,6 +85,32 @@ await describeWithPg("PostgreSQL store faults", () => {
       expect(read.entries.map((entry) => entry.id)).toEqual(acked.map((entry) => entry.id));
       const after = await store.transcripts.append(row.sessionId, [sampleMessage("after")]);
       expect(after[0]!.seq).toBe(2);
+    });
+  });
+
+  describe("a statement that cannot finish", () => {
+    it("gives up after statementTimeoutMs with UNAVAILABLE and works again once the blocker is gone", async () => {
+      const store = await openOn(TEST_PG_URL, { statementTimeoutMs: 200 });
+      const sessionId = randomUUID();
+      await store.transcripts.create({ sessionId, key: "agent:main:blocked", createdAt: 1 });
+      await store.transcripts.append(sessionId, [sampleMessage("one")]);
+      // Another session holds the transcript's row lock, as a stuck writer would.
+      const blocker = new pg.Client({ connectionString: TEST_PG_URL });
+      await blocker.connect();
+      cleanups.push(() => blocker.end());
+      await blocker.query("BEGIN");
+      await blocker.query(`SELECT 1 FROM "${store.schema}".transcripts WHERE session_id = $1 FOR UPDATE`, [
+        sessionId,
+      ]);
+      const started = Date.now();
+      const stuck = await store.transcripts
+        .append(sessionId, [sampleMessage("two")])
+        .catch((error: Error) => error);
+      expect(stuck).toMatchObject({ code: "UNAVAILABLE", message: expect.stringMatching(/timed out/) });
+      expect(Date.now() - started).toBeLessThan(5_000);
+      await blocker.query("ROLLBACK");
+      const next = await store.transcripts.append(sessionId, [sampleMessage("three")]);
+      expect(next[0]!.seq).toBe(2);
     });
   });
 

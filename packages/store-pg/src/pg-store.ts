@@ -67,7 +67,9 @@ export async function openPostgresStore(input: PostgresStoreOptions): Promise<Po
     connectionString: options.url,
     max: options.pool.max,
     connectionTimeoutMillis: options.connectTimeoutMs,
-    query_timeout: options.statementTimeoutMs,
+    // The server stops the statement; the client-side timeout also covers a server that stopped answering.
+    statement_timeout: options.statementTimeoutMs,
+    query_timeout: options.statementTimeoutMs + 5_000,
     idleTimeoutMillis: 30_000,
     keepAlive: true,
     application_name: options.applicationName,
@@ -82,22 +84,28 @@ export async function openPostgresStore(input: PostgresStoreOptions): Promise<Po
   });
   const db = new Db(pool, where, logger);
 
+  // Migrations run on a connection of their own, without the statement timeouts: building an
+  // index on a large table may take longer than any request should.
   let migration: PostgresStore["migration"];
   try {
-    let client: pg.PoolClient;
+    const client = new pg.Client({
+      connectionString: options.url,
+      connectionTimeoutMillis: options.connectTimeoutMs,
+      keepAlive: true,
+      application_name: options.applicationName,
+    });
+    client.on("error", () => undefined);
     try {
-      client = await pool.connect();
+      await client.connect();
     } catch (error) {
       throw toStoreError(error, { ...where, action: `connecting to open schema ${options.schema}` });
     }
-    let broken: Error | undefined;
     try {
       migration = await migrate(client, options.schema, logger);
     } catch (error) {
-      broken = error as Error;
       throw toStoreError(error, { ...where, action: `migrating schema ${options.schema}` });
     } finally {
-      client.release(broken);
+      await client.end().catch(() => undefined);
     }
   } catch (error) {
     await pool.end().catch(() => undefined);
