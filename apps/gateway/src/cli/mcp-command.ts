@@ -4,7 +4,7 @@ import { SEND_TIMEOUT_SECONDS } from "@switchboard/core";
 import { createAppLogger } from "../logger";
 import { createMcpServer } from "../mcp/mcp-server";
 import { VERSION } from "../version";
-import { CONFIG_OPTIONS, type CommandSpec, stringOption } from "./args";
+import { CONFIG_OPTIONS, type CommandSpec, stringOption, usageLine } from "./args";
 import { loadCliConfig } from "./cli-config";
 import { CliError, EXIT, errorCode, errorMessage, UsageError } from "./cli-errors";
 import type { Command } from "./command";
@@ -28,7 +28,8 @@ const spec: CommandSpec = {
       value: "TOKEN",
       description: 'a token with role "mcp" (auth.tokens); default $SWITCHBOARD_TOKEN',
     },
-    ...CONFIG_OPTIONS,
+    // Only to find the gateway's URL when neither --url nor $SWITCHBOARD_URL is given.
+    config: CONFIG_OPTIONS.config!,
   },
   details: `The host launches this command; stdout carries only MCP frames, logs go to stderr.
 
@@ -76,7 +77,8 @@ export const mcpCommand: Command = {
           EXIT.refused,
           code,
         );
-      if (code === "INVALID_REQUEST") throw new UsageError(`--url: ${errorMessage(error)}`);
+      if (code === "INVALID_REQUEST")
+        throw new UsageError(`--url: ${errorMessage(error)}`, usageLine(spec), spec.name);
       throw new CliError(`cannot reach the gateway at ${url}: ${errorMessage(error)}`, EXIT.failure, code);
     }
 
