@@ -8,6 +8,7 @@ export const workspaceAlias: Record<string, string> = {
   "@switchboard/core": `${root}packages/core/src/index.ts`,
   "@switchboard/store-fs/testing": `${root}packages/store-fs/src/testing.ts`,
   "@switchboard/store-fs": `${root}packages/store-fs/src/index.ts`,
+  "@switchboard/store-pg/testing": `${root}packages/store-pg/src/testing.ts`,
   "@switchboard/store-pg": `${root}packages/store-pg/src/index.ts`,
   "@switchboard/tools": `${root}packages/tools/src/index.ts`,
   "@switchboard/config-loader": `${root}packages/config-loader/src/index.ts`,

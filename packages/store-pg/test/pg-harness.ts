@@ -1,29 +1,12 @@
-import { randomUUID } from "node:crypto";
-import pg from "pg";
 import { describe, it } from "vitest";
+import { adminQuery, dropTestSchema, pgUnavailableReason, testPgUrl, testSchemaName } from "../src/testing";
+
+export { adminQuery, testSchemaName };
 
 /** The server the PostgreSQL suites use (spec: SWITCHBOARD_TEST_PG_URL, this default otherwise). */
-export const TEST_PG_URL = process.env.SWITCHBOARD_TEST_PG_URL || "postgres://postgres@127.0.0.1:5432/test";
+export const TEST_PG_URL = testPgUrl();
 
-let probe: Promise<string | undefined> | undefined;
-
-/** Undefined when the server answers; else why not. Asked once per test file. */
-export function pgUnavailableReason(): Promise<string | undefined> {
-  probe ??= (async () => {
-    const client = new pg.Client({ connectionString: TEST_PG_URL, connectionTimeoutMillis: 3000 });
-    client.on("error", () => undefined);
-    try {
-      await client.connect();
-      await client.query("SELECT 1");
-      return undefined;
-    } catch (error) {
-      return (error as Error).message || String(error);
-    } finally {
-      await client.end().catch(() => undefined);
-    }
-  })();
-  return probe;
-}
+export const dropSchema = (schema: string) => dropTestSchema(schema);
 
 /**
  * Registers `body` when PostgreSQL is reachable. Without a server the suite is skipped with a
@@ -49,28 +32,4 @@ export async function describeWithPg(name: string, body: () => void): Promise<vo
   describe.skip(name, () => {
     it("needs PostgreSQL", () => undefined);
   });
-}
-
-/** A schema name of its own for one test (dropped by `dropSchema`). */
-export function testSchemaName(): string {
-  return `sbtest_${process.pid}_${randomUUID().replaceAll("-", "").slice(0, 12)}`;
-}
-
-/** Runs one statement on a short-lived connection of its own (setup, inspection, fault injection). */
-export async function adminQuery<R extends pg.QueryResultRow = pg.QueryResultRow>(
-  text: string,
-  values?: unknown[],
-): Promise<pg.QueryResult<R>> {
-  const client = new pg.Client({ connectionString: TEST_PG_URL, connectionTimeoutMillis: 5000 });
-  client.on("error", () => undefined);
-  await client.connect();
-  try {
-    return await client.query<R>(text, values);
-  } finally {
-    await client.end().catch(() => undefined);
-  }
-}
-
-export async function dropSchema(schema: string): Promise<void> {
-  await adminQuery(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
 }
