@@ -1,11 +1,12 @@
 import path from "node:path";
 import {
-  type SessionClassifier,
+  createMemoryStore,
   type SessionEntry,
+  type SessionListQuery,
   type SessionVisibility,
-  sessionClassifierFor,
 } from "@switchboard/core";
 import { sampleSession } from "@switchboard/core/testing";
+import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
 import { tempDir } from "../test/helpers";
 import { silentLogger } from "./logger";
@@ -20,16 +21,19 @@ interface IndexUnderTest {
   sessions: FileSessionIndex;
 }
 
-/** The sessions index alone, classifying with `classifierFor` (core's key rules by default). */
-async function openStore(classifierFor?: (mainKey: string) => SessionClassifier): Promise<IndexUnderTest> {
-  const { dir, cleanup } = await tempDir();
-  cleanups.push(cleanup);
+/** The sessions index alone (in `dir`, a new temporary one by default). */
+async function openStore(dir?: string): Promise<IndexUnderTest> {
+  let root = dir;
+  if (root === undefined) {
+    const temp = await tempDir();
+    cleanups.push(temp.cleanup);
+    root = temp.dir;
+  }
   const sessions = await FileSessionIndex.open({
-    dir: path.join(dir, "sessions"),
+    dir: path.join(root, "sessions"),
     durable: false,
     snapshotEvery: 20_000,
     logger: silentLogger,
-    ...(classifierFor ? { classifierFor } : {}),
   });
   cleanups.push(() => sessions.close());
   return { sessions };
@@ -50,23 +54,10 @@ function row(i: number): SessionEntry {
 const mainRow = (agentId: string, updatedAt: number) =>
   sampleSession({ key: `agent:${agentId}:main`, agentId, createdAt: T, updatedAt });
 
-async function filledStore(classifierFor?: (mainKey: string) => SessionClassifier): Promise<IndexUnderTest> {
-  const store = await openStore(classifierFor);
+async function filledStore(): Promise<IndexUnderTest> {
+  const store = await openStore();
   await Promise.all(Array.from({ length: ROWS }, (_, i) => store.sessions.put(row(i))));
   return store;
-}
-
-/** Core's key rules, counting their calls. */
-function countingClassifier() {
-  const counter = {
-    calls: 0,
-    classify: (entry: SessionEntry) => {
-      counter.calls++;
-      return sessionClassifierFor()(entry);
-    },
-    classifierFor: () => counter.classify,
-  };
-  return counter;
 }
 
 /** Visibility of every row but agent a0's (the caller's own row is none of them). */
@@ -81,7 +72,7 @@ const isNotA0 = (entry: SessionEntry) => !entry.key.startsWith("agent:a0:");
 const keysOf = (result: { entries: SessionEntry[] }) => result.entries.map((entry) => entry.key);
 
 describe("sessions.list kinds over many rows", () => {
-  it("answers a full-scan kinds query the same as a brute-force filter", async () => {
+  it("answers a kinds query the same as a brute-force filter", async () => {
     const store = await filledStore();
     await store.sessions.put(mainRow("a1", T));
     const cron = await store.sessions.list({ kinds: ["cron"], limit: 1000 });
@@ -91,6 +82,16 @@ describe("sessions.list kinds over many rows", () => {
     expect(keysOf(cron)).toEqual(expected);
     const main = await store.sessions.list({ kinds: ["main"], limit: 50 });
     expect(keysOf(main)).toEqual(["agent:a1:main"]);
+    // Another gateway's mainKey makes other rows its main sessions.
+    await store.sessions.put(
+      sampleSession({ key: "agent:a2:home", agentId: "a2", createdAt: T, updatedAt: T }),
+    );
+    expect(keysOf(await store.sessions.list({ kinds: ["main"], mainKey: "home", limit: 50 }))).toEqual([
+      "agent:a2:home",
+    ]);
+    expect(keysOf(await store.sessions.list({ kinds: ["other"], mainKey: "home", limit: ROWS }))).toContain(
+      "agent:a1:main",
+    );
   });
 
   it("counts rows hidden by visibility over the whole index when the page is not full", async () => {
@@ -134,71 +135,189 @@ describe("sessions.list kinds over many rows", () => {
     expect(result).toEqual({ entries: [], hidden: ROWS });
   });
 
-  it("lets other work run while a new classifier meets a full scan, instead of blocking for all rows", async () => {
+  it("answers selective kinds, agent and search lists from the indexes, not by visiting every row", async () => {
     const store = await filledStore();
+    let visited = 0;
+    const counting = { ...notA0, agents: "all" as const };
+    const residual = () => {
+      visited++;
+      return true;
+    };
+    // 500 cron rows, a third of them a1's: the agent's cron list visits only cron rows.
+    const cron = await store.sessions.list(
+      { kinds: ["cron"], agentId: "a1", limit: 1000 },
+      { visibility: counting, residual },
+    );
+    expect(keysOf(cron)).toEqual(
+      Array.from({ length: ROWS }, (_, i) => ROWS - 1 - i)
+        .filter((i) => i % 10 === 0 && i % 3 === 1)
+        .map((i) => row(i).key),
+    );
+    expect(visited).toBe(cron.entries.length);
+    visited = 0;
+    const found = await store.sessions.list(
+      { search: "JOB-491", limit: 50 },
+      { visibility: counting, residual },
+    );
+    expect(keysOf(found)).toEqual(["agent:a2:cron:job-4910"]);
+    expect(visited).toBe(1);
+    expect(await store.sessions.list({ search: "no-such-session", limit: 50 })).toEqual({
+      entries: [],
+      hidden: 0,
+    });
+  });
+
+  it("builds the indexes of a reopened store in slices, and lists wait for them", async () => {
+    const { dir, cleanup } = await tempDir();
+    cleanups.push(cleanup);
+    const first = await openStore(dir);
+    await Promise.all(Array.from({ length: ROWS }, (_, i) => first.sessions.put(row(i))));
+    await first.sessions.close();
+    const reopened = await openStore(dir);
     let otherWorkRan = false;
-    const listed = store.sessions
-      .list({ kinds: ["main"], limit: 50 })
-      .then((result) => ({ result, otherWorkRanFirst: otherWorkRan }));
     setImmediate(() => {
       otherWorkRan = true;
     });
-    const { result, otherWorkRanFirst } = await listed;
-    expect(otherWorkRanFirst).toBe(true);
-    expect(result.entries).toEqual([]);
+    // Written while the loaded rows are being indexed: it indexes itself and replaces a loaded row.
+    const moved = { ...row(20), updatedAt: T + 100_000, displayName: "Renamed Job" };
+    await reopened.sessions.put(moved);
+    const cron = await reopened.sessions.list({ kinds: ["cron"], limit: 2 });
+    expect(otherWorkRan).toBe(true);
+    expect(keysOf(cron)).toEqual([row(20).key, row(4990).key]);
+    expect(keysOf(await reopened.sessions.list({ search: "renamed", limit: 5 }))).toEqual([row(20).key]);
+    await reopened.sessions.indexed();
+    const job20 = Array.from({ length: ROWS }, (_, i) => ROWS - 1 - i).filter(
+      (i) => i !== 20 && i % 10 === 0 && `job-${i}`.includes("job-20"),
+    );
+    expect(keysOf(await reopened.sessions.list({ search: "job-20", limit: 50 }))).toEqual(
+      [20, ...job20].map((i) => row(i).key),
+    );
   });
+});
 
-  it("lets other work run during a full-scan kinds or search query once every row is classified", async () => {
-    const store = await filledStore();
-    await store.sessions.list({ kinds: ["main"], limit: 50 });
-    for (const query of [
-      { kinds: ["main"], limit: 50 },
-      { search: "no-such-session", limit: 50 },
-    ]) {
-      let otherWorkRan = false;
-      const listed = store.sessions
-        .list(query)
-        .then((result) => ({ result, otherWorkRanFirst: otherWorkRan }));
-      setImmediate(() => {
-        otherWorkRan = true;
-      });
-      const { result, otherWorkRanFirst } = await listed;
-      expect(otherWorkRanFirst).toBe(true);
-      expect(result.entries).toEqual([]);
-    }
+/** Keys over few agents, kinds and words, so random queries and writes often meet. */
+const agentIds = ["a", "b", "c"];
+const rests = [
+  "main",
+  "home",
+  "cron:x",
+  "cron:y",
+  "hook:z",
+  "node-1",
+  "subagent:s1",
+  "tg:group:g1",
+  "tg:dm:d1",
+  "misc",
+];
+const words = ["Alpha", "beta", "Gamma job", "delta-x", "ÉTÉ"];
+
+const rowArb = fc.record({
+  agent: fc.constantFrom(...agentIds),
+  rest: fc.constantFrom(...rests),
+  keyAgent: fc.boolean(),
+  updatedAt: fc.integer({ min: 0, max: 50 }),
+  displayName: fc.option(fc.constantFrom(...words), { nil: undefined }),
+  label: fc.option(fc.constantFrom(...words), { nil: undefined }),
+  chatType: fc.option(
+    fc.constantFrom("direct", "group", "channel") as fc.Arbitrary<"direct" | "group" | "channel">,
+    { nil: undefined },
+  ),
+  archived: fc.boolean(),
+  taint: fc.constantFrom("PUBLIC", "CONFIDENTIAL") as fc.Arbitrary<"PUBLIC" | "CONFIDENTIAL">,
+});
+type RowSpec = typeof rowArb extends fc.Arbitrary<infer R> ? R : never;
+
+function specRow(spec: RowSpec): SessionEntry {
+  const key = spec.keyAgent
+    ? `agent:${spec.agent}:${spec.rest}`
+    : spec.rest === "main"
+      ? "global"
+      : spec.rest;
+  return sampleSession({
+    key,
+    agentId: spec.agent,
+    createdAt: T,
+    updatedAt: T + spec.updatedAt,
+    taint: spec.taint,
+    ...(spec.displayName ? { displayName: spec.displayName } : {}),
+    ...(spec.label ? { label: spec.label } : {}),
+    ...(spec.chatType ? { chatType: spec.chatType } : {}),
+    ...(spec.archived ? { archivedAt: T } : {}),
   });
+}
 
-  it("classifies each row once per classifier, even for concurrent full scans", async () => {
-    const counter = countingClassifier();
-    const store = await filledStore(counter.classifierFor);
-    const query = { kinds: ["main"], limit: 50 };
-    await Promise.all([store.sessions.list(query), store.sessions.list(query)]);
-    // The first scan stops at its budget; the fill then classifies only rows it has not seen.
-    expect(counter.calls).toBe(ROWS);
-    await store.sessions.list(query);
-    expect(counter.calls).toBe(ROWS);
-  });
+const opArb = fc.oneof(
+  { weight: 4, arbitrary: rowArb.map((spec) => ({ op: "put" as const, spec })) },
+  { weight: 1, arbitrary: rowArb.map((spec) => ({ op: "delete" as const, spec })) },
+  { weight: 1, arbitrary: fc.constant({ op: "reopen" as const }) },
+);
 
-  it("classifies only the rows a short scan visits", async () => {
-    const counter = countingClassifier();
-    const store = await filledStore(counter.classifierFor);
-    const result = await store.sessions.list({ kinds: ["cron"], limit: 5 });
-    expect(keysOf(result)).toEqual([4990, 4980, 4970, 4960, 4950].map((i) => row(i).key));
-    expect(counter.calls).toBe(50);
-  });
+/** A filter present in one query in three, so queries combine a few of them and still match rows. */
+const sometimes = <T>(arbitrary: fc.Arbitrary<T>) => fc.option(arbitrary, { nil: undefined, freq: 2 });
+const queryArb = fc
+  .record({
+    agentId: sometimes(fc.constantFrom(...agentIds, "zz")),
+    kinds: sometimes(
+      fc.subarray(["main", "group", "cron", "hook", "node", "subagent", "other", "bogus"], { minLength: 1 }),
+    ),
+    mainKey: sometimes(fc.constantFrom("main", "home", "cron:x")),
+    search: sometimes(
+      fc.constantFrom("al", "job", "CRON:", "a:c", "été", "gamma job", "nothing-here", "x", "ta-x"),
+    ),
+    activeSince: sometimes(fc.integer({ min: T, max: T + 50 })),
+    includeArchived: sometimes(fc.boolean()),
+    limit: fc.integer({ min: 1, max: 8 }),
+  })
+  .map(
+    (query) =>
+      Object.fromEntries(
+        Object.entries(query).filter(([, value]) => value !== undefined),
+      ) as unknown as SessionListQuery,
+  );
 
-  it("sees rows written and deleted while the kinds are being filled", async () => {
-    const store = await filledStore();
-    const listed = store.sessions.list({ kinds: ["main"], limit: 50 });
-    // Runs between slices of the fill (after the scan that stopped, before the one that answers);
-    // puts and deletes change the index at once and are durable later.
-    await new Promise((resolve) => setImmediate(resolve));
-    const writes = [
-      store.sessions.put(mainRow("a2", T + 10_000)),
-      store.sessions.put(mainRow("a0", T + 10_001)),
-      store.sessions.delete("agent:a0:main"),
-    ];
-    expect(keysOf(await listed)).toEqual(["agent:a2:main"]);
-    await Promise.all(writes);
+describe("sessions.list indexes against the plain scan (property)", () => {
+  it("lists what core's memory store lists, under puts, deletes and reopening", async () => {
+    const { dir, cleanup } = await tempDir();
+    cleanups.push(cleanup);
+    let round = 0;
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(opArb, { maxLength: 40 }),
+        fc.array(queryArb, { minLength: 1, maxLength: 12 }),
+        fc.boolean(),
+        async (ops, queries, withVisibility) => {
+          const root = path.join(dir, `r${round++}`);
+          let store = await openStore(root);
+          const memory = createMemoryStore();
+          for (const step of ops) {
+            if (step.op === "reopen") {
+              await store.sessions.close();
+              store = await openStore(root);
+            } else if (step.op === "put") {
+              const entry = specRow(step.spec);
+              await store.sessions.put(entry);
+              await memory.sessions.put(entry);
+            } else {
+              const key = specRow(step.spec).key;
+              expect(await store.sessions.delete(key)).toBe(await memory.sessions.delete(key));
+            }
+          }
+          const visibility: SessionVisibility = {
+            selfKey: "agent:a:main",
+            maxTaint: "INTERNAL",
+            agents: ["a", "b"],
+            sandboxed: false,
+          };
+          for (const query of queries) {
+            const options = withVisibility ? { visibility } : {};
+            expect(await store.sessions.list(query, options)).toEqual(
+              await memory.sessions.list(query, options),
+            );
+          }
+          await store.sessions.close();
+        },
+      ),
+      { numRuns: 100 },
+    );
   });
 });

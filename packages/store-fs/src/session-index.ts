@@ -1,7 +1,9 @@
 import {
+  classifyKey,
   compareSessionsByRecency,
   compileListVisibility,
   compileSessionFilter,
+  keyRest,
   parseSessionId,
   RowVersions,
   type SessionClassifier,
@@ -10,7 +12,6 @@ import {
   type SessionListOptions,
   type SessionListQuery,
   type SessionListResult,
-  sessionClassifierFor,
   type Versioned,
   validateSessionEntry,
   type WriteOptions,
@@ -20,6 +21,7 @@ import { JournaledMap } from "./journaled-map";
 import type { StoreLogger } from "./logger";
 import { SortedList } from "./sorted-list";
 import type { StoreHealthTracker } from "./store-health";
+import { TrigramIndex } from "./trigram-index";
 
 /** Fields with few distinct values: sharing one string per value keeps 100k rows small in memory. */
 const SHARED_FIELDS = [
@@ -36,28 +38,31 @@ const SHARED_FIELDS = [
   "verboseLevel",
 ] as const;
 const MAX_SHARED_STRINGS = 50_000;
-const MAX_CLASSIFIER_CACHES = 4;
-/**
- * Rows a `list` may classify in one go (a few ms). A scan that needs more (a classifier new to
- * this index meeting a full scan of 100k rows would take ~100 ms) stops, the rows are classified
- * in slices of `KIND_SLICE` with the event loop served in between, and the scan runs again.
- */
-const KIND_MISS_BUDGET = 2000;
-const KIND_SLICE = 2000;
-/** Rows a visibility pass checks between two yields to the event loop. */
+/** Rows a pass checks between two yields to the event loop (also the slice of the index build). */
 const VISIBLE_SLICE = 2000;
+/**
+ * A search whose rarest trigram is in more rows than this is answered by a scan in recency order
+ * (its matches are common, so a page fills quickly); below it, the candidates are sorted instead.
+ */
+const SEARCH_MAX_CANDIDATES = 8192;
+/** A `mainKey` no key's rest can equal: classifying with it gives a row's kind when it is not a main session. */
+const NO_MAIN_KEY = "\u0000";
 
-/** Rows a list scan classified (cache misses) and how many it may before it stops. */
-interface MissBudget {
-  misses: number;
-  allowed: number;
+/** The kind a row has whatever the gateway's `mainKey` (unless it is that main session). */
+function kindOutsideMain(row: SessionEntry): string {
+  return classifyKey(row.key, { mainKey: NO_MAIN_KEY, ...(row.chatType ? { chatType: row.chatType } : {}) });
 }
 
-/** What one classifier said of each row (rows are immutable, so the answer holds). */
-interface KindCache {
-  readonly kinds: WeakMap<SessionEntry, string>;
-  /** The running fill of `kinds` over all rows, shared by the lists waiting for it. */
-  filling?: Promise<void>;
+/** The texts `search` looks in (core's `compileSessionFilter`): key, display name, label. */
+const searchTexts = (row: SessionEntry) => [row.key, row.displayName, row.label];
+
+/**
+ * Rows in recency order, from a position: `cursorAfter(row)` gives the rows strictly after `row`
+ * (all without it). A cursor is valid until the index changes; scans make a new one after a yield.
+ */
+interface RowSource {
+  readonly size: number;
+  cursorAfter(after: SessionEntry | undefined): () => SessionEntry | undefined;
 }
 
 class StringPool {
@@ -84,29 +89,63 @@ export interface FileSessionIndexOptions {
   snapshotEvery: number;
   logger: StoreLogger;
   health?: StoreHealthTracker;
-  /** Core's key rules per `mainKey` (a seam for tests that count classifications). */
-  classifierFor?: (mainKey: string) => SessionClassifier;
 }
+
+function addTo<K, V>(map: Map<K, V | V[]>, key: K, value: V): void {
+  const existing = map.get(key);
+  if (existing === undefined) map.set(key, value);
+  else if (Array.isArray(existing)) existing.push(value);
+  else map.set(key, [existing, value]);
+}
+
+function removeFrom<K, V>(map: Map<K, V | V[]>, key: K, value: V): void {
+  const existing = map.get(key);
+  if (existing === undefined) return;
+  if (!Array.isArray(existing)) {
+    if (existing === value) map.delete(key);
+    return;
+  }
+  const rest = existing.filter((item) => item !== value);
+  if (rest.length === 0) map.delete(key);
+  else map.set(key, rest.length === 1 ? rest[0]! : rest);
+}
+
+const valuesOf = <V>(entry: V | V[] | undefined): V[] =>
+  entry === undefined ? [] : Array.isArray(entry) ? entry : [entry];
 
 /**
  * The sessions index: all rows in memory (frozen, compact), kept sorted by recency for `list`,
- * persisted through a journal + snapshot pair.
+ * persisted through a journal + snapshot pair. Derived indexes make a filtered `list` cost what it
+ * returns: rows by kind and by agent (each in recency order), the main sessions by key, and a
+ * trigram index for `search`.
  */
 export class FileSessionIndex implements SessionIndexStore {
   private readonly byRecency = new SortedList<SessionEntry>(compareSessionsByRecency);
   /** sessionId → key, or keys when several rows share it. */
   private readonly keysBySessionId = new Map<string, string | string[]>();
-  private readonly kindCaches = new Map<SessionClassifier, KindCache>();
   private readonly versions = new RowVersions("session");
+  /** Each indexed row's kind outside its main session (membership = the row is in the derived indexes). */
+  private readonly kindOf = new WeakMap<SessionEntry, string>();
+  private readonly byKind = new Map<string, SortedList<SessionEntry>>();
+  private readonly byAgent = new Map<string, SortedList<SessionEntry>>();
+  /** Keys by their rest (after `agent:<id>:`) when it has no `:`: a gateway's main sessions are `<rest> = mainKey`. */
+  private readonly keysByRest = new Map<string, string | string[]>();
+  private readonly search = new TrigramIndex();
+  /** The derived indexes of the rows loaded at open, built in slices after open. */
+  private building: Promise<void> | undefined;
 
   private constructor(
     private readonly journal: JournaledMap<SessionEntry>,
     private readonly revive: (row: SessionEntry) => SessionEntry,
-    private readonly classifierFor: (mainKey: string) => SessionClassifier,
   ) {
     const rows = [...journal.values.values()];
     this.byRecency.reset(rows);
     for (const row of rows) this.link(row);
+    if (rows.length > 0) {
+      this.building = this.buildIndexes(rows).finally(() => {
+        this.building = undefined;
+      });
+    }
   }
 
   static async open(options: FileSessionIndexOptions): Promise<FileSessionIndex> {
@@ -133,7 +172,12 @@ export class FileSessionIndex implements SessionIndexStore {
       revive,
       ...(options.health ? { health: options.health } : {}),
     });
-    return new FileSessionIndex(journal, revive, options.classifierFor ?? sessionClassifierFor);
+    return new FileSessionIndex(journal, revive);
+  }
+
+  /** Resolves once the derived indexes cover every row loaded at open (lists wait for it). */
+  indexed(): Promise<void> {
+    return this.building ?? Promise.resolve();
   }
 
   async get(key: string): Promise<SessionEntry | undefined> {
@@ -153,9 +197,18 @@ export class FileSessionIndex implements SessionIndexStore {
   }
 
   async put(entry: SessionEntry, options: WriteOptions = {}): Promise<number> {
+    return this.putChecked(this.prepare(entry), options);
+  }
+
+  /** A validated, frozen, compact copy of `entry`, as the index stores it. */
+  prepare(entry: SessionEntry): SessionEntry {
     // The JSON round trip gives every row the same plain shape as rows loaded from disk, which
     // keeps the list scan's property reads fast (validator output objects are slower to read).
-    const row = this.revive(JSON.parse(JSON.stringify(validateSessionEntry(entry))) as SessionEntry);
+    return this.revive(JSON.parse(JSON.stringify(validateSessionEntry(entry))) as SessionEntry);
+  }
+
+  /** `put` of a row from `prepare`. */
+  async putChecked(row: SessionEntry, options: WriteOptions = {}): Promise<number> {
     const previous = this.journal.get(row.key);
     // Check and write happen in one synchronous step, so no other write can come in between.
     this.versions.check(row.key, previous !== undefined, options.expectedVersion);
@@ -163,19 +216,9 @@ export class FileSessionIndex implements SessionIndexStore {
     const done = this.journal.put(row, (restored) => {
       // The write failed: the derived indexes follow the map back.
       undo();
-      this.byRecency.remove(row);
-      this.unlink(row);
-      if (restored) {
-        this.byRecency.insert(restored);
-        this.link(restored);
-      }
+      this.replace(row, restored);
     });
-    if (previous) {
-      this.byRecency.remove(previous);
-      this.unlink(previous);
-    }
-    this.byRecency.insert(row);
-    this.link(row);
+    this.replace(previous, row);
     await done;
     return version;
   }
@@ -187,131 +230,132 @@ export class FileSessionIndex implements SessionIndexStore {
     const version = this.versions.forget(key);
     const done = this.journal.delete(key, (restored) => {
       this.versions.restore(key, version);
-      this.byRecency.insert(restored);
-      this.link(restored);
+      this.replace(undefined, restored);
     });
-    this.byRecency.remove(previous);
-    this.unlink(previous);
+    this.replace(previous, undefined);
     return done;
   }
 
   async list(query: SessionListQuery, options: SessionListOptions = {}): Promise<SessionListResult> {
-    const classify = this.classifierFor(typeof query?.mainKey === "string" ? query.mainKey : "main");
-    const cache = this.kindCache(classify);
-    const { kinds } = cache;
-    const budget: MissBudget = { misses: 0, allowed: KIND_MISS_BUDGET };
-    const matches = compileSessionFilter(query, (row) => {
-      let kind = kinds.get(row);
-      if (kind === undefined) {
-        budget.misses++;
-        kind = classify(row);
-        kinds.set(row, kind);
-      }
-      return kind;
-    });
+    const mainKey = typeof query?.mainKey === "string" ? query.mainKey : "main";
+    const classify = this.classifier(mainKey);
+    // Validates the query (INVALID_REQUEST naming the field) before anything reads it.
+    const matches = compileSessionFilter(query, classify);
     const visible = compileListVisibility(options);
-    // A selective filter (kinds, search) or a visibility predicate can make the pass long: it runs in
-    // slices that yield to the event loop. A plain page stops after `limit` rows in one slice.
-    const sliced = visible !== undefined || query.kinds !== undefined || query.search !== undefined;
-    const scan = () =>
-      sliced ? this.scanVisible(query, matches, visible, budget) : this.scan(query, matches, budget);
-    const first = await scan();
-    if (first) return first;
-    await this.fillKinds(cache, classify);
-    budget.allowed = Number.POSITIVE_INFINITY;
-    return (await scan())!;
+    if (this.building) await this.building;
+    return this.collect(this.plan(query, mainKey, matches), query, matches, visible);
+  }
+
+  /** Core's key rules for `mainKey`, from what the index keeps per row (no key parsing per row). */
+  private classifier(mainKey: string): SessionClassifier {
+    const mainKeys = mainKey.includes(":") ? undefined : new Set(valuesOf(this.keysByRest.get(mainKey)));
+    return (row) => {
+      if (row.key === "global") return "main";
+      if (mainKeys ? mainKeys.has(row.key) : keyRest(row.key) === mainKey) return "main";
+      return this.kindOf.get(row) ?? kindOutsideMain(row);
+    };
   }
 
   /**
-   * A pass that may go far: in slices that yield to the event loop between them, resuming after the
+   * The smallest row source that holds every match: the rows of the wanted kinds, of the agent, the
+   * search candidates, or all rows. Each is in recency order, so a page stops at `limit`.
+   */
+  private plan(query: SessionListQuery, mainKey: string, matches: (row: SessionEntry) => boolean): RowSource {
+    let best: RowSource = this.byRecency;
+    const consider = (source: RowSource) => {
+      if (source.size < best.size) best = source;
+    };
+    if (query.agentId !== undefined) consider(this.byAgent.get(query.agentId) ?? emptySource);
+    if (query.kinds !== undefined) {
+      const sources: RowSource[] = [];
+      let complete = true;
+      for (const kind of new Set(query.kinds)) {
+        if (kind !== "main") {
+          const list = this.byKind.get(kind);
+          if (list) sources.push(list);
+        } else if (mainKey.includes(":")) complete = false;
+        else {
+          const keys = [...valuesOf(this.keysByRest.get(mainKey)), "global"];
+          sources.push(this.arraySource(keys));
+        }
+      }
+      if (complete) consider(mergeSources(sources));
+    }
+    if (query.search !== undefined && best.size > 0) {
+      const keys = this.search.candidates(query.search, Math.min(SEARCH_MAX_CANDIDATES, best.size));
+      if (keys !== undefined) consider(this.arraySource(keys, matches));
+    }
+    return best;
+  }
+
+  /** The current rows of `keys` (those `keep` admits), sorted by recency. */
+  private arraySource(keys: readonly string[], keep?: (row: SessionEntry) => boolean): RowSource {
+    const rows: SessionEntry[] = [];
+    for (const key of keys) {
+      const row = this.journal.get(key);
+      if (row && (!keep || keep(row))) rows.push(row);
+    }
+    rows.sort(compareSessionsByRecency);
+    const current = (row: SessionEntry) => this.journal.get(row.key) === row;
+    return {
+      size: rows.length,
+      cursorAfter(after) {
+        let index = 0;
+        if (after !== undefined) {
+          let high = rows.length;
+          while (index < high) {
+            const middle = (index + high) >>> 1;
+            if (compareSessionsByRecency(rows[middle]!, after) <= 0) index = middle + 1;
+            else high = middle;
+          }
+        }
+        // A row replaced meanwhile moved ahead of the cursor (it is newer): it is not visited again.
+        return () => {
+          while (index < rows.length) {
+            const row = rows[index++]!;
+            if (current(row)) return row;
+          }
+          return undefined;
+        };
+      },
+    };
+  }
+
+  /**
+   * One pass over `source` in slices that yield to the event loop between them, resuming after the
    * last row it visited (a row updated meanwhile moves ahead of the cursor, so it is never visited
    * twice). With the caller's visibility predicate, `hidden` counts the withheld rows among those the
    * pass went through (newer than the last row returned; every matching row when fewer than `limit`
    * are visible).
    */
-  private async scanVisible(
+  private async collect(
+    source: RowSource,
     query: SessionListQuery,
     matches: (entry: SessionEntry) => boolean,
     visible: ((entry: SessionEntry) => boolean) | undefined,
-    budget: MissBudget,
-  ): Promise<SessionListResult | undefined> {
+  ): Promise<SessionListResult> {
     const { activeSince, limit } = query;
     const entries: SessionEntry[] = [];
     let hidden = 0;
-    let stopped = false;
-    let done = false;
     let after: SessionEntry | undefined;
-    while (!done) {
-      let inSlice = 0;
-      const ranOff = this.byRecency.forEachAfter(after, (row) => {
+    for (;;) {
+      const next = source.cursorAfter(after);
+      for (let inSlice = 0; inSlice < VISIBLE_SLICE; inSlice++) {
+        const row = next();
+        // Rows are newest first, so nothing past `activeSince` can be active enough.
+        if (row === undefined || (activeSince !== undefined && row.updatedAt < activeSince)) {
+          return { entries, hidden };
+        }
         after = row;
-        if (activeSince !== undefined && row.updatedAt < activeSince) {
-          done = true;
-          return false;
+        if (!matches(row)) continue;
+        if (visible && !visible(row)) hidden++;
+        else {
+          entries.push(copySession(row));
+          if (entries.length >= limit) return { entries, hidden };
         }
-        const match = matches(row);
-        if (budget.misses > budget.allowed) {
-          stopped = done = true;
-          return false;
-        }
-        if (match) {
-          if (visible && !visible(row)) hidden++;
-          else {
-            entries.push(copySession(row));
-            if (entries.length >= limit) {
-              done = true;
-              return false;
-            }
-          }
-        }
-        return ++inSlice < VISIBLE_SLICE;
-      });
-      if (ranOff) done = true;
-      if (!done) await yieldToEventLoop();
+      }
+      await yieldToEventLoop();
     }
-    return stopped ? undefined : { entries, hidden };
-  }
-
-  /** One pass in recency order; undefined when it stopped because `budget` ran out. */
-  private scan(
-    query: SessionListQuery,
-    matches: (entry: SessionEntry) => boolean,
-    budget: MissBudget,
-  ): SessionListResult | undefined {
-    const { activeSince, limit } = query;
-    const entries: SessionEntry[] = [];
-    let stopped = false;
-    this.byRecency.forEachUntil((row) => {
-      // Rows are newest first, so nothing past this point can be active enough.
-      if (activeSince !== undefined && row.updatedAt < activeSince) return false;
-      const match = matches(row);
-      if (budget.misses > budget.allowed) {
-        stopped = true;
-        return false;
-      }
-      if (!match) return true;
-      entries.push(copySession(row));
-      return entries.length < limit;
-    });
-    return stopped ? undefined : { entries, hidden: 0 };
-  }
-
-  /** Classifies every row not yet in `cache`, a slice at a time, yielding to the event loop in between. */
-  private fillKinds(cache: KindCache, classify: SessionClassifier): Promise<void> {
-    cache.filling ??= (async () => {
-      let inSlice = 0;
-      // A Map iterator stays valid across changes: rows put meanwhile are visited or classified by the next scan.
-      for (const row of this.journal.values.values()) {
-        if (!cache.kinds.has(row)) cache.kinds.set(row, classify(row));
-        if (++inSlice === KIND_SLICE) {
-          inSlice = 0;
-          await yieldToEventLoop();
-        }
-      }
-    })().finally(() => {
-      cache.filling = undefined;
-    });
-    return cache.filling;
   }
 
   async count(): Promise<number> {
@@ -335,21 +379,63 @@ export class FileSessionIndex implements SessionIndexStore {
     return this.keysBySessionId;
   }
 
-  /**
-   * Kinds are derived from keys, and rows are immutable, so a classifier's answer per row can be
-   * kept. Caches are held for the few classifier functions seen last (normally one).
-   */
-  private kindCache(classify: SessionClassifier): KindCache {
-    let cache = this.kindCaches.get(classify);
-    if (!cache) {
-      if (this.kindCaches.size >= MAX_CLASSIFIER_CACHES) {
-        const oldest = this.kindCaches.keys().next().value;
-        if (oldest) this.kindCaches.delete(oldest);
+  /** Indexes the rows loaded at open a slice at a time; rows written meanwhile index themselves. */
+  private async buildIndexes(rows: readonly SessionEntry[]): Promise<void> {
+    for (let start = 0; start < rows.length; start += VISIBLE_SLICE) {
+      if (start > 0) await yieldToEventLoop();
+      const end = Math.min(rows.length, start + VISIBLE_SLICE);
+      for (let index = start; index < end; index++) {
+        const row = rows[index]!;
+        if (this.journal.get(row.key) === row && !this.kindOf.has(row)) this.index(row, undefined);
       }
-      cache = { kinds: new WeakMap() };
-      this.kindCaches.set(classify, cache);
     }
-    return cache;
+  }
+
+  /** Moves every index from `previous` (the key's row until now) to `row` (either may be absent). */
+  private replace(previous: SessionEntry | undefined, row: SessionEntry | undefined): void {
+    if (previous) {
+      this.byRecency.remove(previous);
+      this.unlink(previous);
+    }
+    if (row) {
+      this.byRecency.insert(row);
+      this.link(row);
+    }
+    const indexedBefore = previous !== undefined && this.kindOf.has(previous) ? previous : undefined;
+    if (indexedBefore) this.unindex(indexedBefore, row);
+    if (row) this.index(row, indexedBefore);
+  }
+
+  /** Adds `row` to the derived indexes; `previous` (same key, just unindexed) spares the unchanged parts. */
+  private index(row: SessionEntry, previous: SessionEntry | undefined): void {
+    const sameText =
+      previous !== undefined && previous.displayName === row.displayName && previous.label === row.label;
+    const kind =
+      previous !== undefined && previous.chatType === row.chatType
+        ? this.kindOf.get(previous)!
+        : kindOutsideMain(row);
+    this.kindOf.set(row, kind);
+    listIn(this.byKind, kind).insert(row);
+    listIn(this.byAgent, row.agentId).insert(row);
+    if (!previous) {
+      const rest = keyRest(row.key);
+      if (!rest.includes(":")) addTo(this.keysByRest, rest, row.key);
+    }
+    if (!sameText) this.search.add(row.key, searchTexts(row));
+  }
+
+  /** Takes `row` out of the derived indexes; `next` (same key, indexed right after) keeps what it shares. */
+  private unindex(row: SessionEntry, next: SessionEntry | undefined): void {
+    dropFrom(this.byKind, this.kindOf.get(row)!, row);
+    dropFrom(this.byAgent, row.agentId, row);
+    if (!next) {
+      const rest = keyRest(row.key);
+      if (!rest.includes(":")) removeFrom(this.keysByRest, rest, row.key);
+    }
+    const sameText = next !== undefined && next.displayName === row.displayName && next.label === row.label;
+    if (!sameText) this.search.remove(row.key, searchTexts(row));
+    // `kindOf` keeps its answer for `row` (weakly): `index` reuses it, and a row that left the map
+    // is never looked up again.
   }
 
   private link(row: SessionEntry): void {
@@ -370,4 +456,53 @@ export class FileSessionIndex implements SessionIndexStore {
     if (rest.length === 0) this.keysBySessionId.delete(row.sessionId);
     else this.keysBySessionId.set(row.sessionId, rest.length === 1 ? rest[0]! : rest);
   }
+}
+
+const emptySource: RowSource = { size: 0, cursorAfter: () => () => undefined };
+
+function listIn(map: Map<string, SortedList<SessionEntry>>, name: string): SortedList<SessionEntry> {
+  let list = map.get(name);
+  if (!list) {
+    list = new SortedList<SessionEntry>(compareSessionsByRecency, 256);
+    map.set(name, list);
+  }
+  return list;
+}
+
+function dropFrom(map: Map<string, SortedList<SessionEntry>>, name: string, row: SessionEntry): void {
+  const list = map.get(name);
+  if (!list) return;
+  list.remove(row);
+  if (list.size === 0) map.delete(name);
+}
+
+/** Several recency-ordered sources as one (a row in two of them comes out once). */
+function mergeSources(sources: readonly RowSource[]): RowSource {
+  if (sources.length === 0) return emptySource;
+  if (sources.length === 1) return sources[0]!;
+  return {
+    size: sources.reduce((sum, source) => sum + source.size, 0),
+    cursorAfter(after) {
+      const cursors = sources.map((source) => source.cursorAfter(after));
+      const heads = cursors.map((cursor) => cursor());
+      let last: SessionEntry | undefined;
+      return () => {
+        for (;;) {
+          let best = -1;
+          for (let index = 0; index < heads.length; index++) {
+            const head = heads[index];
+            if (head !== undefined && (best < 0 || compareSessionsByRecency(head, heads[best]!) < 0))
+              best = index;
+          }
+          if (best < 0) return undefined;
+          const row = heads[best]!;
+          heads[best] = cursors[best]!();
+          if (row !== last) {
+            last = row;
+            return row;
+          }
+        }
+      };
+    },
+  };
 }

@@ -91,6 +91,32 @@ export class SortedList<T> {
     return true;
   }
 
+  /**
+   * A cursor over the items strictly after `after` (from the start without it), in order. It is
+   * valid until the list changes: a caller that lets the list change makes a new cursor from the
+   * last item it saw.
+   */
+  cursorAfter(after: T | undefined): () => T | undefined {
+    let blockIndex = 0;
+    let index = 0;
+    if (after !== undefined && this.blocks.length > 0) {
+      blockIndex = this.blockFor(after);
+      const block = this.blocks[blockIndex]!;
+      index = this.position(block, after);
+      if (index < block.length && this.compare(block[index]!, after) === 0) index++;
+    }
+    const blocks = this.blocks;
+    return () => {
+      while (blockIndex < blocks.length) {
+        const block = blocks[blockIndex]!;
+        if (index < block.length) return block[index++];
+        blockIndex++;
+        index = 0;
+      }
+      return undefined;
+    };
+  }
+
   /** The first block whose last item is >= `item` (or the last block). */
   private blockFor(item: T): number {
     let low = 0;
