@@ -26,6 +26,7 @@ const RULES: ScriptedRuleInput[] = [
   { context: "Agent-to-agent reply step", reply: "REPLY_SKIP" },
   { context: "announce step", reply: "ANNOUNCE_SKIP" },
   { when: "^ping$", reply: "pong" },
+  { when: "^slow ping$", delayMs: 2_600, reply: "slow pong" },
   { reply: "echo: {{message}}" },
 ];
 
@@ -158,6 +159,22 @@ describe("MCP over Streamable HTTP at /mcp", { timeout: 30_000 }, () => {
     });
     const status = await op.sessions.status({ sessionKey: MCP_KEY });
     expect(status).toMatchObject({ channel: "mcp", clearance: "CONFIDENTIAL", taint: "PUBLIC" });
+  });
+
+  it("reports progress on the request's stream while a send waits for its reply", async () => {
+    const client = await mcpOverHttp();
+    const progress: Array<{ progress: number; total?: number; message?: string }> = [];
+    const sent = await client.callTool(
+      { name: "sessions_send", arguments: { sessionKey: BOB, message: "slow ping", timeoutSeconds: 20 } },
+      undefined,
+      { onprogress: (update) => progress.push(update) },
+    );
+    expect(sent.structuredContent).toMatchObject({ status: "ok", reply: "slow pong" });
+    expect(progress.length).toBeGreaterThanOrEqual(1);
+    expect(progress[0]).toMatchObject({
+      total: 20,
+      message: expect.stringMatching(/^sessions_send: still waiting after \d+ s$/),
+    });
   });
 
   it("lists sessions, sends a message a reference agent answers, then reads a CONFIDENTIAL one and is refused a write-down", async () => {
