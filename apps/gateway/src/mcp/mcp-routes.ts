@@ -129,7 +129,10 @@ export function mcpRoutes(deps: HttpRouteDeps): HttpRoute[] {
         }
         const body = await readBody(req, maxBody);
         if (!body) {
-          fail(res, 413, `request body: must be at most ${maxBody} bytes (gateway.limits.maxPayload)`);
+          // The rest of the body is not read: the connection cannot be reused.
+          fail(res, 413, `request body: must be at most ${maxBody} bytes (gateway.limits.maxPayload)`, {
+            connection: "close",
+          });
           return;
         }
         let parsed: unknown;

@@ -1,5 +1,11 @@
 import { randomUUID } from "node:crypto";
-import type { SessionEntry, ToolCaller, ToolDefinition, ToolResult } from "@switchboard/core";
+import {
+  isSwitchboardError,
+  type SessionEntry,
+  type ToolCaller,
+  type ToolDefinition,
+  type ToolResult,
+} from "@switchboard/core";
 import type { McpBinding } from "../access";
 import type { AuditService } from "../audit-service";
 import type { SessionsService } from "../sessions-service";
@@ -65,13 +71,24 @@ export class McpSessionTools {
       ...(options.signal ? { signal: options.signal } : {}),
     };
     const toolCallId = randomUUID();
-    const result = await this.deps.toolCalls.invoke(caller, entry, tool, args, toolCallId);
-    await this.deps.audit.append({
-      kind: "mcp.call",
-      actor: binding.tokenName,
-      sessionKey: entry.key,
-      data: { tool, status: result.status, toolCallId, transport: options.transport },
-    });
+    const audit = (status: string, extra: Record<string, unknown> = {}) =>
+      this.deps.audit.append({
+        kind: "mcp.call",
+        actor: binding.tokenName,
+        sessionKey: entry.key,
+        data: { tool, status, toolCallId, transport: options.transport, ...extra },
+      });
+    let result: ToolResult;
+    try {
+      result = await this.deps.toolCalls.invoke(caller, entry, tool, args, toolCallId);
+    } catch (error) {
+      // A call that could not be made (store fault, shutdown) is still on record, with its code.
+      await audit("error", { code: isSwitchboardError(error) ? error.code : "INTERNAL" }).catch(
+        () => undefined,
+      );
+      throw error;
+    }
+    await audit(result.status);
     return result;
   }
 }

@@ -81,14 +81,17 @@ async function auditEntries(): Promise<Array<Record<string, unknown>>> {
 /** A raw HTTP POST to /mcp, for what the SDK client hides (status, headers). */
 function rawPost(
   headers: Record<string, string>,
+  rawBody?: string,
 ): Promise<{ status: number; headers: Record<string, unknown>; body: string }> {
   const url = new URL(`${httpUrl()}/mcp`);
-  const body = JSON.stringify({
-    jsonrpc: "2.0",
-    id: 1,
-    method: "initialize",
-    params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "raw", version: "0" } },
-  });
+  const body =
+    rawBody ??
+    JSON.stringify({
+      jsonrpc: "2.0",
+      id: 1,
+      method: "initialize",
+      params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "raw", version: "0" } },
+    });
   return new Promise((resolve, reject) => {
     const req = httpRequest(
       url,
@@ -290,6 +293,22 @@ describe("MCP over Streamable HTTP at /mcp", { timeout: 30_000 }, () => {
     }
     const ok = await rawPost({ authorization: `Bearer ${MCP_TOKEN}` });
     expect(ok.status).toBe(200);
+  });
+
+  it("answers bad arguments with an isError result naming the field, and bounds the request", async () => {
+    const client = await mcpOverHttp();
+    const bad = await client.callTool({ name: "sessions_history", arguments: { sessionKey: 42 } });
+    expect(bad.isError).toBe(true);
+    expect(text(bad)).toMatch(/^error: .*sessionKey/);
+    const unknown = await client.callTool({ name: "no_such_tool", arguments: {} });
+    expect(unknown.isError).toBe(true);
+
+    const huge = await rawPost({ authorization: `Bearer ${MCP_TOKEN}`, "x-pad": "1" }, "x".repeat(1_100_000));
+    expect(huge.status).toBe(413);
+    expect(JSON.parse(huge.body).error.message).toMatch(/gateway\.limits\.maxPayload/);
+    const get = await fetch(`${httpUrl()}/mcp`, { headers: { authorization: `Bearer ${MCP_TOKEN}` } });
+    expect(get.status).toBe(405);
+    expect(get.headers.get("allow")).toBe("POST");
   });
 
   it("refuses a Host or Origin that is not loopback (DNS rebinding) on a loopback gateway", async () => {
