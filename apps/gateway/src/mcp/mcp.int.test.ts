@@ -311,6 +311,26 @@ describe("MCP over Streamable HTTP at /mcp", { timeout: 30_000 }, () => {
     expect(get.headers.get("allow")).toBe("POST");
   });
 
+  it("keeps no transport session: a tools/call with no initialize before it is answered (any instance can)", async () => {
+    const call = await rawPost(
+      { authorization: `Bearer ${MCP_TOKEN}`, "mcp-protocol-version": "2025-06-18" },
+      JSON.stringify({
+        jsonrpc: "2.0",
+        id: 7,
+        method: "tools/call",
+        params: { name: "agents_list", arguments: {} },
+      }),
+    );
+    expect(call.status).toBe(200);
+    expect(call.headers["mcp-session-id"]).toBeUndefined();
+    const frame = JSON.parse(/^data: (.*)$/m.exec(call.body)![1]!) as {
+      id: number;
+      result: { structuredContent: unknown };
+    };
+    expect(frame.id).toBe(7);
+    expect(frame.result.structuredContent).toMatchObject({ status: "ok" });
+  });
+
   it("refuses a Host or Origin that is not loopback (DNS rebinding) on a loopback gateway", async () => {
     const host = await rawPost({ authorization: `Bearer ${MCP_TOKEN}`, host: "evil.example" });
     expect(host.status).toBe(403);
