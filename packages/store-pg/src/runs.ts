@@ -19,12 +19,14 @@ import {
 } from "@switchboard/core";
 import type { Db } from "./db";
 import { isUniqueViolation } from "./errors";
+import { KeyedSerializer } from "./serial";
 import { checkExpectedVersion, pgText, toNumber, versionConflict } from "./versions";
 
 const IDEMPOTENCY_CONSTRAINT = "runs_idempotency_key";
 
 export function createRunRegistry(db: Db, q: (table: string) => string): RunRegistryStore {
   const table = q("runs");
+  const inOrder = new KeyedSerializer();
   const version = `nextval('${q("row_versions").replaceAll("'", "''")}')`;
   const columns = "run_id, idempotency_key, session_key, status, created_at, ended_at, pending_announce, row";
   const sets =
@@ -66,40 +68,42 @@ export function createRunRegistry(db: Db, q: (table: string) => string): RunRegi
         JSON.stringify(run),
       ];
       const action = `writing run ${run.runId}`;
-      try {
-        if (expected === undefined) {
-          const written = await db.query<{ version: string }>(
-            action,
-            `INSERT INTO ${table} (${columns}, version) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, ${version})
+      return inOrder.run(run.runId, async () => {
+        try {
+          if (expected === undefined) {
+            const written = await db.query<{ version: string }>(
+              action,
+              `INSERT INTO ${table} (${columns}, version) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, ${version})
              ON CONFLICT (run_id) DO UPDATE SET ${sets}, version = ${version} RETURNING version`,
-            values,
-          );
-          return toNumber(written.rows[0]?.version);
-        }
-        if (expected === 0) {
-          const inserted = await db.query<{ version: string }>(
-            action,
-            `INSERT INTO ${table} (${columns}, version) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, ${version})
+              values,
+            );
+            return toNumber(written.rows[0]?.version);
+          }
+          if (expected === 0) {
+            const inserted = await db.query<{ version: string }>(
+              action,
+              `INSERT INTO ${table} (${columns}, version) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, ${version})
              ON CONFLICT (run_id) DO NOTHING RETURNING version`,
-            values,
+              values,
+            );
+            const hit = inserted.rows[0];
+            if (hit) return toNumber(hit.version);
+            throw versionConflict("run", run.runId, 0, await versionOf(run.runId));
+          }
+          const updated = await db.query<{ version: string }>(
+            action,
+            `UPDATE ${table} SET ${sets}, version = ${version} WHERE run_id = $1 AND version = $9 RETURNING version`,
+            [...values, expected],
           );
-          const hit = inserted.rows[0];
+          const hit = updated.rows[0];
           if (hit) return toNumber(hit.version);
-          throw versionConflict("run", run.runId, 0, await versionOf(run.runId));
+          throw versionConflict("run", run.runId, expected, await versionOf(run.runId));
+        } catch (error) {
+          const cause = (error as { cause?: unknown }).cause;
+          if (isUniqueViolation(cause, IDEMPOTENCY_CONSTRAINT)) return keyTaken(run, cause);
+          throw error;
         }
-        const updated = await db.query<{ version: string }>(
-          action,
-          `UPDATE ${table} SET ${sets}, version = ${version} WHERE run_id = $1 AND version = $9 RETURNING version`,
-          [...values, expected],
-        );
-        const hit = updated.rows[0];
-        if (hit) return toNumber(hit.version);
-        throw versionConflict("run", run.runId, expected, await versionOf(run.runId));
-      } catch (error) {
-        const cause = (error as { cause?: unknown }).cause;
-        if (isUniqueViolation(cause, IDEMPOTENCY_CONSTRAINT)) return keyTaken(run, cause);
-        throw error;
-      }
+      });
     },
     async get(runId) {
       const found = await db.read<{ row: RunRecord }>(
@@ -166,37 +170,83 @@ export function createRunRegistry(db: Db, q: (table: string) => string): RunRegi
   };
 }
 
+interface PendingAppend {
+  records: readonly AuditRecord[];
+  resolve: () => void;
+  reject: (error: unknown) => void;
+}
+
 export function createAuditStore(db: Db, q: (table: string) => string): AuditStore {
   const table = q("audit_records");
   const records = (rows: { record: AuditRecord }[]) => rows.map((row) => row.record);
-  return {
-    async append(batch) {
-      const last = await db.read<{ idx: string | null }>(
+  // Group commit: appends are taken in call order; those that arrive while one statement is in
+  // flight go together in the next one (each caller's batch is still checked on its own).
+  let queue: PendingAppend[] = [];
+  let flushing = false;
+
+  const flush = async (group: PendingAppend[]): Promise<void> => {
+    let last: number | undefined;
+    try {
+      const found = await db.read<{ idx: string | null }>(
         "reading the audit log",
         `SELECT max(idx) AS idx FROM ${table}`,
       );
-      const lastIndex = last.rows[0]?.idx;
-      const valid = validateAuditBatch(
-        batch,
-        lastIndex === null || lastIndex === undefined ? undefined : toNumber(lastIndex),
-      );
-      if (valid.length === 0) return;
+      const idx = found.rows[0]?.idx;
+      last = idx === null || idx === undefined ? undefined : toNumber(idx);
+    } catch (error) {
+      for (const pending of group) pending.reject(error);
+      return;
+    }
+    const accepted: PendingAppend[] = [];
+    const combined: AuditRecord[] = [];
+    for (const pending of group) {
       try {
-        // Records are never deleted, so a batch validated against the last index can only lose a
-        // race to another writer of the same index, which the primary key refuses.
+        const valid = validateAuditBatch(pending.records, last);
+        if (valid.length > 0) last = valid.at(-1)!.index;
+        combined.push(...valid);
+        accepted.push(pending);
+      } catch (error) {
+        pending.reject(error);
+      }
+    }
+    try {
+      // Records are never deleted, so a batch checked against the last index can only lose a race
+      // to another writer of the same index, which the primary key refuses.
+      if (combined.length > 0) {
         await db.query(
           "appending to the audit log",
           `INSERT INTO ${table} (idx, record) SELECT * FROM unnest($1::bigint[], $2::json[])`,
-          [valid.map((record) => record.index), valid.map((record) => JSON.stringify(record))],
-        );
-      } catch (error) {
-        if (!isUniqueViolation((error as { cause?: unknown }).cause)) throw error;
-        throw new SwitchboardError(
-          "CONFLICT",
-          `records[0].index: ${valid[0]!.index} was written meanwhile by another writer; read the log's last record and retry`,
-          { details: { field: "records[0].index" } },
+          [combined.map((record) => record.index), combined.map((record) => JSON.stringify(record))],
         );
       }
+      for (const pending of accepted) pending.resolve();
+    } catch (error) {
+      const refused = isUniqueViolation((error as { cause?: unknown }).cause)
+        ? new SwitchboardError(
+            "CONFLICT",
+            `records[0].index: ${combined[0]!.index} was written meanwhile by another writer; read the log's last record and retry`,
+            { details: { field: "records[0].index" } },
+          )
+        : error;
+      for (const pending of accepted) pending.reject(refused);
+    }
+  };
+
+  return {
+    append(batch) {
+      return new Promise<void>((resolve, reject) => {
+        queue.push({ records: batch, resolve, reject });
+        if (flushing) return;
+        flushing = true;
+        void (async () => {
+          while (queue.length > 0) {
+            const group = queue;
+            queue = [];
+            await flush(group);
+          }
+          flushing = false;
+        })();
+      });
     },
     async last() {
       const found = await db.read<{ record: AuditRecord }>(
@@ -240,6 +290,7 @@ export function createAuditStore(db: Db, q: (table: string) => string): AuditSto
 
 export function createMetaStore(db: Db, q: (table: string) => string): MetaStore {
   const table = q("meta");
+  const inOrder = new KeyedSerializer();
   return {
     async get(name) {
       const found = await db.read<{ value: string }>(
@@ -251,10 +302,13 @@ export function createMetaStore(db: Db, q: (table: string) => string): MetaStore
     },
     async set(name, value) {
       const key = pgText(validateMetaName(name));
-      await db.query(
-        `writing meta ${key}`,
-        `INSERT INTO ${table} (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value`,
-        [key, JSON.stringify(validateMetaValue(value))],
+      const stored = JSON.stringify(validateMetaValue(value));
+      await inOrder.run(key, () =>
+        db.query(
+          `writing meta ${key}`,
+          `INSERT INTO ${table} (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value`,
+          [key, stored],
+        ),
       );
     },
   };

@@ -15,6 +15,7 @@ import {
   type WriteOptions,
 } from "@switchboard/core";
 import type { Db } from "./db";
+import { KeyedSerializer } from "./serial";
 import { checkExpectedVersion, escapeLike, pgText, toNumber, versionConflict } from "./versions";
 
 /**
@@ -129,6 +130,7 @@ const ORDER = "ORDER BY updated_at DESC, key";
 
 export function createSessionIndex(db: Db, q: (table: string) => string): SessionIndexStore {
   const table = q("sessions");
+  const inOrder = new KeyedSerializer();
   const versionOf = async (key: string): Promise<number> => {
     const found = await db.read<{ version: string }>(
       "reading a session's version",
@@ -169,124 +171,15 @@ export function createSessionIndex(db: Db, q: (table: string) => string): Sessio
       const row = validateSessionEntry(entry);
       const expected = options.expectedVersion;
       checkExpectedVersion(expected);
-      const values = columnValues(row);
-      const action = `writing session ${row.key}`;
-      const version = `nextval('${q("row_versions").replaceAll("'", "''")}')`;
-      if (expected === undefined) {
-        const written = await db.query<{ version: string }>(
-          action,
-          `INSERT INTO ${table} (${COLUMNS.join(", ")}, version) VALUES (${PLACEHOLDERS}, ${version})
-           ON CONFLICT (key) DO UPDATE SET ${UPDATES}, version = ${version} RETURNING version`,
-          values,
-        );
-        return toNumber(written.rows[0]?.version);
-      }
-      if (expected === 0) {
-        const inserted = await db.query<{ version: string }>(
-          action,
-          `INSERT INTO ${table} (${COLUMNS.join(", ")}, version) VALUES (${PLACEHOLDERS}, ${version})
-           ON CONFLICT (key) DO NOTHING RETURNING version`,
-          values,
-        );
-        const hit = inserted.rows[0];
-        if (hit) return toNumber(hit.version);
-        throw versionConflict("session", row.key, 0, await versionOf(row.key));
-      }
-      const updated = await db.query<{ version: string }>(
-        action,
-        `UPDATE ${table} SET ${SETS}, version = ${version}
-         WHERE key = $1 AND version = $${values.length + 1} RETURNING version`,
-        [...values, expected],
-      );
-      const hit = updated.rows[0];
-      if (hit) return toNumber(hit.version);
-      throw versionConflict("session", row.key, expected, await versionOf(row.key));
+      return inOrder.run(row.key, () => writeRow(row, expected));
     },
     async delete(key, options: WriteOptions = {}) {
       const expected = options.expectedVersion;
       checkExpectedVersion(expected);
-      const action = `deleting session ${key}`;
-      if (expected === undefined) {
-        const gone = await db.query(action, `DELETE FROM ${table} WHERE key = $1`, [key]);
-        return (gone.rowCount ?? 0) > 0;
-      }
-      const gone = await db.query(action, `DELETE FROM ${table} WHERE key = $1 AND version = $2`, [
-        key,
-        expected,
-      ]);
-      if ((gone.rowCount ?? 0) > 0) return true;
-      const actual = await versionOf(key);
-      if (actual === 0 && expected === 0) return false;
-      throw versionConflict("session", key, expected, actual);
+      return inOrder.run(key, () => deleteRow(key, expected));
     },
     async list(query: SessionListQuery, options: SessionListOptions = {}): Promise<SessionListResult> {
-      // Validation (and its error texts) comes from core, so every store refuses the same input.
-      compileSessionFilter(query);
-      compileListVisibility(options);
-      const { visibility, residual } = options;
-      const params = new Params();
-      const where = filterConditions(query, params);
-      const limit = query.limit;
-      if (visibility === undefined) {
-        const found = await db.read<{ row: SessionEntry }>(
-          "listing sessions",
-          `SELECT row FROM ${table} ${where.length ? `WHERE ${where.join(" AND ")}` : ""} ${ORDER} LIMIT ${params.add(limit)}`,
-          params.values,
-        );
-        return { entries: found.rows.map((hit) => hit.row), hidden: 0 };
-      }
-
-      const visible = visibilityCondition(visibility, params);
-      const base = [...where];
-      const baseValues = [...params.values];
-      const entries: SessionEntry[] = [];
-      let hidden = 0;
-      let cursor: SessionEntry | undefined;
-      // Pages of rows the data admits; the residual (user policy rules) may withhold some, and
-      // then the next page continues after the last row seen.
-      for (;;) {
-        const page = new Params();
-        page.values.push(...baseValues);
-        const conditions = [...base, `(${visible}) IS TRUE`];
-        if (cursor !== undefined) {
-          const at = page.add(cursor.updatedAt);
-          conditions.push(`(updated_at < ${at} OR (updated_at = ${at} AND key > ${page.add(cursor.key)}))`);
-        }
-        const want = limit - entries.length;
-        const found = await db.read<{ row: SessionEntry }>(
-          "listing sessions",
-          `SELECT row FROM ${table} WHERE ${conditions.join(" AND ")} ${ORDER} LIMIT ${page.add(want)}`,
-          page.values,
-        );
-        for (const { row } of found.rows) {
-          if (entries.length >= limit) break;
-          if (residual && row.key !== visibility.selfKey && !residual(row)) {
-            hidden++;
-            continue;
-          }
-          entries.push(row);
-        }
-        if (entries.length >= limit || found.rows.length < want) break;
-        cursor = found.rows.at(-1)!.row;
-      }
-
-      // Rows the data withholds, among those the page went through: newer than the last row
-      // returned, or every matching row when the page is not full.
-      const counted = new Params();
-      counted.values.push(...baseValues);
-      const conditions = [...base, `(${visible}) IS NOT TRUE`];
-      const last = entries.length >= limit ? entries.at(-1) : undefined;
-      if (last !== undefined) {
-        const at = counted.add(last.updatedAt);
-        conditions.push(`(updated_at > ${at} OR (updated_at = ${at} AND key < ${counted.add(last.key)}))`);
-      }
-      const withheld = await db.read<{ count: string }>(
-        "counting hidden sessions",
-        `SELECT count(*) AS count FROM ${table} WHERE ${conditions.join(" AND ")}`,
-        counted.values,
-      );
-      hidden += toNumber(withheld.rows[0]?.count);
-      return { entries, hidden };
+      return listRows(query, options);
     },
     async count() {
       const found = await db.read<{ count: string }>(
@@ -296,4 +189,125 @@ export function createSessionIndex(db: Db, q: (table: string) => string): Sessio
       return toNumber(found.rows[0]?.count);
     },
   };
+
+  async function writeRow(row: SessionEntry, expected: number | undefined): Promise<number> {
+    const values = columnValues(row);
+    const action = `writing session ${row.key}`;
+    const version = `nextval('${q("row_versions").replaceAll("'", "''")}')`;
+    if (expected === undefined) {
+      const written = await db.query<{ version: string }>(
+        action,
+        `INSERT INTO ${table} (${COLUMNS.join(", ")}, version) VALUES (${PLACEHOLDERS}, ${version})
+           ON CONFLICT (key) DO UPDATE SET ${UPDATES}, version = ${version} RETURNING version`,
+        values,
+      );
+      return toNumber(written.rows[0]?.version);
+    }
+    if (expected === 0) {
+      const inserted = await db.query<{ version: string }>(
+        action,
+        `INSERT INTO ${table} (${COLUMNS.join(", ")}, version) VALUES (${PLACEHOLDERS}, ${version})
+           ON CONFLICT (key) DO NOTHING RETURNING version`,
+        values,
+      );
+      const hit = inserted.rows[0];
+      if (hit) return toNumber(hit.version);
+      throw versionConflict("session", row.key, 0, await versionOf(row.key));
+    }
+    const updated = await db.query<{ version: string }>(
+      action,
+      `UPDATE ${table} SET ${SETS}, version = ${version}
+         WHERE key = $1 AND version = $${values.length + 1} RETURNING version`,
+      [...values, expected],
+    );
+    const hit = updated.rows[0];
+    if (hit) return toNumber(hit.version);
+    throw versionConflict("session", row.key, expected, await versionOf(row.key));
+  }
+
+  async function deleteRow(key: string, expected: number | undefined): Promise<boolean> {
+    const action = `deleting session ${key}`;
+    if (expected === undefined) {
+      const gone = await db.query(action, `DELETE FROM ${table} WHERE key = $1`, [key]);
+      return (gone.rowCount ?? 0) > 0;
+    }
+    const gone = await db.query(action, `DELETE FROM ${table} WHERE key = $1 AND version = $2`, [
+      key,
+      expected,
+    ]);
+    if ((gone.rowCount ?? 0) > 0) return true;
+    const actual = await versionOf(key);
+    if (actual === 0 && expected === 0) return false;
+    throw versionConflict("session", key, expected, actual);
+  }
+
+  async function listRows(query: SessionListQuery, options: SessionListOptions): Promise<SessionListResult> {
+    // Validation (and its error texts) comes from core, so every store refuses the same input.
+    compileSessionFilter(query);
+    compileListVisibility(options);
+    const { visibility, residual } = options;
+    const params = new Params();
+    const where = filterConditions(query, params);
+    const limit = query.limit;
+    if (visibility === undefined) {
+      const found = await db.read<{ row: SessionEntry }>(
+        "listing sessions",
+        `SELECT row FROM ${table} ${where.length ? `WHERE ${where.join(" AND ")}` : ""} ${ORDER} LIMIT ${params.add(limit)}`,
+        params.values,
+      );
+      return { entries: found.rows.map((hit) => hit.row), hidden: 0 };
+    }
+
+    const visible = visibilityCondition(visibility, params);
+    const base = [...where];
+    const baseValues = [...params.values];
+    const entries: SessionEntry[] = [];
+    let hidden = 0;
+    let cursor: SessionEntry | undefined;
+    // Pages of rows the data admits; the residual (user policy rules) may withhold some, and
+    // then the next page continues after the last row seen.
+    for (;;) {
+      const page = new Params();
+      page.values.push(...baseValues);
+      const conditions = [...base, `(${visible}) IS TRUE`];
+      if (cursor !== undefined) {
+        const at = page.add(cursor.updatedAt);
+        conditions.push(`(updated_at < ${at} OR (updated_at = ${at} AND key > ${page.add(cursor.key)}))`);
+      }
+      const want = limit - entries.length;
+      const found = await db.read<{ row: SessionEntry }>(
+        "listing sessions",
+        `SELECT row FROM ${table} WHERE ${conditions.join(" AND ")} ${ORDER} LIMIT ${page.add(want)}`,
+        page.values,
+      );
+      for (const { row } of found.rows) {
+        if (entries.length >= limit) break;
+        if (residual && row.key !== visibility.selfKey && !residual(row)) {
+          hidden++;
+          continue;
+        }
+        entries.push(row);
+      }
+      if (entries.length >= limit || found.rows.length < want) break;
+      cursor = found.rows.at(-1)!.row;
+    }
+
+    // Rows the data withholds, among those the page went through: newer than the last row
+    // returned, or every matching row when the page is not full.
+    const counted = new Params();
+    counted.values.push(...baseValues);
+    const conditions = [...base, `(${visible}) IS NOT TRUE`];
+    const last = entries.length >= limit ? entries.at(-1) : undefined;
+    if (last !== undefined) {
+      const at = counted.add(last.updatedAt);
+      conditions.push(`(updated_at > ${at} OR (updated_at = ${at} AND key < ${counted.add(last.key)}))`);
+    }
+    const withheld = await db.read<{ count: string }>(
+      "counting hidden sessions",
+      `SELECT count(*) AS count FROM ${table} WHERE ${conditions.join(" AND ")}`,
+      counted.values,
+    );
+    hidden += toNumber(withheld.rows[0]?.count);
+    return { entries, hidden };
+  }
 }

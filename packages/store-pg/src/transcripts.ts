@@ -13,6 +13,7 @@ import {
   utf8ByteLength,
 } from "@switchboard/core";
 import type { Db } from "./db";
+import { KeyedSerializer } from "./serial";
 import { toNumber } from "./versions";
 
 /** Larger than any seq, for "no `before`". */
@@ -50,6 +51,8 @@ export function createTranscriptStore(
 ): TranscriptStore {
   const transcripts = q("transcripts");
   const entriesTable = q("transcript_entries");
+  // Per sessionId: appends get seqs in call order, and create/archive/remove apply in call order.
+  const inOrder = new KeyedSerializer();
 
   /** The live transcript's id and last seq; NOT_FOUND when there is none. */
   const live = async (id: string, action: string): Promise<{ id: string; lastSeq: number }> => {
@@ -67,11 +70,13 @@ export function createTranscriptStore(
     async create(input) {
       const header = buildTranscriptHeader(input);
       const action = `creating transcript ${header.sessionId}`;
-      const inserted = await db.query(
-        action,
-        `INSERT INTO ${transcripts} (session_id, key, created_at) VALUES ($1, $2, $3)
+      const inserted = await inOrder.run(header.sessionId, () =>
+        db.query(
+          action,
+          `INSERT INTO ${transcripts} (session_id, key, created_at) VALUES ($1, $2, $3)
          ON CONFLICT (session_id) WHERE archived_at IS NULL DO NOTHING`,
-        [header.sessionId, header.key, header.createdAt],
+          [header.sessionId, header.key, header.createdAt],
+        ),
       );
       if ((inserted.rowCount ?? 0) > 0) return;
       const existing = await db.read<{ key: string }>(
@@ -103,9 +108,10 @@ export function createTranscriptStore(
       // One statement, so one transaction: the counter on the transcript row is raised (its row
       // lock orders concurrent appends, from any instance) and the entries are inserted with the
       // seqs it hands out. A failed statement leaves no gap: the counter rolls back with it.
-      const inserted = await db.query<{ seq: string }>(
-        action,
-        `WITH bump AS (
+      const inserted = await inOrder.run(id, () =>
+        db.query<{ seq: string }>(
+          action,
+          `WITH bump AS (
            UPDATE ${transcripts} SET last_seq = last_seq + $2::bigint
            WHERE session_id = $1 AND archived_at IS NULL
            RETURNING id, last_seq - $2::bigint AS base
@@ -114,7 +120,8 @@ export function createTranscriptStore(
          SELECT bump.id, bump.base + u.ord, u.bytes, u.entry
          FROM bump, unnest($3::int[], $4::json[]) WITH ORDINALITY AS u(bytes, entry, ord)
          RETURNING seq`,
-        [id, texts.length, sizes, texts],
+          [id, texts.length, sizes, texts],
+        ),
       );
       if (inserted.rows.length === 0)
         throw new SwitchboardError("NOT_FOUND", `no transcript for sessionId ${id}`);
@@ -215,11 +222,13 @@ export function createTranscriptStore(
 
     async archive(sessionId, reason) {
       const id = parseSessionId(sessionId);
-      await db.query(
-        `archiving transcript ${id}`,
-        `UPDATE ${transcripts} SET archived_at = $3, archive_reason = $2
+      await inOrder.run(id, () =>
+        db.query(
+          `archiving transcript ${id}`,
+          `UPDATE ${transcripts} SET archived_at = $3, archive_reason = $2
          WHERE session_id = $1 AND archived_at IS NULL`,
-        [id, reason, Date.now()],
+          [id, reason, Date.now()],
+        ),
       );
     },
 
@@ -241,13 +250,15 @@ export function createTranscriptStore(
 
     async remove(sessionId) {
       const id = parseSessionId(sessionId);
-      await db.query(
-        `removing transcript ${id}`,
-        `WITH gone AS (
+      await inOrder.run(id, () =>
+        db.query(
+          `removing transcript ${id}`,
+          `WITH gone AS (
            DELETE FROM ${transcripts} WHERE session_id = $1 AND archived_at IS NULL RETURNING id
          )
          DELETE FROM ${entriesTable} WHERE transcript_id IN (SELECT id FROM gone)`,
-        [id],
+          [id],
+        ),
       );
     },
 
