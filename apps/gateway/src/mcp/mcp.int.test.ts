@@ -262,6 +262,22 @@ describe("MCP over Streamable HTTP at /mcp", { timeout: 30_000 }, () => {
       uri: `switchboard://session/${encodeURIComponent(VAULT)}/history`,
     });
     expect((vault.contents[0] as { text: string }).text).toContain("hello vault");
+    // The same rules for the outbound tool and the simulation: CONFIDENTIAL data stays off a PUBLIC chat.
+    const out = await client.callTool({
+      name: "message",
+      arguments: { channel: "webchat", to: "bob", text: "from the vault" },
+    });
+    expect(out.isError).toBe(true);
+    expect(text(out)).toMatch(/^forbidden: write-down blocked/);
+    const simulated = await client.callTool({
+      name: "simulate_tool_call",
+      arguments: { tool_name: "sessions_send", args: { sessionKey: BOB, message: "x" } },
+    });
+    expect(simulated.structuredContent).toMatchObject({
+      status: "ok",
+      decision: "BLOCK",
+      ruleId: "flow.no-write-down",
+    });
     // No argument names another caller: the status of "main" is the bound agent's, seen as this session.
     const status = await client.callTool({ name: "session_status", arguments: {} });
     expect(status.structuredContent).toMatchObject({ status: "ok" });
