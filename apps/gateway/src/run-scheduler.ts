@@ -19,6 +19,7 @@ import type { RunWaiters } from "./ports/run-waiters";
 import type { WorkerRegistry } from "./ports/worker-registry";
 import type { RunDispatcher } from "./run-assignment";
 import type { SessionsService } from "./sessions-service";
+import type { RunObserver } from "./telemetry/telemetry";
 
 export interface RunSpec {
   sessionKey: string;
@@ -75,6 +76,8 @@ export class RunScheduler {
     private readonly active: ActiveRuns<Connection>,
     /** Worker connections, their slots and the lanes starved for one. */
     private readonly workers: WorkerRegistry<Connection>,
+    /** Metrics and traces of runs; undefined when telemetry is off. */
+    private readonly telemetry?: RunObserver,
   ) {}
 
   onRunEnded(listener: RunEndedListener): void {
@@ -98,6 +101,7 @@ export class RunScheduler {
           continue;
         }
         await this.repairInput(record);
+        this.telemetry?.created(record);
         const active: ActiveRun = { record };
         this.active.add(active);
         this.armTimeout(active);
@@ -169,9 +173,19 @@ export class RunScheduler {
       ...(spec.flow ? { flow: spec.flow } : {}),
       label: spec.label,
     };
+    const active: ActiveRun = { record };
+    const worker = this.claimAtOnce(active);
     // The run record goes first: a crash between the two writes leaves a run whose input is
-    // missing (recovery writes it), never an input without a run (a retry would duplicate it).
-    await this.store.runs.put(record);
+    // missing (recovery writes it, or ends it when it was stored `running`), never an input
+    // without a run (a retry would duplicate it).
+    try {
+      await this.store.runs.put(record);
+    } catch (error) {
+      if (worker) this.unclaim(active, worker);
+      throw error;
+    }
+    // Stored: the run's span starts, as a child of the call that created it (the async context).
+    this.telemetry?.created(record);
     if (spec.recordInput !== false) {
       try {
         await this.recordInput(record, spec.label);
@@ -186,12 +200,53 @@ export class RunScheduler {
         throw error;
       }
     }
-    const active: ActiveRun = { record };
+    if (worker) {
+      // Ended (timeout, shutdown) or handed on (its worker went away) while the input was written.
+      if (record.status !== "running" || active.worker !== worker) return record;
+      this.armTimeout(active);
+      void this.started(active, worker).catch((error) => this.dispatchFailed(active, error));
+      return record;
+    }
     this.active.add(active);
     this.armTimeout(active);
     this.queue(record);
     this.pump(laneKeyOf(record));
     return record;
+  }
+
+  /**
+   * With the run's lane idle and a worker slot free right now, claims both before the run's first
+   * write, so the record is stored `running` at once: one run-record write instead of two (queued,
+   * then running). At-most-once still holds: a run found `running` at restart ends `error`, whether
+   * or not its input was written.
+   */
+  private claimAtOnce(active: ActiveRun): Connection | undefined {
+    const record = active.record;
+    const laneKey = laneKeyOf(record);
+    if (this.stopping || this.lanes.holder(laneKey) !== undefined || this.lanes.next(laneKey) !== undefined)
+      return undefined;
+    const worker = this.pickWorker(record.agentId);
+    if (!worker) return undefined;
+    this.lanes.claim(laneKey, record.runId);
+    active.worker = worker;
+    this.workers.take(worker, record.runId);
+    record.status = "running";
+    record.startedAt = Date.now();
+    record.attempts = 1;
+    // Known at once, so `finish` (a failed input, a timeout) frees the slot and the lane.
+    this.active.add(active);
+    return worker;
+  }
+
+  /** The first write failed: the claim is given back, as if the run had never been created. */
+  private unclaim(active: ActiveRun, worker: Connection): void {
+    const record = active.record;
+    const laneKey = laneKeyOf(record);
+    this.active.delete(record.runId);
+    this.workers.release(worker, record.runId);
+    this.lanes.release(laneKey, record.runId);
+    this.pump(laneKey);
+    this.pumpStarved(this.workers.agentsOf(worker) ?? [record.agentId]);
   }
 
   private async recordInput(record: RunRecord, label: Level): Promise<void> {
@@ -305,12 +360,15 @@ export class RunScheduler {
       return;
     }
     this.lanes.claim(laneKey, runId);
-    void this.dispatch(active, worker).catch((error) => {
-      this.log.error({ err: error, runId }, "dispatch failed");
-      void this.finish(active.record, "error", {
-        error: `dispatch failed: ${(error as Error).message}`,
-      }).catch((finishError) => this.log.error({ err: finishError, runId }, "could not end the run"));
-    });
+    void this.dispatch(active, worker).catch((error) => this.dispatchFailed(active, error));
+  }
+
+  private dispatchFailed(active: ActiveRun, error: unknown): void {
+    const runId = active.record.runId;
+    this.log.error({ err: error, runId }, "dispatch failed");
+    void this.finish(active.record, "error", {
+      error: `dispatch failed: ${(error as Error).message}`,
+    }).catch((finishError) => this.log.error({ err: finishError, runId }, "could not end the run"));
   }
 
   /** A worker slot came free: lanes that waited for one get it, oldest first. */
@@ -339,6 +397,13 @@ export class RunScheduler {
     record.attempts += 1;
     await this.store.runs.put(record);
     if (TERMINAL_RUN_STATUSES.includes(record.status)) return;
+    await this.started(active, worker);
+  }
+
+  /** The run is stored `running`: announce it and hand it to its worker. */
+  private async started(active: ActiveRun, worker: Connection): Promise<void> {
+    const record = active.record;
+    this.telemetry?.started(record);
     this.bus.publish(
       "run.started",
       {
@@ -346,7 +411,7 @@ export class RunScheduler {
         sessionKey: record.sessionKey,
         agentId: record.agentId,
         lane: record.lane,
-        startedAt: record.startedAt,
+        startedAt: record.startedAt ?? Date.now(),
       },
       { sessionKey: record.sessionKey, agentId: record.agentId },
     );
@@ -410,7 +475,8 @@ export class RunScheduler {
                 message: { role: "assistant", content: [{ type: "text", text: outcome.reply }] },
               },
             ],
-            tokens ? { totalTokens: (entry.totalTokens ?? 0) + tokens } : {},
+            // Counted from the row as it is under the lock, so concurrent ends never lose tokens.
+            tokens ? (row) => ({ totalTokens: (row.totalTokens ?? 0) + tokens }) : {},
           );
         }
       } else if (status !== "ok") {
@@ -457,6 +523,12 @@ export class RunScheduler {
     this.waiters.ended(record);
     this.pump(laneKey);
     if (freedWorker) this.pumpStarved(this.workers.agentsOf(freedWorker) ?? [record.agentId]);
+    if (this.telemetry) await this.telemetry.ended(record, () => this.notifyEnded(record));
+    else await this.notifyEnded(record);
+    if (persistError !== undefined) throw persistError;
+  }
+
+  private async notifyEnded(record: RunRecord): Promise<void> {
     for (const listener of this.endedListeners) {
       try {
         await listener(record);
@@ -464,7 +536,6 @@ export class RunScheduler {
         this.log.error({ err: error, runId: record.runId }, "run-ended listener failed");
       }
     }
-    if (persistError !== undefined) throw persistError;
   }
 
   private retryUnsaved(): void {

@@ -283,25 +283,41 @@ export class SessionsService {
     });
   }
 
-  /** Appends to the session's transcript and bumps `updatedAt`. */
-  async append(
+  /**
+   * Appends to the session's transcript and bumps `updatedAt` (the row "touch"). Resolves once the
+   * entries are durable; the touch is issued then but not awaited by the caller: the key's lock
+   * stays held until it is durable, so every later write to the row still comes after it (for any
+   * store, a networked one included), while the caller goes on. A crash can therefore lose only the
+   * last touch (`updatedAt`/`totalTokens` one append behind), never an entry; a failed touch is logged.
+   */
+  append(
     key: string,
     inputs: TranscriptEntryInput[],
-    touch: Partial<SessionEntry> = {},
+    touch: Partial<SessionEntry> | ((entry: SessionEntry) => Partial<SessionEntry>) = {},
   ): Promise<TranscriptEntry[]> {
-    return this.withLock(key, async () => {
-      const entry = await this.require(key);
-      const written = await this.store.transcripts.append(entry.sessionId, inputs);
-      this.recent.add(entry.sessionId, written);
-      // Bookkeeping events do not count as activity: only messages (or explicit changes) touch the row.
-      if (inputs.some((input) => input.type !== "event") || Object.keys(touch).length > 0) {
-        await this.store.sessions.put({
+    return new Promise<TranscriptEntry[]>((resolve, reject) => {
+      this.withLock(key, async () => {
+        const entry = await this.require(key);
+        const written = await this.store.transcripts.append(entry.sessionId, inputs);
+        this.recent.add(entry.sessionId, written);
+        const change = typeof touch === "function" ? touch(entry) : touch;
+        // Bookkeeping events do not count as activity: only messages (or explicit changes) touch the row.
+        if (!inputs.some((input) => input.type !== "event") && Object.keys(change).length === 0) {
+          resolve(written);
+          return;
+        }
+        // Issued before the caller resumes, so a store that applies puts at once (the file store)
+        // already shows the touch to whatever the caller reads next.
+        const touched = this.store.sessions.put({
           ...entry,
-          ...touch,
+          ...change,
           updatedAt: Math.max(Date.now(), entry.updatedAt),
         });
-      }
-      return written;
+        resolve(written);
+        await touched.catch((error: unknown) =>
+          this.log.warn({ err: error, key }, "could not record the session's last activity"),
+        );
+      }).catch(reject);
     });
   }
 

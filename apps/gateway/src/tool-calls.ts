@@ -3,6 +3,7 @@ import {
   type Config,
   type Level,
   maxLevel,
+  type PolicyDecision,
   type RunRecord,
   type SessionEntry,
   SwitchboardError,
@@ -17,6 +18,7 @@ import type { PolicyService } from "./policy-service";
 import type { EventLog } from "./ports/event-log";
 import type { SessionToolsBackend } from "./session-tools-backend";
 import type { SessionsService } from "./sessions-service";
+import type { ToolCallObserver, ToolDecision } from "./telemetry/telemetry";
 import type { ToolGate } from "./tool-catalog";
 
 /** One tool call as the transcript names it. */
@@ -51,6 +53,8 @@ export class ToolCalls {
     private readonly gate: ToolGate,
     private readonly backend: Pick<SessionToolsBackend, "toolCallContext">,
     private readonly executor: ToolExecutor,
+    /** Tool-call metrics and spans; undefined when telemetry is off. */
+    private readonly telemetry?: ToolCallObserver,
   ) {}
 
   /** A call executed by the gateway on behalf of `caller` (an agent's run or an operator's `as`). */
@@ -61,14 +65,50 @@ export class ToolCalls {
     args: Record<string, unknown>,
     toolCallId: string = randomUUID(),
   ): Promise<ToolResult> {
-    if (caller.operator) {
-      await this.audit.append({
-        kind: "impersonation",
-        actor: caller.operator,
-        sessionKey: entry.key,
-        data: { tool, ...(caller.runId ? { runId: caller.runId } : {}) },
-      });
+    if (this.telemetry)
+      return this.telemetry.call(tool, caller.runId, () =>
+        this.invokeAs(caller, entry, tool, args, toolCallId),
+      );
+    return this.invokeAs(caller, entry, tool, args, toolCallId);
+  }
+
+  private async invokeAs(
+    caller: ToolCaller,
+    entry: SessionEntry,
+    tool: string,
+    args: Record<string, unknown>,
+    toolCallId: string,
+  ): Promise<ToolResult> {
+    if (!caller.operator) return this.invokeAudited(caller, entry, tool, args, toolCallId);
+    // Issued with the call rather than before it, so it shares a group commit with the call's
+    // first write; no answer (result or error) goes out before it is durable. A crash in that one
+    // commit may keep the call's effect without this record.
+    const impersonation = this.audit.append({
+      kind: "impersonation",
+      actor: caller.operator,
+      sessionKey: entry.key,
+      data: { tool, ...(caller.runId ? { runId: caller.runId } : {}) },
+    });
+    // Handled now: a failure must not count as unhandled while the call is still running.
+    impersonation.catch(() => undefined);
+    let result: ToolResult;
+    try {
+      result = await this.invokeAudited(caller, entry, tool, args, toolCallId);
+    } catch (error) {
+      await impersonation.catch(() => undefined);
+      throw error;
     }
+    await impersonation;
+    return result;
+  }
+
+  private async invokeAudited(
+    caller: ToolCaller,
+    entry: SessionEntry,
+    tool: string,
+    args: Record<string, unknown>,
+    toolCallId: string,
+  ): Promise<ToolResult> {
     const call: RecordedCall = { sessionKey: entry.key, runId: caller.runId, toolCallId, name: tool };
     const progress = (kind: "tool-call" | "tool-result") => {
       if (!caller.runId) return;
@@ -91,11 +131,15 @@ export class ToolCalls {
       return result;
     };
     const gate = this.gate(entry, tool);
-    if (!gate.allowed) return finish({ status: "forbidden", error: gate.message ?? "tool not available" });
+    if (!gate.allowed) {
+      this.telemetry?.decided(tool, "block");
+      return finish({ status: "forbidden", error: gate.message ?? "tool not available" });
+    }
     const decision = await this.policy.enforce(
       this.backend.toolCallContext(entry, tool, args),
       caller.operator,
     );
+    this.telemetry?.decided(tool, decisionOf(decision.action));
     if (decision.action === "BLOCK") return finish({ status: "forbidden", error: decision.message });
     const result = await this.executor.invoke(tool, args, caller);
     if (result.status === "ok" || result.status === "accepted") {
@@ -124,6 +168,7 @@ export class ToolCalls {
     }
     const label = toolLevel(this.config.labels, name);
     const decision = await this.policy.enforce(this.backend.toolCallContext(entry, name, args));
+    this.telemetry?.decided(name, decisionOf(decision.action));
     if (decision.action === "BLOCK") {
       throw new SwitchboardError("FORBIDDEN", decision.message, { details: { ruleId: decision.ruleId } });
     }
@@ -176,6 +221,10 @@ export class ToolCalls {
     }
     await this.sessions.append(call.sessionKey, entries);
   }
+}
+
+function decisionOf(action: PolicyDecision["action"]): ToolDecision {
+  return action === "BLOCK" ? "block" : action === "REDACT" ? "redact" : "allow";
 }
 
 /**
