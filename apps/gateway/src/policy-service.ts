@@ -1,3 +1,4 @@
+import { trace } from "@opentelemetry/api";
 import {
   type Config,
   createPolicyEngine,
@@ -83,6 +84,13 @@ export class PolicyService {
   /** Evaluation of a real step: a block or redaction is audited and announced. */
   async enforce(context: PolicyContext, actor?: string): Promise<PolicyDecision> {
     const decision = this.engine.evaluate(context, { explain: false });
+    // Traces on: the decision is an event on the span of the step it gated (no span: nothing to do).
+    trace.getActiveSpan()?.addEvent("policy.decision", {
+      "switchboard.policy.hook": context.hook,
+      "switchboard.policy.action": decision.action,
+      ...(decision.ruleId ? { "switchboard.policy.rule_id": decision.ruleId } : {}),
+      ...(context.tool ? { "switchboard.tool": context.tool.name } : {}),
+    });
     if (decision.action === "BLOCK") {
       const sessionKey = context.caller?.key;
       const target =

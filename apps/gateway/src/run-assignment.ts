@@ -10,6 +10,7 @@ import type { Connection } from "./connection";
 import type { EventLog } from "./ports/event-log";
 import { toHistoryMessage } from "./session-tools-backend";
 import type { SessionsService } from "./sessions-service";
+import type { RunObserver } from "./telemetry/telemetry";
 import type { ToolCatalog } from "./tool-catalog";
 
 /** Hands a run to a worker; the scheduler calls it once it picked the worker. */
@@ -46,6 +47,11 @@ function modelOf(config: Config, entry: SessionEntry): { model?: SubagentModelVa
 
 type SubagentModelValue = NonNullable<EventPayload<"run.assigned">["model"]>;
 
+function traceOf(telemetry: Pick<RunObserver, "traceparent"> | undefined, runId: string) {
+  const traceparent = telemetry?.traceparent(runId);
+  return traceparent ? { traceparent } : {};
+}
+
 /**
  * Builds and sends `run.assigned`. It goes to one worker only and is never replayed (a reconnecting
  * worker gets its runs reassigned), so it takes a seq but stays out of the replay ring. The tool
@@ -56,6 +62,7 @@ export function runAssignment(
   sessions: SessionsService,
   tools: ToolCatalog,
   bus: EventLog,
+  telemetry?: Pick<RunObserver, "traceparent">,
 ): RunDispatcher {
   return async (record, worker, deadline) => {
     const entry = await sessions.require(record.sessionKey);
@@ -78,6 +85,7 @@ export function runAssignment(
       },
       ...modelOf(config, entry),
       ...(deadline ? { deadline } : {}),
+      ...traceOf(telemetry, record.runId),
       attempt: record.attempts,
     };
     const payloadJson = `{"tools":${definitions.json},"history":${historyJson},${JSON.stringify(payload).slice(1)}`;

@@ -1,3 +1,4 @@
+import { type Context, context as otelContext, ROOT_CONTEXT, trace } from "@opentelemetry/api";
 import {
   type EventPayload,
   formatPath,
@@ -41,6 +42,31 @@ export interface RunContext {
    * is sent before any other progress, tool call, completion or failure of the run.
    */
   progress(kind: RunProgressKind, data?: RunProgressData): Promise<void>;
+  /**
+   * The OpenTelemetry context of the run's span in the gateway (from `run.assigned.traceparent`), or
+   * undefined when the gateway does not trace. The handler already runs inside it, so spans started
+   * with the active context join the run's trace; pass it explicitly where no context manager is set.
+   */
+  readonly traceContext: Context | undefined;
+}
+
+const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
+
+/**
+ * The OpenTelemetry context a run's `traceparent` names (W3C trace context, version 00), as a remote
+ * parent; undefined without one, or for an all-zero trace or span id.
+ */
+export function runTraceContext(run: Pick<AssignedRun, "traceparent">): Context | undefined {
+  const match = run.traceparent ? TRACEPARENT.exec(run.traceparent) : null;
+  if (!match) return undefined;
+  const [, traceId, spanId, flags] = match as unknown as [string, string, string, string];
+  if (/^0+$/.test(traceId) || /^0+$/.test(spanId)) return undefined;
+  return trace.setSpanContext(ROOT_CONTEXT, {
+    traceId,
+    spanId,
+    traceFlags: Number.parseInt(flags, 16),
+    isRemote: true,
+  });
 }
 
 /** Returns the reply (the run completes) or throws (the run fails with the error's message). */
@@ -281,7 +307,11 @@ export class AgentWorker {
     let outcome: { ok: true; reply: z.output<typeof RunReplySchema> } | { ok: false; error: string };
     try {
       controller.signal.throwIfAborted();
-      const returned = await this.handler(run, this.context(active));
+      const context = this.context(active);
+      // The handler runs in the run's trace, so its own spans (model calls) are children of the run.
+      const returned = await (context.traceContext
+        ? otelContext.with(context.traceContext, () => this.handler(run, context))
+        : this.handler(run, context));
       const parsed = RunReplySchema.safeParse(returned);
       outcome = parsed.success
         ? { ok: true, reply: parsed.data }
@@ -317,6 +347,7 @@ export class AgentWorker {
       runId,
       signal: active.controller.signal,
       client,
+      traceContext: runTraceContext(active.run),
       invokeTool: (name, args = {}, options = {}) => {
         // The gateway reports the tool call as progress: the text before it must arrive first.
         flushDeltas();

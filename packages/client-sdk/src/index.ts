@@ -10,6 +10,7 @@ export {
   type RunProgressKind,
   type RunReply,
   RunReplySchema,
+  runTraceContext,
   serve,
 } from "./agent-worker";
 export { type BackoffOptions, backoffDelay } from "./backoff";

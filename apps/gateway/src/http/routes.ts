@@ -1,6 +1,7 @@
 import type { Logger } from "pino";
 import { mcpRoutes } from "../mcp/mcp-routes";
 import type { Dispatch, HandlerMap, MethodDeps } from "../methods";
+import type { GatewayMetrics } from "../telemetry/metrics";
 import { metricsRoutes } from "../telemetry/metrics-routes";
 import { uiRoutes } from "../ui/ui-routes";
 import type { HttpRoute } from "./http-route";
@@ -12,6 +13,8 @@ export interface HttpRouteDeps extends MethodDeps {
   operatorToken: string;
   handlers: HandlerMap;
   dispatch: Dispatch;
+  /** Undefined when `telemetry.metrics.enabled` is false (`/metrics` is then not served). */
+  metrics?: GatewayMetrics | undefined;
 }
 
 /** Every HTTP endpoint besides `/healthz`, in the order they are tried. */

@@ -2,6 +2,7 @@ import { isSwitchboardError, type MethodName } from "@switchboard/core";
 import type { Logger } from "pino";
 import type { Connection } from "../connection";
 import type { RefusalLog } from "../ports/refusal-audit";
+import type { RequestObserver } from "../telemetry/telemetry";
 import { agentMethods } from "./agents";
 import { auditMethods } from "./audit";
 import type { MethodDeps } from "./deps";
@@ -39,8 +40,13 @@ export type Dispatch = (
  * audited here, once for every method, unless it is a policy decision (it names its `ruleId`),
  * which the policy service has audited already.
  */
-export function createDispatch(handlers: HandlerMap, refusals: RefusalLog, log: Logger): Dispatch {
-  return async (method, params, connection) => {
+export function createDispatch(
+  handlers: HandlerMap,
+  refusals: RefusalLog,
+  log: Logger,
+  observer?: RequestObserver,
+): Dispatch {
+  const dispatch: Dispatch = async (method, params, connection) => {
     try {
       // The transport validated `params` against this method's schema before calling.
       return await (handlers[method] as MethodHandler<MethodName>)(params as never, connection);
@@ -62,4 +68,8 @@ export function createDispatch(handlers: HandlerMap, refusals: RefusalLog, log: 
       throw error;
     }
   };
+  // Telemetry off: the plain dispatcher, with no wrapper on the hot path.
+  if (!observer) return dispatch;
+  return (method, params, connection) =>
+    observer.request(method, params, connection.identity?.role, () => dispatch(method, params, connection));
 }
