@@ -66,6 +66,58 @@ export function createTranscriptStore(
     return { id: hit.id, lastSeq: toNumber(hit.last_seq) };
   };
 
+  /**
+   * A filtered read under a byte cap. Sizes come first, from the index; entries are then fetched in
+   * groups no bigger than the bytes still free (at least one entry), since no more than that can be
+   * kept: a page next to huge entries fetches one of them, not a chunk of them.
+   */
+  async function budgetedScan(
+    transcriptId: string,
+    before: number,
+    limit: number,
+    maxBytes: number,
+    collector: TailCollector,
+    action: string,
+  ): Promise<TranscriptReadResult> {
+    let kept = 0;
+    let chunk = Math.min(Math.max(limit, MIN_CHUNK), MAX_CHUNK);
+    let cursor = before;
+    for (;;) {
+      const sizes = await db.read<{ seq: string; size: number }>(
+        action,
+        `SELECT seq, bytes + 7 + length(seq::text) AS size FROM ${entriesTable}
+         WHERE transcript_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3`,
+        [transcriptId, cursor, chunk],
+      );
+      let next = 0;
+      while (next < sizes.rows.length) {
+        const free = maxBytes - kept;
+        let end = next + 1;
+        let bytes = sizes.rows[next]!.size;
+        while (end < sizes.rows.length && bytes + sizes.rows[end]!.size <= free)
+          bytes += sizes.rows[end++]!.size;
+        const group = sizes.rows.slice(next, end);
+        const found = await db.read<{ seq: string; entry: Omit<TranscriptEntry, "seq"> }>(
+          action,
+          `SELECT seq, entry FROM ${entriesTable}
+           WHERE transcript_id = $1 AND seq <= $2 AND seq >= $3 ORDER BY seq DESC`,
+          [transcriptId, group[0]!.seq, group.at(-1)!.seq],
+        );
+        for (const [index, row] of found.rows.entries()) {
+          const seq = toNumber(row.seq);
+          const size = group[index]!.size;
+          const countBefore = collector.count;
+          if (!collector.offer(withSeq(row.entry, seq), size)) return collector.result(false);
+          if (collector.count > countBefore) kept += size;
+        }
+        next = end;
+      }
+      if (sizes.rows.length < chunk) return collector.result(true);
+      cursor = toNumber(sizes.rows.at(-1)!.seq);
+      chunk = Math.min(chunk * 2, MAX_CHUNK);
+    }
+  }
+
   return {
     async create(input) {
       const header = buildTranscriptHeader(input);
@@ -178,6 +230,10 @@ export function createTranscriptStore(
           }
         }
         return collector.result(!stopped && found.rows.length < normalised.limit);
+      }
+
+      if (normalised.filter !== undefined && normalised.maxBytes !== undefined) {
+        return budgetedScan(transcript.id, before, normalised.limit, normalised.maxBytes, collector, action);
       }
 
       // Newest first, in steps: without a filter one step of `limit` rows; with one, steps grow

@@ -1,0 +1,75 @@
+import { randomUUID } from "node:crypto";
+import { createMemoryStore, type TranscriptEntry, type TranscriptEntryInput } from "@switchboard/core";
+import { afterAll, beforeAll, expect, it } from "vitest";
+import { describeWithPg, dropSchema, TEST_PG_URL, testSchemaName } from "../test/pg-harness";
+import { openPostgresStore, type PostgresStore } from "./pg-store";
+
+const schema = testSchemaName();
+let store: PostgresStore;
+const memory = createMemoryStore();
+const sessionId = randomUUID();
+
+/** 60 entries: mostly small, some of 20-70 kB, of every role, and taint/event entries between. */
+function inputs(): TranscriptEntryInput[] {
+  const roles = ["user", "assistant", "toolCall", "toolResult"] as const;
+  return Array.from({ length: 60 }, (_, i) => {
+    const base = { id: `e${i}`, ts: 1_000 + i, label: "INTERNAL" as const };
+    if (i % 13 === 7) return { ...base, type: "event", event: { name: "reset", data: { i } } };
+    if (i % 17 === 3)
+      return { ...base, type: "taint", taint: { from: "PUBLIC", to: "INTERNAL", reason: "r", source: "s" } };
+    const big = i % 9 === 4 ? "x".repeat(20_000 + i * 800) : "";
+    return {
+      ...base,
+      type: "message",
+      message: { role: roles[i % 4]!, content: [{ type: "text", text: `m${i} ${big}` }] },
+    };
+  });
+}
+
+beforeAll(async () => {
+  store = await openPostgresStore({ url: TEST_PG_URL, schema, pool: { max: 2 } });
+  for (const target of [store, memory]) {
+    await target.transcripts.create({ sessionId, key: "agent:main:reads", createdAt: 1 });
+    const all = inputs();
+    // Several appends, so entries come from more than one statement.
+    for (let start = 0; start < all.length; start += 7)
+      await target.transcripts.append(sessionId, all.slice(start, start + 7));
+  }
+});
+
+afterAll(async () => {
+  await store?.close();
+  await dropSchema(schema);
+});
+
+const filters: Record<string, ((entry: TranscriptEntry) => boolean) | undefined> = {
+  none: undefined,
+  "messages without tool results": (entry) =>
+    entry.type === "message" && entry.message?.role !== "toolResult",
+  "user only": (entry) => entry.message?.role === "user",
+  nothing: () => false,
+};
+
+await describeWithPg("PostgreSQL store: tail reads match core's memory store", () => {
+  it("returns what the memory store returns for every combination of limit, before, maxBytes and filter", async () => {
+    let compared = 0;
+    for (const limit of [1, 3, 10, 100])
+      for (const before of [undefined, 2, 9, 31, 61, 500])
+        for (const maxBytes of [undefined, 1, 300, 5_000, 30_000, 65_536, 1_000_000])
+          for (const [name, filter] of Object.entries(filters)) {
+            const options = {
+              limit,
+              ...(before === undefined ? {} : { before }),
+              ...(maxBytes === undefined ? {} : { maxBytes }),
+              ...(filter === undefined ? {} : { filter }),
+            };
+            const expected = await memory.transcripts.read(sessionId, options);
+            const actual = await store.transcripts.read(sessionId, options);
+            expect(actual, `limit ${limit} before ${before} maxBytes ${maxBytes} filter ${name}`).toEqual(
+              expected,
+            );
+            compared++;
+          }
+    expect(compared).toBe(4 * 6 * 7 * 4);
+  });
+});
