@@ -169,7 +169,7 @@ export class SwitchboardClient {
     this.options = parseClientOptions(options);
     this.urls = typeof this.options.url === "string" ? [this.options.url] : this.options.url;
     this.logger = this.options.logger ?? silentLogger;
-    this.WebSocketImpl = this.options.WebSocket ?? (WebSocket as unknown as WebSocketConstructor);
+    this.WebSocketImpl = this.options.WebSocket ?? defaultWebSocket();
     this.failFast = start.failFast ?? false;
     this.#concurrency = this.options.concurrency;
     this.dispatcher = new EventDispatcher(this.logger);
@@ -882,6 +882,20 @@ export async function connect(options: ClientOptions): Promise<SwitchboardClient
   const client = new SwitchboardClient(options, { failFast: true });
   await client.ready();
   return client;
+}
+
+/**
+ * `ws` in Node; in a browser bundle (where bundlers map `ws` to its stub that only throws) the
+ * platform's own WebSocket. Told apart by `terminate`, which only the real `ws` socket has.
+ */
+export function defaultWebSocket(
+  nodeWs: unknown = WebSocket,
+  platform: unknown = (globalThis as { WebSocket?: unknown }).WebSocket,
+): WebSocketConstructor {
+  const isNodeWs =
+    typeof (nodeWs as { prototype?: { terminate?: unknown } }).prototype?.terminate === "function";
+  if (!isNodeWs && typeof platform === "function") return platform as WebSocketConstructor;
+  return nodeWs as WebSocketConstructor;
 }
 
 function closedClientError(cause?: SwitchboardError): SwitchboardError {
