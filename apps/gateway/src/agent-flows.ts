@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import {
   type Config,
+  hostDrivenSessionKeys,
   type Level,
   makeSubagentKey,
   minLevel,
@@ -49,7 +50,11 @@ export class AgentFlows {
     private readonly waits: WaitGraph,
   ) {
     scheduler.onRunEnded((record) => this.onRunEnded(record));
+    this.hostDriven = hostDrivenSessionKeys(config);
   }
+
+  /** Sessions an MCP host drives: the gateway starts no agent turns there on its own. */
+  private readonly hostDriven: ReadonlySet<string>;
 
   private track(task: Promise<unknown>): void {
     const guarded = task.catch((error) => this.log.error({ err: error }, "background flow failed"));
@@ -294,7 +299,8 @@ export class AgentFlows {
     let latestFrom = targetKey;
     const turns = this.config.session.agentToAgent.maxPingPongTurns;
     const requester = await this.sessions.get(requesterKey);
-    if (turns > 0 && requester && requesterKey !== targetKey) {
+    // A host-driven requester (MCP) has no worker turn to take: its host already has the reply.
+    if (turns > 0 && requester && requesterKey !== targetKey && !this.hostDriven.has(requesterKey)) {
       for (let turn = 1; turn <= turns; turn++) {
         const speakerKey = turn % 2 === 1 ? requesterKey : targetKey;
         const otherKey = speakerKey === requesterKey ? targetKey : requesterKey;
@@ -651,6 +657,25 @@ export class AgentFlows {
     } else {
       const label = childFacts.taint;
       await this.sessions.raiseTaint(requester.key, label, `announce from ${spawn.childKey}`, spawn.childKey);
+      if (this.hostDriven.has(requester.key)) {
+        // No agent turn in a host-driven session: the report is recorded for the host to read.
+        await this.sessions.append(requester.key, [
+          {
+            type: "message",
+            label,
+            provenance: { kind: "subagent", childSessionKey: spawn.childKey, runId: record.runId },
+            message: { role: "user", content: [{ type: "text", text: decision.text ?? message }] },
+          },
+        ]);
+        await finishAnnounce("delivered");
+        await this.audit.append({
+          kind: "announce",
+          sessionKey: requester.key,
+          data: { childKey: spawn.childKey, runId: record.runId, recorded: true, outcome: record.status },
+        });
+        if (spawn.cleanup === "delete" && child) await this.sessions.delete(child.key, "remove");
+        return;
+      }
       const { record: announceRun } = await this.scheduler.enqueue({
         sessionKey: requester.key,
         lane: "nested",

@@ -199,6 +199,11 @@ describe("MCP over Streamable HTTP at /mcp", { timeout: 30_000 }, () => {
     });
     expect(sent.isError).toBeFalsy();
     expect(sent.structuredContent).toMatchObject({ status: "ok", reply: "pong", sessionKey: BOB });
+    // The host has the reply already: the gateway takes no agent turn in its session (no reply-back step).
+    await gw.gateway.flows.idle();
+    const own = await op.sessions.history({ sessionKey: MCP_KEY, limit: 50 });
+    expect(JSON.stringify(own.messages)).not.toContain("REPLY_SKIP");
+    expect(own.messages.filter((message) => message.provenance?.kind === "agent")).toEqual([]);
 
     const read = await client.callTool({ name: "sessions_history", arguments: { sessionKey: VAULT } });
     expect(read.structuredContent).toMatchObject({ status: "ok", dataLabel: "CONFIDENTIAL" });
@@ -291,6 +296,13 @@ describe("MCP over Streamable HTTP at /mcp", { timeout: 30_000 }, () => {
     const child = (spawned.structuredContent as { childSessionKey: string }).childSessionKey;
     const row = await op.sessions.status({ sessionKey: child });
     expect(row).toMatchObject({ spawnedBy: MCP_KEY });
+    // The child's report is recorded in the host's session; no agent turn is started there for it.
+    await gw.gateway.flows.idle();
+    const own = await op.sessions.history({ sessionKey: MCP_KEY, limit: 50 });
+    const reports = own.messages.filter((message) => message.provenance?.kind === "subagent");
+    expect(reports).toHaveLength(1);
+    expect(JSON.stringify(reports[0])).toContain("echo: look around");
+    expect(JSON.stringify(own.messages)).not.toContain("ANNOUNCE_SKIP");
   });
 
   it("answers 401 with WWW-Authenticate for a missing or wrong token, 403 for a token of another role", async () => {

@@ -66,3 +66,14 @@ export function agentConfig(config: Config, id: string): ResolvedAgentConfig | u
 export function agentClearance(config: Config, id: string): Level {
   return findAgent(config, id)?.clearance ?? config.agents.defaults.clearance;
 }
+
+/**
+ * Sessions driven by an MCP host (the `session` of each `mcp` token): the host speaks there, not an
+ * agent's worker, so the gateway never starts agent turns in them on its own (reply-back turns,
+ * announces); what would have been such a turn is recorded in the transcript for the host to read.
+ */
+export function hostDrivenSessionKeys(config: Config): ReadonlySet<string> {
+  const keys = new Set<string>();
+  for (const token of config.auth.tokens) if (token.role === "mcp" && token.session) keys.add(token.session);
+  return keys;
+}

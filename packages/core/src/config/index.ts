@@ -1,4 +1,10 @@
-export { agentClearance, agentConfig, defaultAgentId, type ResolvedAgentConfig } from "./agent-config";
+export {
+  agentClearance,
+  agentConfig,
+  defaultAgentId,
+  hostDrivenSessionKeys,
+  type ResolvedAgentConfig,
+} from "./agent-config";
 export type { ConfigIssue } from "./config-issues";
 export {
   type Config,
