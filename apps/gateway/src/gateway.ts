@@ -30,6 +30,7 @@ import { RunScheduler } from "./run-scheduler";
 import { SessionToolsBackend } from "./session-tools-backend";
 import { SessionsService } from "./sessions-service";
 import { StoreHealthMonitor } from "./store-health-monitor";
+import { createTelemetry, type Telemetry, type TelemetryOptions } from "./telemetry/telemetry";
 import { ToolCalls } from "./tool-calls";
 import { ToolCatalog } from "./tool-catalog";
 import { startTransport, type Transport } from "./transport";
@@ -51,6 +52,8 @@ export interface GatewayOptions {
   handshakeTimeoutMs?: number;
   /** Where the operator token and audit key come from (default: files in the data dir). */
   secrets?: Secrets;
+  /** Trace exporter and environment (tests: an in-memory exporter turns traces on). */
+  telemetry?: TelemetryOptions;
 }
 
 /** The services of a running gateway, built once by {@link Gateway.start} in dependency order. */
@@ -70,6 +73,7 @@ interface GatewayParts {
   storeHealth: StoreHealthMonitor;
   retention: Retention;
   transport: Transport;
+  telemetry: Telemetry;
 }
 
 /**
@@ -92,6 +96,8 @@ export class Gateway {
   readonly flows: AgentFlows;
   readonly storeHealth: StoreHealthMonitor;
   readonly retention: Retention;
+  /** Metrics and traces (each undefined when off). */
+  readonly telemetry: Telemetry;
   private readonly transport: Transport;
   private readonly ownsStore: boolean;
   private readonly anchorTimer: NodeJS.Timeout;
@@ -113,6 +119,7 @@ export class Gateway {
     this.storeHealth = parts.storeHealth;
     this.retention = parts.retention;
     this.transport = parts.transport;
+    this.telemetry = parts.telemetry;
     // Bookkeeping every 5 s: the audit chain's anchored head (event seqs are reserved by the bus).
     this.anchorTimer = setInterval(() => {
       void parts.audit.anchor().catch(() => undefined);
@@ -142,7 +149,8 @@ export class Gateway {
     const config = options.config ?? parseConfig({});
     const log = options.logger ?? pino({ level: "silent" });
     const dataDir = resolve(options.dataDir ?? process.env.SWITCHBOARD_HOME ?? config.gateway.dataDir);
-    const store =
+    const telemetry = createTelemetry(config, options.telemetry);
+    const opened =
       options.store ??
       (await openFileStore({
         dataDir,
@@ -152,6 +160,8 @@ export class Gateway {
         archiveOrphanTranscripts: true,
         ...(options.fsync ? { fsyncMode: options.fsync } : {}),
       }));
+    // Writes are timed at this boundary, so every store backend reports the same metrics.
+    const store = telemetry.metrics ? telemetry.metrics.instrumentStore(opened) : opened;
     try {
       const instanceId = randomUUID();
       const secrets = options.secrets ?? new DataDirSecrets(dataDir);
@@ -178,11 +188,12 @@ export class Gateway {
         sessions,
         bus,
         log.child({ component: "runs" }),
-        runAssignment(config, sessions, tools, bus),
+        runAssignment(config, sessions, tools, bus, telemetry.runs),
         new InProcessRunWaiters(),
         new InProcessRunLanes(),
         new InProcessActiveRuns(),
         new InProcessWorkerRegistry(),
+        telemetry.runs,
       );
       const output = new OutputDelivery(sessions, policy, audit, bus);
       const flows = new AgentFlows(
@@ -211,7 +222,17 @@ export class Gateway {
       const executor = createToolExecutor(backend, {
         logger: log,
       });
-      const toolCalls = new ToolCalls(config, sessions, policy, audit, bus, tools.gate, backend, executor);
+      const toolCalls = new ToolCalls(
+        config,
+        sessions,
+        policy,
+        audit,
+        bus,
+        tools.gate,
+        backend,
+        executor,
+        telemetry.toolCalls,
+      );
       const access = new Access(config, token, sessions, {
         active: (runId) => scheduler.get(runId)?.record,
         requireHeldBy: (runId, connection) => scheduler.requireHeldBy(runId, connection),
@@ -231,7 +252,12 @@ export class Gateway {
         toolCalls,
       };
       const handlers = createHandlers(methodDeps);
-      const dispatch = createDispatch(handlers, new RefusalAudit((input) => audit.append(input)), log);
+      const dispatch = createDispatch(
+        handlers,
+        new RefusalAudit((input) => audit.append(input)),
+        log,
+        telemetry.requests,
+      );
       const storeHealth = new StoreHealthMonitor(store, log.child({ component: "store-health" }));
       const retention = new Retention(store, config, log.child({ component: "retention" }));
       await scheduler.recover();
@@ -287,8 +313,15 @@ export class Gateway {
           operatorToken: token,
           handlers,
           dispatch,
+          metrics: telemetry.metrics,
         }),
         log: log.child({ component: "transport" }),
+      });
+      const firstSeq = bus.currentSeq;
+      telemetry.metrics?.setSources({
+        connections: () => transport.connections,
+        eventsPublished: () => bus.currentSeq - firstSeq,
+        sessions: () => store.sessions.count(),
       });
       return new Gateway({
         config,
@@ -306,8 +339,10 @@ export class Gateway {
         storeHealth,
         retention,
         transport,
+        telemetry,
       });
     } catch (error) {
+      await telemetry.shutdown();
       if (!options.store) await store.close().catch(() => undefined);
       throw error;
     }
@@ -326,6 +361,7 @@ export class Gateway {
       this.bus.stop();
       await this.audit.anchor().catch(() => undefined);
       if (this.ownsStore) await this.store.close();
+      await this.telemetry.shutdown();
     })();
     return this.closing;
   }
