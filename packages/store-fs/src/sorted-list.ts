@@ -16,9 +16,9 @@ export class SortedList<T> {
     return this.count;
   }
 
-  /** Replaces the contents with `items` (sorted here). */
-  reset(items: T[]): void {
-    const sorted = items.slice().sort(this.compare);
+  /** Replaces the contents with `items` (sorted here, unless the caller says they are). */
+  reset(items: T[], sortedAlready = false): void {
+    const sorted = sortedAlready ? items : items.slice().sort(this.compare);
     this.blocks = [];
     for (let index = 0; index < sorted.length; index += this.blockSize) {
       this.blocks.push(sorted.slice(index, index + this.blockSize));

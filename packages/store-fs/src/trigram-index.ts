@@ -6,8 +6,8 @@
  * Callers check the candidates against the real text (the postings do not know field boundaries
  * or order).
  *
- * Memory: one 4-byte slot per distinct trigram of a row (~60 for a typical key, display name and
- * label), in growable typed arrays.
+ * Memory: one 4-byte slot per distinct trigram of a row (~40 for a typical key, display name and
+ * label), in growable typed arrays: ~16 MB for 100k rows.
  */
 
 const MIN_CAPACITY = 4;
@@ -18,13 +18,16 @@ class Postings {
   length = 0;
 
   add(slot: number): void {
+    // Slots are mostly handed out in increasing order, so the common case is an append (or the
+    // slot just added, for a trigram a row has twice).
+    const last = this.length === 0 ? -1 : this.data[this.length - 1]!;
+    if (last === slot) return;
     if (this.length === this.data.length) {
       const grown = new Int32Array(Math.max(MIN_CAPACITY, Math.ceil(this.length * 1.5)));
       grown.set(this.data);
       this.data = grown;
     }
-    // Slots are mostly handed out in increasing order, so the common case is an append.
-    if (this.length === 0 || this.data[this.length - 1]! < slot) {
+    if (last < slot) {
       this.data[this.length++] = slot;
       return;
     }
@@ -67,27 +70,24 @@ class Postings {
   }
 }
 
-/** The distinct trigram codes of `texts`, lower-cased (3 UTF-16 units packed in one safe integer). */
-function trigramsOf(texts: readonly (string | undefined)[]): number[] {
-  const codes: number[] = [];
+/**
+ * Calls `visit` with the code of every trigram of `texts`, lower-cased (repeats included). Codes
+ * are 22-bit hashes of the 3 UTF-16 units, small integers that a Map keys fast: two trigrams
+ * sharing a code only make more candidates, which the caller's check removes.
+ */
+function forEachTrigram(texts: readonly (string | undefined)[], visit: (code: number) => void): void {
   for (const text of texts) {
     if (text === undefined || text.length < 3) continue;
     const lower = text.toLowerCase();
-    for (let index = 0; index + 3 <= lower.length; index++) {
-      codes.push(
-        lower.charCodeAt(index) * 4_294_967_296 +
-          lower.charCodeAt(index + 1) * 65_536 +
-          lower.charCodeAt(index + 2),
-      );
+    let a = lower.charCodeAt(0);
+    let b = lower.charCodeAt(1);
+    for (let index = 2; index < lower.length; index++) {
+      const c = lower.charCodeAt(index);
+      visit((Math.imul(a, 0x9e3779b1) ^ Math.imul(b, 0x85ebca77) ^ Math.imul(c, 0xc2b2ae3d)) >>> 10);
+      a = b;
+      b = c;
     }
   }
-  codes.sort((a, b) => a - b);
-  let distinct = 0;
-  for (let index = 0; index < codes.length; index++) {
-    if (index === 0 || codes[index] !== codes[distinct - 1]) codes[distinct++] = codes[index]!;
-  }
-  codes.length = distinct;
-  return codes;
 }
 
 export class TrigramIndex {
@@ -106,26 +106,27 @@ export class TrigramIndex {
     const slot = this.freeSlots.pop() ?? this.idOfSlot.length;
     this.slotOf.set(id, slot);
     this.idOfSlot[slot] = id;
-    for (const code of trigramsOf(texts)) {
+    // A trigram repeated in the texts finds `slot` already there (`add` keeps one).
+    forEachTrigram(texts, (code) => {
       let list = this.postings.get(code);
       if (!list) {
         list = new Postings();
         this.postings.set(code, list);
       }
       list.add(slot);
-    }
+    });
   }
 
   /** Removes `id`; `texts` must be what it was added with. */
   remove(id: string, texts: readonly (string | undefined)[]): void {
     const slot = this.slotOf.get(id);
     if (slot === undefined) return;
-    for (const code of trigramsOf(texts)) {
+    forEachTrigram(texts, (code) => {
       const list = this.postings.get(code);
-      if (!list) continue;
+      if (!list) return;
       list.remove(slot);
       if (list.length === 0) this.postings.delete(code);
-    }
+    });
     this.slotOf.delete(id);
     this.idOfSlot[slot] = undefined;
     this.freeSlots.push(slot);
@@ -138,16 +139,13 @@ export class TrigramIndex {
    * order then finds matches quickly, since they are common).
    */
   candidates(search: string, maxCandidates: number): string[] | undefined {
-    const codes = trigramsOf([search]);
-    if (codes.length === 0) return undefined;
-    const lists: Postings[] = [];
-    for (const code of codes) {
-      const list = this.postings.get(code);
-      if (!list) return [];
-      lists.push(list);
-    }
-    lists.sort((a, b) => a.length - b.length);
-    const [smallest, ...others] = lists;
+    const lists = new Set<Postings | undefined>();
+    forEachTrigram([search], (code) => lists.add(this.postings.get(code)));
+    if (lists.size === 0) return undefined;
+    if (lists.has(undefined)) return [];
+    const sorted = [...lists] as Postings[];
+    sorted.sort((a, b) => a.length - b.length);
+    const [smallest, ...others] = sorted;
     if (smallest!.length > maxCandidates) return undefined;
     const ids: string[] = [];
     for (let index = 0; index < smallest!.length; index++) {
