@@ -459,6 +459,50 @@ export class RunScheduler {
     // A lane emptied by timeouts while no worker came must not linger in the starved set.
     if (this.lanes.release(laneKey, record.runId)) this.workers.unstarve(record.agentId, laneKey);
 
+    // The transcript entry and the run record are written side by side (one group-commit round, not
+    // two), and both are awaited before anyone hears of the end. A crash in that round keeps either,
+    // both or neither: a run found `running` at restart ends `error`; an ended run whose transcript
+    // entry was lost still answers `agent.wait` from its record.
+    const recorded = this.recordEnd(record, status, outcome);
+    // The end is announced, waiters woken and the lane freed even when the store refuses the write
+    // (disk full): the caller still hears about the failure, and nothing waits forever.
+    let persistError: unknown;
+    try {
+      await this.store.runs.put(record);
+    } catch (error) {
+      persistError = error;
+      this.log.error({ err: error, runId: record.runId }, "could not persist the end of a run; retrying");
+      this.active.keepUnsaved(record);
+      this.retryUnsaved();
+    }
+    await recorded;
+    this.active.delete(record.runId);
+    this.bus.publish(
+      "run.ended",
+      {
+        runId: record.runId,
+        sessionKey: record.sessionKey,
+        status,
+        ...(record.reply !== undefined ? { reply: record.reply } : {}),
+        ...(record.error !== undefined ? { error: record.error } : {}),
+        ...(record.usage ? { usage: record.usage } : {}),
+      },
+      { sessionKey: record.sessionKey, agentId: record.agentId },
+    );
+    this.waiters.ended(record);
+    this.pump(laneKey);
+    if (freedWorker) this.pumpStarved(this.workers.agentsOf(freedWorker) ?? [record.agentId]);
+    if (this.telemetry) await this.telemetry.ended(record, () => this.notifyEnded(record));
+    else await this.notifyEnded(record);
+    if (persistError !== undefined) throw persistError;
+  }
+
+  /** The run's end in its session's transcript: the reply, or an event saying how it ended. */
+  private async recordEnd(
+    record: RunRecord,
+    status: "ok" | "error" | "timeout",
+    outcome: { reply?: string; error?: string; usage?: Usage },
+  ): Promise<void> {
     try {
       if (status === "ok" && outcome.reply !== undefined && record.origin !== "summarize") {
         const entry = await this.sessions.get(record.sessionKey);
@@ -495,37 +539,6 @@ export class RunScheduler {
     } catch (error) {
       this.log.warn({ err: error, runId: record.runId }, "could not record run end in transcript");
     }
-
-    // The end is announced, waiters woken and the lane freed even when the store refuses the write
-    // (disk full): the caller still hears about the failure, and nothing waits forever.
-    let persistError: unknown;
-    try {
-      await this.store.runs.put(record);
-    } catch (error) {
-      persistError = error;
-      this.log.error({ err: error, runId: record.runId }, "could not persist the end of a run; retrying");
-      this.active.keepUnsaved(record);
-      this.retryUnsaved();
-    }
-    this.active.delete(record.runId);
-    this.bus.publish(
-      "run.ended",
-      {
-        runId: record.runId,
-        sessionKey: record.sessionKey,
-        status,
-        ...(record.reply !== undefined ? { reply: record.reply } : {}),
-        ...(record.error !== undefined ? { error: record.error } : {}),
-        ...(record.usage ? { usage: record.usage } : {}),
-      },
-      { sessionKey: record.sessionKey, agentId: record.agentId },
-    );
-    this.waiters.ended(record);
-    this.pump(laneKey);
-    if (freedWorker) this.pumpStarved(this.workers.agentsOf(freedWorker) ?? [record.agentId]);
-    if (this.telemetry) await this.telemetry.ended(record, () => this.notifyEnded(record));
-    else await this.notifyEnded(record);
-    if (persistError !== undefined) throw persistError;
   }
 
   private async notifyEnded(record: RunRecord): Promise<void> {

@@ -42,6 +42,9 @@ export interface CreateSessionOptions {
 
 /** The sessions index, transcripts and label state, with every read-modify-write serialised per key. */
 export class SessionsService {
+  /** Row touches not durable yet, per key (the newest; each waits for the one before). */
+  private readonly touches = new Map<string, Promise<void>>();
+
   constructor(
     private readonly store: Store,
     private readonly config: Config,
@@ -154,8 +157,17 @@ export class SessionsService {
     return entry;
   }
 
+  /**
+   * Serialises a read-modify-write of the key's row (and transcript). It starts only once every
+   * row touch issued before it is durable, so a write never races an older touch (which, landing
+   * last on a networked store, could undo it).
+   */
   withLock<T>(key: string, fn: () => Promise<T>): Promise<T> {
-    return this.locks.run(key, fn);
+    return this.locks.run(key, async () => {
+      const touch = this.touches.get(key);
+      if (touch) await touch;
+      return fn();
+    });
   }
 
   /** Creates the session if it does not exist; returns the (existing or new) entry. */
@@ -295,29 +307,51 @@ export class SessionsService {
     inputs: TranscriptEntryInput[],
     touch: Partial<SessionEntry> | ((entry: SessionEntry) => Partial<SessionEntry>) = {},
   ): Promise<TranscriptEntry[]> {
-    return new Promise<TranscriptEntry[]>((resolve, reject) => {
-      this.withLock(key, async () => {
-        const entry = await this.require(key);
-        const written = await this.store.transcripts.append(entry.sessionId, inputs);
-        this.recent.add(entry.sessionId, written);
-        const change = typeof touch === "function" ? touch(entry) : touch;
-        // Bookkeeping events do not count as activity: only messages (or explicit changes) touch the row.
-        if (!inputs.some((input) => input.type !== "event") && Object.keys(change).length === 0) {
-          resolve(written);
-          return;
-        }
-        // Issued before the caller resumes, so a store that applies puts at once (the file store)
-        // already shows the touch to whatever the caller reads next.
-        const touched = this.store.sessions.put({
-          ...entry,
-          ...change,
-          updatedAt: Math.max(Date.now(), entry.updatedAt),
-        });
-        resolve(written);
-        await touched.catch((error: unknown) =>
-          this.log.warn({ err: error, key }, "could not record the session's last activity"),
-        );
-      }).catch(reject);
+    // Not `withLock`: an append need not wait for the previous append's touch (its own touch is
+    // chained after it instead), which keeps touches off the path of a run's next entry too.
+    return this.locks.run(key, async () => {
+      const entry = await this.require(key);
+      const written = await this.store.transcripts.append(entry.sessionId, inputs);
+      this.recent.add(entry.sessionId, written);
+      const change = typeof touch === "function" ? touch : () => touch;
+      // Bookkeeping events do not count as activity: only messages (or explicit changes) touch the row.
+      if (
+        inputs.some((input) => input.type !== "event") ||
+        typeof touch === "function" ||
+        Object.keys(touch).length > 0
+      )
+        this.touch(entry, change);
+      return written;
+    });
+  }
+
+  /**
+   * Bumps the row's `updatedAt` (and applies `change`) after an append, without the caller waiting
+   * for it: touches of one key are chained, and every other write of the key waits for them (see
+   * `withLock`), so the row's writes stay in order for any store. A crash can lose only the last
+   * touch (`updatedAt`/`totalTokens` one append behind), never an entry; a failed touch is logged.
+   */
+  private touch(entry: SessionEntry, change: (row: SessionEntry) => Partial<SessionEntry>): void {
+    const key = entry.key;
+    const previous = this.touches.get(key);
+    const write = (row: SessionEntry) =>
+      this.store.sessions.put({ ...row, ...change(row), updatedAt: Math.max(Date.now(), row.updatedAt) });
+    // With none in flight the row read under the lock is current, and the put is issued before the
+    // caller resumes: a store that applies puts at once (the file store) shows it to the next read.
+    const touched = (
+      previous
+        ? previous.then(async () => {
+            const row = await this.store.sessions.get(key);
+            if (row && row.sessionId === entry.sessionId) await write(row);
+          })
+        : write(entry)
+    ).then(
+      () => undefined,
+      (error: unknown) => this.log.warn({ err: error, key }, "could not record the session's last activity"),
+    );
+    this.touches.set(key, touched);
+    void touched.then(() => {
+      if (this.touches.get(key) === touched) this.touches.delete(key);
     });
   }
 
