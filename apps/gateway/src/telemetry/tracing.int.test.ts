@@ -1,3 +1,5 @@
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { trace } from "@opentelemetry/api";
 import {
   BasicTracerProvider,
@@ -262,5 +264,46 @@ describe("trace context on the wire", () => {
     expect(tracesWanted(config(), { OTEL_EXPORTER_OTLP_ENDPOINT: "http://127.0.0.1:4318" })).toBe(true);
     expect(tracesWanted(config({ exporter: "otlp" }), { OTEL_SDK_DISABLED: "true" })).toBe(false);
     expect(tracesWanted(config({ exporter: "otlp" }), { OTEL_TRACES_EXPORTER: "none" })).toBe(false);
+  });
+});
+
+describe("OTLP export", () => {
+  it("posts the spans to telemetry.traces.endpoint over OTLP/HTTP, flushed when the gateway closes", async () => {
+    const received: Array<{ path: string; type: string; bytes: number }> = [];
+    const collector = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on("data", (chunk: Buffer) => chunks.push(chunk));
+      req.on("end", () => {
+        received.push({
+          path: req.url ?? "",
+          type: String(req.headers["content-type"]),
+          bytes: Buffer.concat(chunks).length,
+        });
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end("{}");
+      });
+    });
+    await new Promise<void>((resolve) => collector.listen(0, "127.0.0.1", resolve));
+    const { port } = collector.address() as AddressInfo;
+    try {
+      gw = await startTelemetryGateway(
+        telemetryConfig({
+          telemetry: { traces: { exporter: "otlp", endpoint: `http://127.0.0.1:${port}/` } },
+        }),
+        { tracing: { env: {} } },
+      );
+      expect(gw.gateway.telemetry.tracing).toBeDefined();
+      const op = await connect({ url: gw.url, token: gw.gateway.operatorToken, role: "operator" });
+      await op.sessions.list({});
+      await op.close();
+      await gw.close();
+      gw = undefined;
+      expect(received.length).toBeGreaterThanOrEqual(1);
+      expect(received[0]).toMatchObject({ path: "/v1/traces" });
+      expect(received[0]!.type).toMatch(/^application\/(x-protobuf|json)/);
+      expect(received[0]!.bytes).toBeGreaterThan(0);
+    } finally {
+      await new Promise<void>((resolve) => collector.close(() => resolve()));
+    }
   });
 });
