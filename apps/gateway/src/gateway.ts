@@ -322,6 +322,7 @@ export class Gateway {
         connections: () => transport.connections,
         eventsPublished: () => bus.currentSeq - firstSeq,
         sessions: () => store.sessions.count(),
+        retentionPruned: () => retention.totals,
       });
       return new Gateway({
         config,

@@ -114,6 +114,16 @@ describe("GET /metrics", () => {
     expect(sample(after, "switchboard_requests_total", { method: "chat.send", outcome: "ok" })).toBe(2);
     expect(sample(after, "switchboard_runs_total", { status: "ok" })).toBe(2);
     expect(sample(after, "switchboard_connections", { role: "agent" })).toBeUndefined();
+
+    // Retention reports what it pruned: the first run, aged past runsDays, goes.
+    const old = (await gw.store.runs.get(runId))!;
+    const DAY = 86_400_000;
+    await gw.store.runs.put({ ...old, createdAt: Date.now() - 9 * DAY, endedAt: Date.now() - 8 * DAY });
+    expect(sample(after, "switchboard_retention_pruned_total", { kind: "runs" })).toBe(0);
+    expect((await gw.gateway.retention.runOnce()).runs).toBe(1);
+    const pruned = await (await scrape(OPERATOR_TOKEN)).text();
+    expect(sample(pruned, "switchboard_retention_pruned_total", { kind: "runs" })).toBe(1);
+    expect(sample(pruned, "switchboard_retention_pruned_total", { kind: "archives" })).toBe(0);
   });
 
   it("needs an operator token unless metrics are public", async () => {

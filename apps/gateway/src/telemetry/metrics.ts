@@ -14,6 +14,8 @@ export interface MetricSources {
   connections(): Iterable<{ identity?: { role: string } | undefined }>;
   eventsPublished(): number;
   sessions(): Promise<number>;
+  /** What retention pruned since start. */
+  retentionPruned(): { runs: number; archives: number };
 }
 
 const STORE_WRITES = {
@@ -120,6 +122,18 @@ export class GatewayMetrics {
       collect() {
         this.reset();
         this.inc(metrics.sources?.eventsPublished() ?? 0);
+      },
+    });
+    new Counter({
+      name: "switchboard_retention_pruned_total",
+      help: "Ended runs and archived transcripts pruned by retention since the gateway started.",
+      labelNames: ["kind"],
+      registers,
+      collect() {
+        this.reset();
+        const pruned = metrics.sources?.retentionPruned() ?? { runs: 0, archives: 0 };
+        this.inc({ kind: "runs" }, pruned.runs);
+        this.inc({ kind: "archives" }, pruned.archives);
       },
     });
     new Gauge({
