@@ -98,6 +98,35 @@ export class Db {
     }
   }
 
+  /** Runs `body` in one transaction on one connection; any error rolls it back. */
+  async transaction<T>(action: string, body: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+    this.assertOpen();
+    let client: pg.PoolClient;
+    try {
+      client = await this.pool.connect();
+    } catch (error) {
+      throw this.fail(error, action);
+    }
+    let broken: Error | undefined;
+    try {
+      await client.query("BEGIN");
+      const result = await body(client);
+      await client.query("COMMIT");
+      this.succeeded();
+      return result;
+    } catch (error) {
+      if (connectionFault(error) !== undefined) broken = error as Error;
+      else
+        await client.query("ROLLBACK").catch((rollbackError: Error) => {
+          broken = rollbackError;
+        });
+      throw this.fail(error, action);
+    } finally {
+      // A connection that failed is destroyed, not handed to the next caller.
+      client.release(broken);
+    }
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;

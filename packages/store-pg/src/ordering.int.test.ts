@@ -48,6 +48,73 @@ await describeWithPg("PostgreSQL store: one instance's writes in call order", ()
     expect(await store.audit.count()).toBe(43);
   });
 
+  it("orders a taint rise among back-to-back audit appends and transcript appends", async () => {
+    const store = await open();
+    const rows = [sampleSession(), sampleSession()];
+    for (const row of rows) {
+      await store.sessions.put(row);
+      await store.transcripts.create({ sessionId: row.sessionId, key: row.key, createdAt: 1 });
+    }
+    const records = sampleAuditRecords(0, 6);
+    const rise = (index: number, row = rows[0]!) => ({
+      row: { ...row, taint: "CONFIDENTIAL" as const },
+      entry: {
+        type: "taint" as const,
+        label: "CONFIDENTIAL" as const,
+        taint: { from: "PUBLIC" as const, to: "CONFIDENTIAL" as const, reason: "read", source: "test" },
+      },
+      audit: records[index]!,
+    });
+    const [, risen, , appended, otherRise] = await Promise.all([
+      store.audit.append([records[0]!]),
+      store.commitTaintRise(rise(1)),
+      store.audit.append([records[2]!]),
+      store.transcripts.append(rows[0]!.sessionId, [sampleMessage("after the rise")]),
+      store.commitTaintRise(rise(3, rows[1]!)),
+      store.audit.append(records.slice(4)),
+    ]);
+    expect(risen.entry.seq).toBe(1);
+    expect(appended[0]!.seq).toBe(2);
+    expect(otherRise.entry.seq).toBe(1);
+    expect(await store.audit.read()).toEqual(records);
+    expect((await store.sessions.getVersioned(rows[1]!.key))?.version).toBe(otherRise.version);
+  });
+
+  it("lets one of two instances' rises with the same audit index win, and leaves nothing of the other", async () => {
+    const first = await open();
+    const second = await openPostgresStore({ url: TEST_PG_URL, schema: schema!, pool: { max: 2 } });
+    try {
+      const rows = [sampleSession(), sampleSession()];
+      for (const row of rows) {
+        await first.sessions.put(row);
+        await first.transcripts.create({ sessionId: row.sessionId, key: row.key, createdAt: 1 });
+      }
+      const record = sampleAuditRecords(0, 1)[0]!;
+      const rise = (row: (typeof rows)[number]) => ({
+        row: { ...row, taint: "RESTRICTED" as const },
+        entry: {
+          type: "taint" as const,
+          label: "RESTRICTED" as const,
+          taint: { from: "PUBLIC" as const, to: "RESTRICTED" as const, reason: "read", source: "test" },
+        },
+        audit: record,
+      });
+      const outcomes = await Promise.allSettled([
+        first.commitTaintRise(rise(rows[0]!)),
+        second.commitTaintRise(rise(rows[1]!)),
+      ]);
+      const lost = outcomes.findIndex((outcome) => outcome.status === "rejected");
+      expect(outcomes.filter((outcome) => outcome.status === "fulfilled")).toHaveLength(1);
+      expect((outcomes[lost] as PromiseRejectedResult).reason).toMatchObject({ code: "CONFLICT" });
+      const loser = rows[lost]!;
+      expect((await first.sessions.get(loser.key))?.taint).toBe("PUBLIC");
+      expect(await first.transcripts.lastSeq(loser.sessionId)).toBe(0);
+      expect(await first.audit.count()).toBe(1);
+    } finally {
+      await second.close();
+    }
+  });
+
   it("keeps the last value of a meta name written back to back", async () => {
     const store = await open();
     await Promise.all(Array.from({ length: 50 }, (_, i) => store.meta.set("eventSeq", String(i))));

@@ -1,11 +1,15 @@
 import { type Logger, type Store, type StoreHealth, SwitchboardError, silentLogger } from "@switchboard/core";
 import pg from "pg";
 import { z } from "zod";
+import { createAuditLog } from "./audit";
 import { Db } from "./db";
 import { toStoreError } from "./errors";
+import { createMetaStore } from "./meta";
 import { migrate, quoteIdent, SCHEMA_VERSION } from "./migrations";
-import { createAuditStore, createMetaStore, createRunRegistry } from "./runs";
+import { createRunRegistry } from "./runs";
+import { KeyedSerializer } from "./serial";
 import { createSessionIndex } from "./sessions";
+import { createTaintRiseCommit } from "./taint-rise";
 import { createTranscriptStore } from "./transcripts";
 import { describeTarget, passwordOf, redactUrl } from "./url";
 
@@ -123,14 +127,25 @@ export async function openPostgresStore(input: PostgresStoreOptions): Promise<Po
 
   const schemaName = quoteIdent(options.schema);
   const q = (table: string) => `${schemaName}.${table}`;
+  // One instance applies its writes to a row in call order (see serial.ts); the taint-rise commit
+  // takes its place in the same queues.
+  const sessionOrder = new KeyedSerializer();
+  const transcriptOrder = new KeyedSerializer();
+  const audit = createAuditLog(db, q);
   return {
     schema: options.schema,
     migration,
-    sessions: createSessionIndex(db, q),
-    transcripts: createTranscriptStore(db, q, options.schema, options.maxEntryBytes),
+    sessions: createSessionIndex(db, q, sessionOrder),
+    transcripts: createTranscriptStore(db, q, options.schema, transcriptOrder, options.maxEntryBytes),
     runs: createRunRegistry(db, q),
-    audit: createAuditStore(db, q),
+    audit: audit.store,
     meta: createMetaStore(db, q),
+    commitTaintRise: createTaintRiseCommit(
+      db,
+      q,
+      { sessions: sessionOrder, transcripts: transcriptOrder, audit },
+      options.maxEntryBytes,
+    ),
     async health(): Promise<StoreHealth> {
       if (db.isClosed)
         return {

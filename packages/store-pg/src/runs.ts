@@ -1,20 +1,11 @@
 import {
-  type AuditRecord,
-  type AuditStore,
   checkIdempotencyKeyFree,
   checkPruneOptions,
   compileRunFilter,
-  type MetaStore,
-  normaliseAuditRead,
   type RunListQuery,
   type RunRecord,
   type RunRegistryStore,
-  SwitchboardError,
-  validateAuditBatch,
-  validateMetaName,
-  validateMetaValue,
   validateRunRecord,
-  validateTailLimit,
   type WriteOptions,
 } from "@switchboard/core";
 import type { Db } from "./db";
@@ -166,150 +157,6 @@ export function createRunRegistry(db: Db, q: (table: string) => string): RunRegi
         [options.endedBefore, [...(options.keep ?? [])], options.limit],
       );
       return toNumber(gone.rows[0]?.count);
-    },
-  };
-}
-
-interface PendingAppend {
-  records: readonly AuditRecord[];
-  resolve: () => void;
-  reject: (error: unknown) => void;
-}
-
-export function createAuditStore(db: Db, q: (table: string) => string): AuditStore {
-  const table = q("audit_records");
-  const records = (rows: { record: AuditRecord }[]) => rows.map((row) => row.record);
-  // Group commit: appends are taken in call order; those that arrive while one statement is in
-  // flight go together in the next one (each caller's batch is still checked on its own).
-  let queue: PendingAppend[] = [];
-  let flushing = false;
-
-  const flush = async (group: PendingAppend[]): Promise<void> => {
-    let last: number | undefined;
-    try {
-      const found = await db.read<{ idx: string | null }>(
-        "reading the audit log",
-        `SELECT max(idx) AS idx FROM ${table}`,
-      );
-      const idx = found.rows[0]?.idx;
-      last = idx === null || idx === undefined ? undefined : toNumber(idx);
-    } catch (error) {
-      for (const pending of group) pending.reject(error);
-      return;
-    }
-    const accepted: PendingAppend[] = [];
-    const combined: AuditRecord[] = [];
-    for (const pending of group) {
-      try {
-        const valid = validateAuditBatch(pending.records, last);
-        if (valid.length > 0) last = valid.at(-1)!.index;
-        combined.push(...valid);
-        accepted.push(pending);
-      } catch (error) {
-        pending.reject(error);
-      }
-    }
-    try {
-      // Records are never deleted, so a batch checked against the last index can only lose a race
-      // to another writer of the same index, which the primary key refuses.
-      if (combined.length > 0) {
-        await db.query(
-          "appending to the audit log",
-          `INSERT INTO ${table} (idx, record) SELECT * FROM unnest($1::bigint[], $2::json[])`,
-          [combined.map((record) => record.index), combined.map((record) => JSON.stringify(record))],
-        );
-      }
-      for (const pending of accepted) pending.resolve();
-    } catch (error) {
-      const refused = isUniqueViolation((error as { cause?: unknown }).cause)
-        ? new SwitchboardError(
-            "CONFLICT",
-            `records[0].index: ${combined[0]!.index} was written meanwhile by another writer; read the log's last record and retry`,
-            { details: { field: "records[0].index" } },
-          )
-        : error;
-      for (const pending of accepted) pending.reject(refused);
-    }
-  };
-
-  return {
-    append(batch) {
-      return new Promise<void>((resolve, reject) => {
-        queue.push({ records: batch, resolve, reject });
-        if (flushing) return;
-        flushing = true;
-        void (async () => {
-          while (queue.length > 0) {
-            const group = queue;
-            queue = [];
-            await flush(group);
-          }
-          flushing = false;
-        })();
-      });
-    },
-    async last() {
-      const found = await db.read<{ record: AuditRecord }>(
-        "reading the audit log",
-        `SELECT record FROM ${table} ORDER BY idx DESC LIMIT 1`,
-      );
-      return found.rows[0]?.record;
-    },
-    async read(options) {
-      const { after, limit } = normaliseAuditRead(options);
-      const values: number[] = [];
-      const where = after === undefined ? "" : `WHERE idx > $${values.push(after)}`;
-      const capped = limit === undefined ? "" : `LIMIT $${values.push(limit)}`;
-      const found = await db.read<{ record: AuditRecord }>(
-        "reading the audit log",
-        `SELECT record FROM ${table} ${where} ORDER BY idx ${capped}`,
-        values,
-      );
-      return records(found.rows);
-    },
-    async tail(limit) {
-      const count = validateTailLimit(limit);
-      if (count === 0) return [];
-      const found = await db.read<{ record: AuditRecord }>(
-        "reading the audit log",
-        `SELECT record FROM (SELECT idx, record FROM ${table} ORDER BY idx DESC LIMIT $1) t ORDER BY idx`,
-        [count],
-      );
-      return records(found.rows);
-    },
-    async count() {
-      // Indexes are consecutive (append refuses gaps), so the count is two index lookups.
-      const found = await db.read<{ count: string | null }>(
-        "counting the audit log",
-        `SELECT max(idx) - min(idx) + 1 AS count FROM ${table}`,
-      );
-      return toNumber(found.rows[0]?.count);
-    },
-  };
-}
-
-export function createMetaStore(db: Db, q: (table: string) => string): MetaStore {
-  const table = q("meta");
-  const inOrder = new KeyedSerializer();
-  return {
-    async get(name) {
-      const found = await db.read<{ value: string }>(
-        "reading meta",
-        `SELECT value FROM ${table} WHERE name = $1`,
-        [pgText(validateMetaName(name))],
-      );
-      return found.rows[0]?.value;
-    },
-    async set(name, value) {
-      const key = pgText(validateMetaName(name));
-      const stored = JSON.stringify(validateMetaValue(value));
-      await inOrder.run(key, () =>
-        db.query(
-          `writing meta ${key}`,
-          `INSERT INTO ${table} (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value`,
-          [key, stored],
-        ),
-      );
     },
   };
 }

@@ -15,7 +15,7 @@ import {
   type WriteOptions,
 } from "@switchboard/core";
 import type { Db } from "./db";
-import { KeyedSerializer } from "./serial";
+import type { KeyedSerializer } from "./serial";
 import { checkExpectedVersion, escapeLike, pgText, toNumber, versionConflict } from "./versions";
 
 /**
@@ -25,7 +25,7 @@ import { checkExpectedVersion, escapeLike, pgText, toNumber, versionConflict } f
 const NO_MAIN_KEY = "\u0000";
 
 /** The derived columns of a row, in the order of `COLUMNS`. */
-function columnValues(row: SessionEntry): unknown[] {
+export function sessionColumnValues(row: SessionEntry): unknown[] {
   return [
     row.key,
     row.sessionId,
@@ -128,9 +128,20 @@ function visibilityCondition(visibility: SessionVisibility, params: Params): str
 
 const ORDER = "ORDER BY updated_at DESC, key";
 
-export function createSessionIndex(db: Db, q: (table: string) => string): SessionIndexStore {
+/** Insert or replace a whole row (values: `sessionColumnValues`), returning its new version. */
+export function sessionUpsertSql(q: (table: string) => string): string {
+  const version = `nextval('${q("row_versions").replaceAll("'", "''")}')`;
+  return `INSERT INTO ${q("sessions")} (${COLUMNS.join(", ")}, version) VALUES (${PLACEHOLDERS}, ${version})
+    ON CONFLICT (key) DO UPDATE SET ${UPDATES}, version = ${version} RETURNING version`;
+}
+
+/** `inOrder` orders writes per key (shared with the taint-rise commit). */
+export function createSessionIndex(
+  db: Db,
+  q: (table: string) => string,
+  inOrder: KeyedSerializer,
+): SessionIndexStore {
   const table = q("sessions");
-  const inOrder = new KeyedSerializer();
   const versionOf = async (key: string): Promise<number> => {
     const found = await db.read<{ version: string }>(
       "reading a session's version",
@@ -191,7 +202,7 @@ export function createSessionIndex(db: Db, q: (table: string) => string): Sessio
   };
 
   async function writeRow(row: SessionEntry, expected: number | undefined): Promise<number> {
-    const values = columnValues(row);
+    const values = sessionColumnValues(row);
     const action = `writing session ${row.key}`;
     const version = `nextval('${q("row_versions").replaceAll("'", "''")}')`;
     if (expected === undefined) {

@@ -13,7 +13,7 @@ import {
   utf8ByteLength,
 } from "@switchboard/core";
 import type { Db } from "./db";
-import { KeyedSerializer } from "./serial";
+import type { KeyedSerializer } from "./serial";
 import { toNumber } from "./versions";
 
 /** Larger than any seq, for "no `before`". */
@@ -43,16 +43,50 @@ function withoutSeq(entry: TranscriptEntry): string {
   return JSON.stringify(rest);
 }
 
+/**
+ * Appends entries (values: sessionId, count, sizes, texts — see `appendValues`) in one statement,
+ * so one transaction: the counter on the transcript row is raised (its row lock orders concurrent
+ * appends, from any instance) and the entries are inserted with the seqs it hands out. A failed
+ * statement leaves no gap: the counter rolls back with it. No row comes back when there is no live
+ * transcript.
+ */
+export function appendSql(q: (table: string) => string): string {
+  return `WITH bump AS (
+      UPDATE ${q("transcripts")} SET last_seq = last_seq + $2::bigint
+      WHERE session_id = $1 AND archived_at IS NULL
+      RETURNING id, last_seq - $2::bigint AS base
+    )
+    INSERT INTO ${q("transcript_entries")} (transcript_id, seq, bytes, entry)
+    SELECT bump.id, bump.base + u.ord, u.bytes, u.entry
+    FROM bump, unnest($3::int[], $4::json[]) WITH ORDINALITY AS u(bytes, entry, ord)
+    RETURNING seq`;
+}
+
+/** The parameters of `appendSql` for entries prepared by core (their seqs are replaced). */
+export function appendValues(sessionId: string, entries: readonly TranscriptEntry[]): unknown[] {
+  const texts = entries.map(withoutSeq);
+  return [sessionId, texts.length, texts.map(utf8ByteLength), texts];
+}
+
+/** The appended entries with the seqs the database gave them. */
+export function withAssignedSeqs(
+  entries: readonly TranscriptEntry[],
+  seqs: readonly { seq: string }[],
+): TranscriptEntry[] {
+  const base = Math.min(...seqs.map((row) => toNumber(row.seq))) - 1;
+  return entries.map((entry, index) => ({ ...entry, seq: base + index + 1 }));
+}
+
+/** `inOrder` orders writes per sessionId (shared with the taint-rise commit). */
 export function createTranscriptStore(
   db: Db,
   q: (table: string) => string,
   schema: string,
+  inOrder: KeyedSerializer,
   maxEntryBytes = DEFAULT_MAX_ENTRY_BYTES,
 ): TranscriptStore {
   const transcripts = q("transcripts");
   const entriesTable = q("transcript_entries");
-  // Per sessionId: appends get seqs in call order, and create/archive/remove apply in call order.
-  const inOrder = new KeyedSerializer();
 
   /** The live transcript's id and last seq; NOT_FOUND when there is none. */
   const live = async (id: string, action: string): Promise<{ id: string; lastSeq: number }> => {
@@ -155,30 +189,12 @@ export function createTranscriptStore(
         await live(id, action);
         return [];
       }
-      const texts = prepared.entries.map(withoutSeq);
-      const sizes = texts.map(utf8ByteLength);
-      // One statement, so one transaction: the counter on the transcript row is raised (its row
-      // lock orders concurrent appends, from any instance) and the entries are inserted with the
-      // seqs it hands out. A failed statement leaves no gap: the counter rolls back with it.
       const inserted = await inOrder.run(id, () =>
-        db.query<{ seq: string }>(
-          action,
-          `WITH bump AS (
-           UPDATE ${transcripts} SET last_seq = last_seq + $2::bigint
-           WHERE session_id = $1 AND archived_at IS NULL
-           RETURNING id, last_seq - $2::bigint AS base
-         )
-         INSERT INTO ${entriesTable} (transcript_id, seq, bytes, entry)
-         SELECT bump.id, bump.base + u.ord, u.bytes, u.entry
-         FROM bump, unnest($3::int[], $4::json[]) WITH ORDINALITY AS u(bytes, entry, ord)
-         RETURNING seq`,
-          [id, texts.length, sizes, texts],
-        ),
+        db.query<{ seq: string }>(action, appendSql(q), appendValues(id, prepared.entries)),
       );
       if (inserted.rows.length === 0)
         throw new SwitchboardError("NOT_FOUND", `no transcript for sessionId ${id}`);
-      const base = Math.min(...inserted.rows.map((row) => toNumber(row.seq))) - 1;
-      return prepared.entries.map((entry, index) => ({ ...entry, seq: base + index + 1 }));
+      return withAssignedSeqs(prepared.entries, inserted.rows);
     },
 
     async read(sessionId, options): Promise<TranscriptReadResult> {
