@@ -1,7 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { resolve } from "node:path";
 import { type Config, EVENT_NAMES, methodsForRole, parseConfig, type Store } from "@switchboard/core";
-import { openFileStore } from "@switchboard/store-fs";
 import { createToolExecutor } from "@switchboard/tools";
 import pino, { type Logger } from "pino";
 import { Access } from "./access";
@@ -30,6 +29,7 @@ import { RunScheduler } from "./run-scheduler";
 import { SessionToolsBackend } from "./session-tools-backend";
 import { SessionsService } from "./sessions-service";
 import { StoreHealthMonitor } from "./store-health-monitor";
+import { openConfiguredStore } from "./store-open";
 import { createTelemetry, type Telemetry, type TelemetryOptions } from "./telemetry/telemetry";
 import { ToolCalls } from "./tool-calls";
 import { ToolCatalog } from "./tool-catalog";
@@ -47,7 +47,7 @@ export interface GatewayOptions {
   logger?: Logger;
   /** Use this store instead of opening the file store (tests); the gateway then does not close it. */
   store?: Store;
-  /** `fsync` mode of the file store (tests may pass "none"). */
+  /** `fsync` mode of the file store (tests may pass "none"; no effect on a postgres store). */
   fsync?: "always" | "none";
   handshakeTimeoutMs?: number;
   /** Where the operator token and audit key come from (default: files in the data dir). */
@@ -152,13 +152,10 @@ export class Gateway {
     const telemetry = createTelemetry(config, options.telemetry);
     const opened =
       options.store ??
-      (await openFileStore({
+      (await openConfiguredStore(config, {
         dataDir,
-        logger: log.child({ component: "store" }),
-        // Every transcript the gateway writes belongs to a row; one without is what a kill in the
-        // middle of a reset or delete left behind, so it is archived as the interrupted step would have.
-        archiveOrphanTranscripts: true,
-        ...(options.fsync ? { fsyncMode: options.fsync } : {}),
+        logger: log,
+        ...(options.fsync ? { fsync: options.fsync } : {}),
       }));
     // Writes are timed at this boundary, so every store backend reports the same metrics.
     const store = telemetry.metrics ? telemetry.metrics.instrumentStore(opened) : opened;

@@ -2,6 +2,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type ConfigInput, createMemoryStore, parseConfig, type Store } from "@switchboard/core";
+import { dropTestSchema, testPgUrl, testSchemaName } from "@switchboard/store-pg/testing";
 import { Gateway } from "../gateway";
 import { type EventFrame, TestPeer } from "./test-peer";
 
@@ -75,10 +76,16 @@ export interface TestGateway {
 
 export async function startTestGateway(
   config: ConfigInput = {},
-  options: { handshakeTimeoutMs?: number; store?: "memory" | "file" } = {},
+  options: { handshakeTimeoutMs?: number; store?: "memory" | "file" | "postgres" } = {},
 ): Promise<TestGateway> {
   const dataDir = await mkdtemp(join(tmpdir(), "switchboard-gw-"));
-  const parsed = parseConfig({ ...config, gateway: { port: 0, ...(config.gateway ?? {}) } });
+  // postgres: a schema of its own on the test server (SWITCHBOARD_TEST_PG_URL), dropped at close.
+  const schema = options.store === "postgres" ? testSchemaName("sbgw") : undefined;
+  const parsed = parseConfig({
+    ...config,
+    gateway: { port: 0, ...(config.gateway ?? {}) },
+    ...(schema ? { store: { kind: "postgres", url: testPgUrl(), schema, pool: { max: 4 } } } : {}),
+  });
   const peers: TestPeer[] = [];
   // The memory store survives a `restart()` because the same instance is handed to the new gateway.
   const memory: Store | undefined = (options.store ?? "file") === "memory" ? createMemoryStore() : undefined;
@@ -114,6 +121,7 @@ export async function startTestGateway(
       for (const peer of peers) peer.close();
       await harness.gateway.close();
       await rm(dataDir, { recursive: true, force: true });
+      if (schema) await dropTestSchema(schema);
     },
   };
   return harness;
