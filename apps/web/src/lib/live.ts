@@ -1,0 +1,240 @@
+import { signal } from "@preact/signals";
+import type { SwitchboardClient } from "@switchboard/client";
+import type { Edge, HistoryMessage } from "./format";
+
+/**
+ * What the page learns from the event stream (and one probe at sign-in): runs with their timelines,
+ * blocked calls, who talks to whom. The protocol has no "list runs" method, so runs that started
+ * before the page opened come from `sessions.status` of the recently active sessions.
+ */
+
+export interface RunEvent {
+  at: number;
+  text: string;
+}
+
+export interface RunInfo {
+  runId: string;
+  sessionKey: string;
+  agentId: string;
+  lane: string;
+  startedAt: number;
+  endedAt?: number;
+  status: "running" | "ok" | "error" | "timeout";
+  error?: string;
+  reply?: string;
+  timeline: RunEvent[];
+  /** Tool calls made and not answered yet, by id: a pending `sessions_send` means "waiting". */
+  pendingTools: Map<string, string>;
+}
+
+export interface BlockedCall {
+  at: number;
+  hook: string;
+  ruleId: string | null;
+  message: string;
+  sessionKey?: string | undefined;
+  target?: string | undefined;
+}
+
+export const runs = new Map<string, RunInfo>();
+/** Bumped on every change of `runs`, `edges` or `queued`, so views re-render. */
+export const liveRevision = signal(0);
+export const blocked = signal<BlockedCall[]>([]);
+export const edges: Edge[] = [];
+/** Runs queued behind a session's lanes (from `sessions.status` at sign-in). */
+export const queued = new Map<string, number>();
+export const probed = signal(false);
+
+const KEEP_ENDED_RUNS = 500;
+const ENRICH_AT_ONCE = 8;
+let enriching = 0;
+let bumpScheduled = false;
+
+function bump(): void {
+  if (bumpScheduled) return;
+  bumpScheduled = true;
+  // Coalesce bursts of events into one render.
+  setTimeout(() => {
+    bumpScheduled = false;
+    liveRevision.value += 1;
+  }, 50);
+}
+
+function trimEnded(): void {
+  if (runs.size <= KEEP_ENDED_RUNS) return;
+  for (const [id, run] of runs) {
+    if (runs.size <= KEEP_ENDED_RUNS) break;
+    if (run.status !== "running") runs.delete(id);
+  }
+}
+
+export function isWaiting(run: RunInfo): boolean {
+  return run.status === "running" && [...run.pendingTools.values()].includes("sessions_send");
+}
+
+function addEdge(edge: Edge): void {
+  if (!edges.some((e) => e.from === edge.from && e.to === edge.to && e.kind === edge.kind)) edges.push(edge);
+}
+
+/** Who started this session's run: a send from another session (provenance) or a spawn (parent). */
+async function enrich(api: SwitchboardClient, sessionKey: string): Promise<void> {
+  if (enriching >= ENRICH_AT_ONCE) return;
+  enriching += 1;
+  try {
+    const [history, status] = await Promise.all([
+      api.sessions.history({ sessionKey, limit: 3 }),
+      api.sessions.status({ sessionKey }),
+    ]);
+    const input = [...(history.messages as HistoryMessage[])].reverse().find((m) => m.provenance);
+    if (input?.provenance?.kind === "agent") {
+      addEdge({ from: input.provenance.fromSessionKey, to: sessionKey, kind: "send" });
+    }
+    if (status.spawnedBy) addEdge({ from: status.spawnedBy, to: sessionKey, kind: "spawn" });
+    bump();
+  } catch {
+    // A session deleted meanwhile, or not readable: the topology just lacks that edge.
+  } finally {
+    enriching -= 1;
+  }
+}
+
+export function reset(): void {
+  runs.clear();
+  edges.length = 0;
+  queued.clear();
+  blocked.value = [];
+  probed.value = false;
+}
+
+/** Subscribes to every event (operator) and seeds the runs in progress. Returns the unsubscribe. */
+export async function startLive(api: SwitchboardClient): Promise<() => void> {
+  reset();
+  const offs = [
+    api.on("run.started", (event) => {
+      const p = event.payload;
+      runs.set(p.runId, {
+        runId: p.runId,
+        sessionKey: p.sessionKey,
+        agentId: p.agentId,
+        lane: p.lane,
+        startedAt: p.startedAt,
+        status: "running",
+        timeline: [{ at: p.startedAt, text: `started on lane ${p.lane} (agent ${p.agentId})` }],
+        pendingTools: new Map(),
+      });
+      const waiting = queued.get(p.sessionKey);
+      if (waiting) queued.set(p.sessionKey, waiting - 1);
+      trimEnded();
+      void enrich(api, p.sessionKey);
+      bump();
+    }),
+    api.on("run.progress", (event) => {
+      const p = event.payload;
+      const run = runs.get(p.runId);
+      if (!run || p.kind === "text-delta") return;
+      if (p.kind === "tool-call") {
+        run.pendingTools.set(p.toolCallId ?? p.name ?? "?", p.name ?? "?");
+        run.timeline.push({ at: Date.now(), text: `tool call ${p.name ?? "?"}` });
+      } else {
+        run.pendingTools.delete(p.toolCallId ?? p.name ?? "?");
+        run.timeline.push({ at: Date.now(), text: `tool result ${p.name ?? "?"}` });
+      }
+      bump();
+    }),
+    api.on("run.ended", (event) => {
+      const p = event.payload;
+      const run = runs.get(p.runId);
+      const at = Date.now();
+      const ended: RunInfo = run ?? {
+        runId: p.runId,
+        sessionKey: p.sessionKey,
+        agentId: "?",
+        lane: "?",
+        startedAt: at,
+        status: "running",
+        timeline: [],
+        pendingTools: new Map(),
+      };
+      ended.status = p.status;
+      ended.endedAt = at;
+      ended.pendingTools.clear();
+      if (p.error !== undefined) ended.error = p.error;
+      if (p.reply !== undefined) ended.reply = p.reply;
+      ended.timeline.push({
+        at,
+        text: p.status === "ok" ? "ended ok" : `ended ${p.status}: ${p.error ?? ""}`,
+      });
+      runs.set(p.runId, ended);
+      bump();
+    }),
+    api.on("policy.blocked", (event) => {
+      blocked.value = [{ at: Date.now(), ...event.payload }, ...blocked.value].slice(0, 200);
+    }),
+  ];
+  await api.subscribe({});
+  void probe(api);
+  return () => {
+    for (const off of offs) off();
+  };
+}
+
+/** Runs that were already in progress when the page opened, and the last hour's blocked calls. */
+async function probe(api: SwitchboardClient): Promise<void> {
+  try {
+    const hourAgo = Date.now() - 3_600_000;
+    const [list, audit] = await Promise.all([
+      api.sessions.list({ activeMinutes: 60, limit: 50 }),
+      api.audit.tail({ limit: 500 }),
+    ]);
+    const statuses = await Promise.all(
+      list.sessions.map((row) => api.sessions.status({ sessionKey: row.key }).catch(() => undefined)),
+    );
+    for (const status of statuses) {
+      if (!status) continue;
+      if (status.queuedRuns) queued.set(status.sessionKey, status.queuedRuns);
+      if (status.spawnedBy && status.activeRun)
+        addEdge({ from: status.spawnedBy, to: status.sessionKey, kind: "spawn" });
+      const active = status.activeRun;
+      if (!active || runs.has(active.runId)) continue;
+      runs.set(active.runId, {
+        runId: active.runId,
+        sessionKey: status.sessionKey,
+        agentId: status.agentId,
+        lane: active.lane,
+        startedAt: active.startedAt,
+        status: "running",
+        timeline: [
+          { at: active.startedAt, text: `started on lane ${active.lane} (before this page opened)` },
+        ],
+        pendingTools: new Map(),
+      });
+      void enrich(api, status.sessionKey);
+    }
+    const earlier: BlockedCall[] = [];
+    for (const entry of audit.entries) {
+      if (entry.kind !== "policy.blocked" || typeof entry.at !== "number" || entry.at < hourAgo) continue;
+      const data = (entry.data ?? {}) as Record<string, unknown>;
+      earlier.push({
+        at: entry.at,
+        hook: String(data.hook ?? ""),
+        ruleId: typeof data.ruleId === "string" ? data.ruleId : null,
+        message: String(data.message ?? ""),
+        sessionKey: typeof entry.sessionKey === "string" ? entry.sessionKey : undefined,
+        target: typeof data.target === "string" ? data.target : undefined,
+      });
+    }
+    earlier.sort((a, b) => b.at - a.at);
+    // Events that arrived during the probe are newer than anything in the audit tail.
+    const seen = new Set(blocked.value.map((b) => `${b.message}\u0000${b.sessionKey}`));
+    blocked.value = [
+      ...blocked.value,
+      ...earlier.filter((b) => !seen.has(`${b.message}\u0000${b.sessionKey}`)),
+    ];
+  } catch {
+    // The overview then shows only what happens from now on.
+  } finally {
+    probed.value = true;
+    bump();
+  }
+}
