@@ -2,6 +2,7 @@ import { isAbsolute, relative, resolve, sep } from "node:path";
 import { startAgentWorker } from "@switchboard/agent";
 import { type LoadedConfig, resolveDataDir } from "@switchboard/config-loader";
 import { type Config, defaultConfig } from "@switchboard/core";
+import { redactUrl } from "@switchboard/store-pg";
 import type { Logger } from "pino";
 import { dataDirProblem } from "../data-dir-secrets";
 import { Gateway } from "../gateway";
@@ -41,8 +42,41 @@ export const SERVER_OPTIONS: OptionSpecs = {
     value: "HOST",
     description: "address to listen on; default gateway.host (127.0.0.1)",
   },
+  store: {
+    type: "string",
+    value: "STORE",
+    description:
+      "fs (files in the data dir) or a postgres:// URL (schema and pool from the config); default store of the config",
+  },
   ...LOG_OPTION,
 };
+
+/** `--store`: `fs`, or a PostgreSQL URL that replaces the config's (its schema and pool are kept). */
+function storeFromFlag(spec: CommandSpec, value: string, current: Config["store"]): Config["store"] {
+  if (value === "fs") return { kind: "fs" };
+  if (/^postgres(ql)?:\/\//.test(value)) {
+    return {
+      kind: "postgres",
+      url: value,
+      schema: current.kind === "postgres" ? current.schema : "switchboard",
+      pool: current.kind === "postgres" ? current.pool : { max: 10 },
+    };
+  }
+  // The value may be a URL with a password in it: never echo it whole.
+  throw new UsageError(
+    `--store: must be fs or a postgres:// URL (got ${JSON.stringify(redactUrl(value))})`,
+    usageLine(spec),
+    spec.name,
+  );
+}
+
+/** Where the gateway keeps its data, for the start-up summary (never the password). */
+function describeStore(config: Config): string {
+  const store = config.store;
+  if (store.kind === "fs") return "files in the data dir";
+  const where = store.url !== undefined ? redactUrl(store.url) : `$${store.urlEnv}`;
+  return `PostgreSQL ${where}, schema ${store.schema}`;
+}
 
 export function appLogger(spec: CommandSpec, values: OptionValues, config: Config): Logger {
   const level = stringOption(values, "log-level") ?? config.logging.level;
@@ -101,7 +135,7 @@ interface ServerSetup {
   logger: Logger;
 }
 
-/** Config with the command line's `--port`, `--host` and `--data-dir` applied. */
+/** Config with the command line's `--port`, `--host`, `--store` and `--data-dir` applied. */
 export async function serverSetup(spec: CommandSpec, values: OptionValues): Promise<ServerSetup> {
   const loaded = await loadCliConfig(stringOption(values, "config"));
   const port = numberOption(spec, values, "port", { min: 0, max: 65535, integer: true });
@@ -109,6 +143,8 @@ export async function serverSetup(spec: CommandSpec, values: OptionValues): Prom
   const config: Config = structuredClone(loaded.config);
   if (port !== undefined) config.gateway.port = port;
   if (host !== undefined) config.gateway.host = host;
+  const store = stringOption(values, "store");
+  if (store !== undefined) config.store = storeFromFlag(spec, store, config.store);
   const dataDir = resolveDataDir(config, stringOption(values, "data-dir"));
   config.gateway.dataDir = dataDir;
   return { loaded, config, dataDir, logger: appLogger(spec, values, config) };
@@ -200,6 +236,7 @@ export async function runServer(
         port: gateway.port,
         operatorToken: gateway.operatorToken,
         dataDir: setup.dataDir,
+        store: describeStore(setup.config),
         config: setup.loaded.path ?? null,
         agents: worker ? agents : [],
         ...(workerCommand ? { workerCommand } : {}),
@@ -211,6 +248,7 @@ export async function runServer(
       ["URL", url],
       ["Operator token", gateway.operatorToken],
       ["Data dir", setup.dataDir],
+      ["Store", describeStore(setup.config)],
       ["Config", setup.loaded.path ?? "(built-in defaults)"],
       [
         "Agents",

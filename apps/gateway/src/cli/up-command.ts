@@ -6,7 +6,7 @@ const spec: CommandSpec = {
   name: "up",
   brief: "gateway + reference agents in one process (what `pnpm start` runs)",
   summary:
-    "Starts the gateway and the reference agent workers for every configured agent in one process, on the embedded file store. Prints the URL, the operator token and a command to try; runs until Ctrl-C.",
+    "Starts the gateway and the reference agent workers for every configured agent in one process, on the embedded file store (or PostgreSQL: --store postgres://…, or store in the config). Prints the URL, the operator token and a command to try; runs until Ctrl-C.",
   positionals: { min: 0, max: 0 },
   options: {
     ...SERVER_OPTIONS,
