@@ -96,6 +96,11 @@ describe.skipIf(!CLI_BUILT)("switchboard CLI against `switchboard up`", { timeou
     expect(token).toMatch(/^sb_op_/);
     expect((await readFile(join(dataDir, "operator-token"), "utf8")).trim()).toBe(token);
     expect(up.stdout).toMatch(/Agents\s+main \(scripted\), research \(scripted\)/);
+    // One click opens the web UI signed in: the token rides in the fragment, never sent to the server.
+    const port = new URL(url).port;
+    expect(up.stdout).toContain(
+      `Web UI          http://127.0.0.1:${port}/ui/#token=${encodeURIComponent(token)}`,
+    );
     expect(example).toContain('send main "ping" --wait 10');
     expect(example).toContain(`--url ${url}`);
     // Run the example exactly as a user would paste it, from the directory `up` was started in.

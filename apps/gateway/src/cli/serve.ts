@@ -225,6 +225,11 @@ export async function runServer(
         ...(setup.loaded.path ? ["--config", shownPath(setup.loaded.path)] : []),
         ...target,
       ].join(" ");
+  // The token rides in the fragment, which browsers never send to the server; the UI moves it to
+  // sessionStorage and clears it from the address bar.
+  const uiUrl = setup.config.ui.enabled
+    ? `${url.replace(/^ws/, "http")}/ui/#token=${encodeURIComponent(gateway.operatorToken)}`
+    : undefined;
   const agents = setup.config.agents.list.map((agent) => ({
     id: agent.id,
     provider: agent.model?.provider ?? "scripted",
@@ -233,6 +238,7 @@ export async function runServer(
     io.out(
       JSON.stringify({
         url,
+        ...(uiUrl ? { uiUrl } : {}),
         port: gateway.port,
         operatorToken: gateway.operatorToken,
         dataDir: setup.dataDir,
@@ -246,6 +252,7 @@ export async function runServer(
   } else {
     const rows: Array<[string, string]> = [
       ["URL", url],
+      ...(uiUrl ? ([["Web UI", uiUrl]] as Array<[string, string]>) : []),
       ["Operator token", gateway.operatorToken],
       ["Data dir", setup.dataDir],
       ["Store", describeStore(setup.config)],
