@@ -1,3 +1,5 @@
+export * from "./coordination";
+export { checkPostgresStore, type PostgresCheck, type PostgresIssue } from "./doctor";
 export { connectionFault } from "./errors";
 export { MIGRATIONS, SCHEMA_VERSION } from "./migrations";
 export {

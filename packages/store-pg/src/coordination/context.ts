@@ -1,0 +1,135 @@
+import { randomUUID } from "node:crypto";
+import { type Logger, SwitchboardError, silentLogger } from "@switchboard/core";
+import pg from "pg";
+import { z } from "zod";
+import { Db } from "../db";
+import { toStoreError } from "../errors";
+import { quoteIdent } from "../migrations";
+import { describeTarget, passwordOf } from "../url";
+import { ensureCoordinationSchema } from "./schema";
+
+export const CoordinationOptionsSchema = z.strictObject({
+  /** `postgres://user:password@host:port/database`; the password never appears in logs or errors. */
+  url: z
+    .string({ error: "must be a postgres:// URL" })
+    .regex(/^postgres(ql)?:\/\//, { error: "must start with postgres:// or postgresql://" }),
+  /** The store's schema: the coordination tables live beside the store's. */
+  schema: z
+    .string({ error: "must be a schema name" })
+    .regex(/^[a-z_][a-z0-9_]{0,62}$/, {
+      error: "must be a schema name: lower-case letters, digits and _, at most 63 characters",
+    })
+    .default("switchboard"),
+  /** This gateway instance, as other instances name it (e.g. in a lost run's error). Default: a UUID. */
+  instanceId: z
+    .string({ error: "must be a string" })
+    .min(1, { error: "must not be empty" })
+    .max(200, { error: "must be at most 200 characters" })
+    .optional(),
+  pool: z
+    .strictObject({ max: z.number().int().min(1, { error: "must be at least 1" }).max(1000).default(4) })
+    .prefault({}),
+  connectTimeoutMs: z.number().int().positive().default(5000),
+  statementTimeoutMs: z.number().int().positive().default(30_000),
+  applicationName: z.string().min(1).max(63).default("switchboard-cluster"),
+  logger: z.custom<Logger>((value) => typeof value === "object" && value !== null).optional(),
+});
+export type CoordinationOptions = z.input<typeof CoordinationOptionsSchema>;
+
+/**
+ * What every coordination component of one gateway instance shares: a pool of its own (so the
+ * store's request traffic never starves a lease renewal), the store's error rules (`Db`: connection
+ * loss is `UNAVAILABLE`), schema-qualified names and the instance's id.
+ */
+export interface Coordination {
+  readonly db: Db;
+  readonly schema: string;
+  readonly instanceId: string;
+  readonly logger: Logger;
+  /** `"schema".table` */
+  q(table: string): string;
+  /** A fresh dedicated connection (LISTEN, session advisory locks); the caller ends it. */
+  connect(purpose: string): Promise<pg.Client>;
+  /** Wraps a driver error like every other failure (UNAVAILABLE on connection loss). */
+  fail(error: unknown, action: string): SwitchboardError;
+  close(): Promise<void>;
+}
+
+function invalidOptions(error: z.ZodError): SwitchboardError {
+  const lines = error.issues.map((issue) => `${["cluster", ...issue.path].join(".")}: ${issue.message}`);
+  return new SwitchboardError("INVALID_REQUEST", lines.join("; "), {
+    details: { field: ["cluster", ...(error.issues[0]?.path ?? [])].join(".") },
+  });
+}
+
+/**
+ * Opens the coordination layer of one gateway instance on the store's schema, creating the
+ * coordination tables if missing (under the same advisory lock as the store's migrations).
+ */
+export async function openCoordination(input: CoordinationOptions): Promise<Coordination> {
+  const parsed = CoordinationOptionsSchema.safeParse(input);
+  if (!parsed.success) throw invalidOptions(parsed.error);
+  const options = parsed.data;
+  const instanceId = options.instanceId ?? randomUUID();
+  const logger = (options.logger ?? silentLogger).child({ component: "cluster", instanceId });
+  const target = describeTarget(options.url);
+  const where = { target, password: passwordOf(options.url) };
+  const clientConfig = {
+    connectionString: options.url,
+    connectionTimeoutMillis: options.connectTimeoutMs,
+    keepAlive: true,
+    application_name: options.applicationName,
+  };
+  const pool = new pg.Pool({
+    ...clientConfig,
+    max: options.pool.max,
+    statement_timeout: options.statementTimeoutMs,
+    query_timeout: options.statementTimeoutMs + 5_000,
+    idleTimeoutMillis: 30_000,
+  });
+  pool.on("error", (error) => {
+    logger.warn(
+      { target, error: toStoreError(error, { ...where, action: "while idle" }).message },
+      "PostgreSQL connection lost",
+    );
+  });
+  const db = new Db(pool, where, logger);
+  const schemaName = quoteIdent(options.schema);
+  const q = (table: string) => `${schemaName}.${table}`;
+  const fail = (error: unknown, action: string) => toStoreError(error, { ...where, action });
+  const connect = async (purpose: string): Promise<pg.Client> => {
+    const client = new pg.Client(clientConfig);
+    // Errors of a dedicated connection are reported by its owner's `end`/`error` handling.
+    client.on("error", () => undefined);
+    try {
+      await client.connect();
+      return client;
+    } catch (error) {
+      await client.end().catch(() => undefined);
+      throw fail(error, `connecting (${purpose})`);
+    }
+  };
+  try {
+    const client = await connect("creating the coordination tables");
+    try {
+      await ensureCoordinationSchema(client, options.schema, q);
+    } catch (error) {
+      throw fail(error, `creating the coordination tables in schema ${options.schema}`);
+    } finally {
+      await client.end().catch(() => undefined);
+    }
+  } catch (error) {
+    await pool.end().catch(() => undefined);
+    throw error;
+  }
+  return {
+    db,
+    schema: options.schema,
+    instanceId,
+    logger,
+    q,
+    connect,
+    fail,
+    close: () => db.close(),
+  };
+}

@@ -1,0 +1,178 @@
+import { SwitchboardError } from "@switchboard/core";
+import type pg from "pg";
+import { quoteIdent } from "../migrations";
+
+/**
+ * The coordination tables, numbered like the store's migrations and never edited once released.
+ * They are kept apart from the store's list (`../migrations.ts`) so that the store stays usable
+ * without a cluster; both share the schema and the migration advisory lock.
+ */
+interface CoordinationMigration {
+  version: number;
+  name: string;
+  statements: (q: (table: string) => string) => string[];
+}
+
+export const COORDINATION_MIGRATIONS: readonly CoordinationMigration[] = [
+  {
+    version: 1,
+    name: "events, run claims, cluster secrets, waits, call budget, audit chains, leases",
+    statements: (q) => [
+      // Values created once per schema: the cluster epoch, the operator token, the audit key.
+      `CREATE TABLE ${q("cluster_meta")} (name text COLLATE "C" PRIMARY KEY, value text NOT NULL)`,
+
+      // Every instance's events in one order. `seq` comes from a sequence, but only under a
+      // transaction-level advisory lock held until commit (see event-log.ts), so seq order is
+      // commit order and a reader never sees a later seq before an earlier one.
+      `CREATE SEQUENCE ${q("event_seq")}`,
+      `CREATE TABLE ${q("events")} (
+        seq bigint PRIMARY KEY,
+        at timestamptz NOT NULL DEFAULT now(),
+        instance_id text NOT NULL,
+        event text NOT NULL,
+        payload json NOT NULL,
+        session_key text,
+        agent_id text,
+        connection_id text,
+        direct boolean NOT NULL DEFAULT false
+      )`,
+
+      // Instances alive: each renews its row; an expired row is a dead instance.
+      `CREATE TABLE ${q("cluster_instances")} (
+        instance_id text COLLATE "C" PRIMARY KEY,
+        started_at timestamptz NOT NULL DEFAULT now(),
+        lease_until timestamptz NOT NULL
+      )`,
+
+      // Runs waiting in their lane (FIFO by position; a handed-back run gets a position below all).
+      `CREATE SEQUENCE ${q("run_queue_position")}`,
+      `CREATE TABLE ${q("run_queue")} (
+        run_id text COLLATE "C" PRIMARY KEY,
+        lane_key text COLLATE "C" NOT NULL,
+        agent_id text COLLATE "C" NOT NULL,
+        position bigint NOT NULL,
+        attempts integer NOT NULL DEFAULT 0,
+        enqueued_at timestamptz NOT NULL DEFAULT now()
+      )`,
+      `CREATE INDEX run_queue_lane ON ${q("run_queue")} (lane_key, position)`,
+      `CREATE INDEX run_queue_agent ON ${q("run_queue")} (agent_id, position)`,
+      // The run holding each lane: the UNIQUE lane key is "one active run per lane, cluster-wide".
+      `CREATE TABLE ${q("run_claims")} (
+        run_id text COLLATE "C" PRIMARY KEY,
+        lane_key text COLLATE "C" NOT NULL CONSTRAINT run_claims_lane UNIQUE,
+        agent_id text COLLATE "C" NOT NULL,
+        instance_id text COLLATE "C" NOT NULL,
+        attempts integer NOT NULL,
+        claimed_at timestamptz NOT NULL DEFAULT now(),
+        lease_until timestamptz NOT NULL
+      )`,
+      `CREATE INDEX run_claims_lease ON ${q("run_claims")} (lease_until)`,
+      `CREATE INDEX run_claims_instance ON ${q("run_claims")} (instance_id)`,
+      // Runs of a lost instance that may not be retried: kept until the gateway has ended them.
+      `CREATE TABLE ${q("run_claim_failures")} (
+        run_id text COLLATE "C" PRIMARY KEY,
+        lane_key text COLLATE "C" NOT NULL,
+        agent_id text COLLATE "C" NOT NULL,
+        lost_instance text NOT NULL,
+        reason text NOT NULL,
+        at timestamptz NOT NULL DEFAULT now()
+      )`,
+
+      // Current agent-to-agent waits, each owned by an instance and kept alive by its lease.
+      `CREATE TABLE ${q("waits")} (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        waiter text COLLATE "C" NOT NULL,
+        target text COLLATE "C" NOT NULL,
+        instance_id text COLLATE "C" NOT NULL,
+        lease_until timestamptz NOT NULL
+      )`,
+      `CREATE INDEX waits_waiter ON ${q("waits")} (waiter)`,
+      `CREATE INDEX waits_instance ON ${q("waits")} (instance_id)`,
+
+      // Allowed sends/spawns, one row per call, pruned past the window.
+      `CREATE TABLE ${q("call_budget")} (
+        session_key text COLLATE "C" NOT NULL,
+        kind text NOT NULL,
+        at timestamptz NOT NULL DEFAULT clock_timestamp()
+      )`,
+      `CREATE INDEX call_budget_window ON ${q("call_budget")} (session_key, kind, at)`,
+      `CREATE INDEX call_budget_at ON ${q("call_budget")} (at)`,
+
+      // Audit: one hash chain per writer (chain id), and anchors recording every chain's head.
+      `CREATE TABLE ${q("audit_chains")} (
+        chain_id text COLLATE "C" PRIMARY KEY,
+        instance_id text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now()
+      )`,
+      `CREATE TABLE ${q("audit_chain_records")} (
+        chain_id text COLLATE "C" NOT NULL,
+        idx bigint NOT NULL,
+        record json NOT NULL,
+        PRIMARY KEY (chain_id, idx)
+      )`,
+      `CREATE TABLE ${q("audit_anchors")} (idx bigint PRIMARY KEY, record json NOT NULL)`,
+
+      // Named leases (the timer leader): holder, expiry, and a term that grows on every takeover.
+      `CREATE TABLE ${q("leases")} (
+        name text COLLATE "C" PRIMARY KEY,
+        holder text NOT NULL,
+        term bigint NOT NULL,
+        lease_until timestamptz NOT NULL
+      )`,
+    ],
+  },
+];
+
+export const COORDINATION_VERSION = COORDINATION_MIGRATIONS.at(-1)!.version;
+
+/** The store's migration lock (`migrations.ts`): coordination tables are created under it too. */
+const MIGRATION_LOCK_CLASS = 0x5357_4244;
+
+/** Creates or upgrades the coordination tables, one instance at a time. */
+export async function ensureCoordinationSchema(
+  client: pg.ClientBase,
+  schema: string,
+  q: (table: string) => string,
+): Promise<void> {
+  await client.query("SELECT pg_advisory_lock($1, hashtext($2))", [MIGRATION_LOCK_CLASS, schema]);
+  try {
+    await client.query(`CREATE SCHEMA IF NOT EXISTS ${quoteIdent(schema)}`);
+    await client.query(`CREATE TABLE IF NOT EXISTS ${q("coordination_migrations")} (
+      version integer PRIMARY KEY,
+      name text NOT NULL,
+      applied_at timestamptz NOT NULL DEFAULT now()
+    )`);
+    const found = await client.query<{ version: number }>(
+      `SELECT coalesce(max(version), 0)::int AS version FROM ${q("coordination_migrations")}`,
+    );
+    const from = found.rows[0]?.version ?? 0;
+    if (from > COORDINATION_VERSION) {
+      throw new SwitchboardError(
+        "UNAVAILABLE",
+        `coordination tables of PostgreSQL schema "${schema}" are at version ${from}, newer than this Switchboard supports (${COORDINATION_VERSION}); upgrade Switchboard or configure another schema`,
+        { details: { schema, version: from, supported: COORDINATION_VERSION } },
+      );
+    }
+    for (const migration of COORDINATION_MIGRATIONS) {
+      if (migration.version <= from) continue;
+      await client.query("BEGIN");
+      try {
+        for (const statement of migration.statements(q)) await client.query(statement);
+        if (migration.version === 1) {
+          // Above any seq a single-instance gateway handed out (its floor is the clock, too).
+          await client.query("SELECT setval($1::regclass, $2)", [q("event_seq"), Date.now()]);
+        }
+        await client.query(`INSERT INTO ${q("coordination_migrations")} (version, name) VALUES ($1, $2)`, [
+          migration.version,
+          migration.name,
+        ]);
+        await client.query("COMMIT");
+      } catch (error) {
+        await client.query("ROLLBACK").catch(() => undefined);
+        throw error;
+      }
+    }
+  } finally {
+    await client.query("SELECT pg_advisory_unlock($1, hashtext($2))", [MIGRATION_LOCK_CLASS, schema]);
+  }
+}
