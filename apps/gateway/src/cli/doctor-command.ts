@@ -4,6 +4,8 @@ import { loadScriptedRulesFile } from "@switchboard/agent";
 import { type LoadedConfig, loadConfig, resolveDataDir } from "@switchboard/config-loader";
 import { type Config, defaultConfig } from "@switchboard/core";
 import { checkDataDir, type DoctorIssue, type DoctorReport, repairDataDir } from "@switchboard/store-fs";
+import { checkPostgresStore, type PostgresCheck } from "@switchboard/store-pg";
+import { postgresUrl } from "../store-open";
 import { CONFIG_OPTIONS, type CommandSpec, JSON_OPTION, stringOption } from "./args";
 import { EXIT, errorMessage } from "./cli-errors";
 import type { Command } from "./command";
@@ -13,7 +15,7 @@ const spec: CommandSpec = {
   name: "doctor",
   brief: "check the config and the data dir (--repair fixes what it can)",
   summary:
-    "Checks the config (as `up` loads it, scripted rules files included) and the data dir without changing anything: store format, locks, torn, damaged or orphan files, the sessions index, transcripts, runs waiting on a transcript that is gone, secret file permissions. Every error names the file and the fix. Safe while the gateway runs. With --repair (gateway stopped) it fixes what it can and keeps every replaced file. Exit 1 when something is still broken.",
+    "Checks the config (as `up` loads it, scripted rules files included) and the data dir without changing anything: store format, locks, torn, damaged or orphan files, the sessions index, transcripts, runs waiting on a transcript that is gone, secret file permissions. Every error names the file and the fix. On a postgres store (store.kind "postgres") it checks the connection and the schema version instead of the store files. Safe while the gateway runs. With --repair (gateway stopped) it fixes what it can and keeps every replaced file. Exit 1 when something is still broken.",
   positionals: { min: 0, max: 0 },
   options: {
     ...JSON_OPTION,
@@ -100,6 +102,32 @@ async function loadConfigIssues(
   }
 }
 
+/** With `store.kind: "postgres"`: the connection and the schema (the data dir still holds the secrets). */
+async function postgresIssues(
+  config: Config | undefined,
+  env: NodeJS.ProcessEnv,
+): Promise<{ check?: PostgresCheck; issues: Issue[] }> {
+  const store = config?.store;
+  if (store?.kind !== "postgres") return { issues: [] };
+  let url: string;
+  try {
+    url = postgresUrl(store, env);
+  } catch (error) {
+    return {
+      issues: [
+        {
+          severity: "error",
+          code: "invalid-config",
+          message: errorMessage(error),
+          fix: `set ${store.urlEnv} to the postgres:// URL, or give store.url`,
+        },
+      ],
+    };
+  }
+  const check = await checkPostgresStore({ url, schema: store.schema });
+  return { check, issues: check.issues };
+}
+
 const SYMBOLS: Record<DoctorIssue["severity"], string> = { error: "✗", warning: "!", info: "·" };
 
 export const doctorCommand: Command = {
@@ -114,8 +142,12 @@ export const doctorCommand: Command = {
       env,
     );
     let actions: string[] = [];
-    let report: DoctorReport;
-    if (args.values.repair) {
+    let report: DoctorReport | undefined;
+    // On a postgres store the data dir holds only the secrets: the store is checked in the database.
+    const onPostgres = config.loaded?.config.store.kind === "postgres";
+    if (onPostgres) {
+      if (args.values.repair) actions = ["nothing to repair on a postgres store (the database keeps its own consistency)"];
+    } else if (args.values.repair) {
       try {
         const result = await withProgress(io, `repairing ${dataDir}`, () => repairDataDir(dataDir));
         actions = result.actions;
@@ -127,12 +159,19 @@ export const doctorCommand: Command = {
     } else {
       report = await withProgress(io, `checking ${dataDir}`, () => checkDataDir(dataDir));
     }
-    const issues: Issue[] = [...config.issues, ...report.issues, ...(await secretFileIssues(dataDir))];
+    const postgres = await postgresIssues(config.loaded?.config, env);
+    const issues: Issue[] = [
+      ...config.issues,
+      ...postgres.issues,
+      ...(report?.issues ?? []),
+      ...(await secretFileIssues(dataDir)),
+    ];
     const ok = !issues.some((issue) => issue.severity === "error");
     if (args.values.json) {
       printJson(io, {
         config: config.loaded?.path ?? configPath ?? null,
-        ...report,
+        ...(report ?? { dataDir }),
+        ...(postgres.check ? { postgres: postgres.check } : {}),
         ok,
         ...(args.values.repair ? { repaired: actions } : {}),
         issues,
@@ -143,12 +182,23 @@ export const doctorCommand: Command = {
       ? `${config.loaded.path ?? "(built-in defaults)"} — ${config.issues.length === 0 ? "valid" : "has errors"}`
       : `${configPath ?? env.SWITCHBOARD_CONFIG ?? "(built-in defaults)"} — invalid`;
     io.out(`config:    ${configState}`);
-    io.out(`data dir:  ${report.dataDir}`);
-    if (report.formatVersion !== undefined) io.out(`format:    version ${report.formatVersion}`);
-    const counts = report.counts;
-    io.out(
-      `contents:  ${counts.sessions} sessions, ${counts.runs} runs, ${counts.transcripts} transcripts (${counts.archivedTranscripts} archived), ${counts.pendingCommitEntries} pending commit entries`,
-    );
+    io.out(`data dir:  ${dataDir}`);
+    if (postgres.check) {
+      const { target, schema, version, supported, estimatedRows: rows } = postgres.check;
+      const state = version === undefined ? "not created yet" : `version ${version} (this build: ${supported})`;
+      io.out(`store:     PostgreSQL ${target}, schema ${schema} — ${state}`);
+      if (rows)
+        io.out(
+          `rows:      about ${rows.sessions} sessions, ${rows.transcriptEntries} transcript entries, ${rows.runs} runs, ${rows.auditRecords} audit records`,
+        );
+    }
+    if (report?.formatVersion !== undefined) io.out(`format:    version ${report.formatVersion}`);
+    if (report) {
+      const counts = report.counts;
+      io.out(
+        `contents:  ${counts.sessions} sessions, ${counts.runs} runs, ${counts.transcripts} transcripts (${counts.archivedTranscripts} archived), ${counts.pendingCommitEntries} pending commit entries`,
+      );
+    }
     for (const action of actions) io.out(`repaired:  ${action}`);
     if (args.values.repair && actions.length === 0) io.out("repaired:  nothing needed repair");
     if (issues.length === 0) io.out("no problems found");
