@@ -1,0 +1,161 @@
+import { createMemoryStore, parseConfig, type SessionEntry, type Store } from "@switchboard/core";
+import type { Logger } from "pino";
+import { describe, expect, it, vi } from "vitest";
+import { AuditService } from "./audit-service";
+import { EventBus } from "./event-bus";
+import { InProcessRecentMessages } from "./ports/recent-messages";
+import { InProcessSessionLocks } from "./ports/session-locks";
+import { SessionsService } from "./sessions-service";
+
+const KEY = "agent:main:cron:touch";
+
+/**
+ * A store whose session-row writes land only when released, as on a slow or networked store: a
+ * write that overtook another would show up as a lost update.
+ */
+function gatedRows(store: Store) {
+  const held: Array<() => Promise<void>> = [];
+  let failNext = false;
+  const rows = store.sessions;
+  const gated: Store = {
+    ...store,
+    sessions: Object.assign(Object.create(rows) as typeof rows, {
+      put: (entry: SessionEntry, options?: Parameters<typeof rows.put>[1]) => {
+        if (failNext) {
+          failNext = false;
+          return Promise.reject(new Error("disk full"));
+        }
+        const copy = structuredClone(entry);
+        return new Promise<number>((resolve, reject) => {
+          held.push(() => rows.put(copy, options).then(resolve, reject));
+        });
+      },
+    }),
+  };
+  return {
+    store: gated,
+    held: () => held.length,
+    /** Lands the oldest held row write. */
+    async releaseOne() {
+      await held.shift()?.();
+    },
+    failNextPut() {
+      failNext = true;
+    },
+  };
+}
+
+async function settle(): Promise<void> {
+  for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve));
+}
+
+async function service(store: Store) {
+  const bus = await EventBus.open(store.meta);
+  const audit = await AuditService.open(store.audit, store.meta, new Uint8Array(32).fill(7), bus);
+  const warn = vi.fn();
+  const log = { warn, error: vi.fn(), info: vi.fn(), debug: vi.fn() } as unknown as Logger;
+  const sessions = new SessionsService(
+    store,
+    parseConfig({}),
+    bus,
+    audit,
+    log,
+    new InProcessSessionLocks(),
+    new InProcessRecentMessages(),
+  );
+  return { sessions, warn };
+}
+
+const message = (text: string) => ({
+  type: "message" as const,
+  label: "PUBLIC" as const,
+  message: { role: "user" as const, content: [{ type: "text" as const, text }] },
+});
+
+describe("sessions: an append's row touch", () => {
+  it("answers once the entries are durable, without waiting for the row's touch", async () => {
+    const memory = createMemoryStore();
+    const gate = gatedRows(memory);
+    const { sessions } = await service(gate.store);
+    const ensured = sessions.ensure(KEY);
+    await settle();
+    await gate.releaseOne();
+    const { entry } = await ensured;
+
+    let answered = 0;
+    const first = sessions.append(KEY, [message("one")]).then(() => answered++);
+    const second = sessions.append(KEY, [message("two")]).then(() => answered++);
+    await Promise.all([first, second]);
+    // Both appends answered while no touch has landed yet.
+    expect(answered).toBe(2);
+    expect(gate.held()).toBe(1);
+    const history = await memory.transcripts.read(entry.sessionId, { limit: 10 });
+    expect(history.entries.map((item) => item.message?.content[0])).toMatchObject([
+      { text: "one" },
+      { text: "two" },
+    ]);
+    // The second touch is chained after the first, so the row ends at the newest one.
+    await gate.releaseOne();
+    await settle();
+    await gate.releaseOne();
+    await settle();
+    expect((await memory.sessions.get(KEY))!.updatedAt).toBeGreaterThanOrEqual(entry.updatedAt);
+  });
+
+  it("keeps later row writes after the touch, so a late touch never undoes them", async () => {
+    const memory = createMemoryStore();
+    const gate = gatedRows(memory);
+    const { sessions } = await service(gate.store);
+    const ensured = sessions.ensure(KEY);
+    await settle();
+    await gate.releaseOne();
+    await ensured;
+
+    await sessions.append(KEY, [message("hello")], (row) => ({ totalTokens: (row.totalTokens ?? 0) + 5 }));
+    await sessions.append(KEY, [message("again")], (row) => ({ totalTokens: (row.totalTokens ?? 0) + 7 }));
+    let updated = false;
+    const update = sessions
+      .update(KEY, (row) => ({ ...row, label: "renamed" }), "test")
+      .then(() => {
+        updated = true;
+      });
+    await settle();
+    // The update waits for both touches: it has not even issued its write.
+    expect(updated).toBe(false);
+    expect(gate.held()).toBe(1);
+    await gate.releaseOne();
+    await settle();
+    await gate.releaseOne();
+    await settle();
+    await gate.releaseOne();
+    await update;
+    const row = (await memory.sessions.get(KEY))!;
+    // Neither the label nor a token count was lost to a write landing out of order.
+    expect(row.label).toBe("renamed");
+    expect(row.totalTokens).toBe(12);
+  });
+
+  it("a failed touch is logged, the append still succeeds and the row stays writable", async () => {
+    const memory = createMemoryStore();
+    const { sessions, warn } = await service(memory);
+    await sessions.ensure(KEY);
+    const gate = gatedRows(memory);
+    const { sessions: failing, warn: failingWarn } = await service(gate.store);
+    gate.failNextPut();
+    const written = await failing.append(KEY, [message("kept")]);
+    expect(written).toHaveLength(1);
+    await settle();
+    expect(failingWarn).toHaveBeenCalledWith(
+      expect.objectContaining({ key: KEY }),
+      "could not record the session's last activity",
+    );
+    const entry = (await memory.sessions.get(KEY))!;
+    expect((await memory.transcripts.read(entry.sessionId, { limit: 10 })).entries).toHaveLength(1);
+    const update = failing.update(KEY, (row) => ({ ...row, label: "after" }), "test");
+    await settle();
+    await gate.releaseOne();
+    await update;
+    expect((await memory.sessions.get(KEY))!.label).toBe("after");
+    expect(warn).not.toHaveBeenCalled();
+  });
+});
