@@ -14,4 +14,12 @@ export {
   eventChannel,
   openClusterEventLog,
 } from "./event-log";
+export {
+  type ClusterMembership,
+  type LostRun,
+  type MembershipOptions,
+  openMembership,
+  type SweepResult,
+} from "./membership";
+export { type ClusterRunLanes, createRunOnce, openClusterRunLanes, type RunClaim } from "./run-lanes";
 export { COORDINATION_MIGRATIONS, COORDINATION_VERSION } from "./schema";

@@ -37,7 +37,9 @@ export const COORDINATION_MIGRATIONS: readonly CoordinationMigration[] = [
         direct boolean NOT NULL DEFAULT false
       )`,
 
-      // Instances alive: each renews its row; an expired row is a dead instance.
+      // Instances alive: each renews its row; an expired row is a dead instance. Run claims and
+      // waits name their instance and live exactly as long as its row (one renewal per instance,
+      // not one per claim).
       `CREATE TABLE ${q("cluster_instances")} (
         instance_id text COLLATE "C" PRIMARY KEY,
         started_at timestamptz NOT NULL DEFAULT now(),
@@ -63,10 +65,8 @@ export const COORDINATION_MIGRATIONS: readonly CoordinationMigration[] = [
         agent_id text COLLATE "C" NOT NULL,
         instance_id text COLLATE "C" NOT NULL,
         attempts integer NOT NULL,
-        claimed_at timestamptz NOT NULL DEFAULT now(),
-        lease_until timestamptz NOT NULL
+        claimed_at timestamptz NOT NULL DEFAULT now()
       )`,
-      `CREATE INDEX run_claims_lease ON ${q("run_claims")} (lease_until)`,
       `CREATE INDEX run_claims_instance ON ${q("run_claims")} (instance_id)`,
       // Runs of a lost instance that may not be retried: kept until the gateway has ended them.
       `CREATE TABLE ${q("run_claim_failures")} (
@@ -78,13 +78,12 @@ export const COORDINATION_MIGRATIONS: readonly CoordinationMigration[] = [
         at timestamptz NOT NULL DEFAULT now()
       )`,
 
-      // Current agent-to-agent waits, each owned by an instance and kept alive by its lease.
+      // Current agent-to-agent waits, each owned by an instance (gone with it when it dies).
       `CREATE TABLE ${q("waits")} (
         id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
         waiter text COLLATE "C" NOT NULL,
         target text COLLATE "C" NOT NULL,
-        instance_id text COLLATE "C" NOT NULL,
-        lease_until timestamptz NOT NULL
+        instance_id text COLLATE "C" NOT NULL
       )`,
       `CREATE INDEX waits_waiter ON ${q("waits")} (waiter)`,
       `CREATE INDEX waits_instance ON ${q("waits")} (instance_id)`,

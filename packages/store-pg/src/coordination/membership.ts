@@ -1,0 +1,223 @@
+import { SwitchboardError } from "@switchboard/core";
+import type { Coordination } from "./context";
+
+/** A run whose instance was lost: put back at the head of its lane, or failed. */
+export interface LostRun {
+  runId: string;
+  laneKey: string;
+  agentId: string;
+  /** The instance that held the run and stopped renewing its lease. */
+  lostInstance: string;
+  /** Times the run had been reassigned before this loss. */
+  attempts: number;
+  /** For a failed run: the error to end it with (names the lost instance). */
+  reason?: string;
+}
+
+export interface SweepResult {
+  /** Instances declared dead by this sweep. */
+  lostInstances: string[];
+  /** Runs put back at the head of their lane (claimable by any instance with a worker). */
+  requeued: LostRun[];
+  /** Runs that had been reassigned already: kept in the failure outbox until acknowledged. */
+  failed: LostRun[];
+  /** Agent-to-agent waits of the lost instances removed. */
+  waitsRemoved: number;
+}
+
+export interface MembershipOptions {
+  /** How long a renewal keeps the instance alive (ms). Default 5000. */
+  leaseMs?: number;
+  /** Renewal period of `start()` (ms). Default a third of the lease. */
+  renewMs?: number;
+  /** How often a lost instance's runs are reassigned before they fail. Default 1. */
+  maxReassignments?: number;
+  /**
+   * Called when a renewal finds this instance was declared dead (paused or cut off longer than the
+   * lease): its claims and waits are gone, and the runs it holds now belong to others.
+   */
+  onLost?: () => void;
+  onError?: (error: unknown) => void;
+}
+
+/**
+ * Cluster membership: each instance renews a lease row; its run claims and agent-to-agent waits
+ * live exactly as long as that row. Backs the liveness part of the gateway's `ActiveRuns` (which
+ * runs are held by a living instance); the gateway's leader calls `sweep` every second or so.
+ *
+ * Timing: with lease L and a sweep every S, a dead instance's runs are back in their lanes (or
+ * failed) at most L + S after its last renewal: 5 s + 1 s by default, inside the 10 s of
+ * scale-out.md. Lease times use the database's clock (`now()`), never the instances'.
+ */
+export interface ClusterMembership {
+  readonly instanceId: string;
+  /**
+   * Registers or renews this instance. `lost` is true when a sweep had declared it dead since the
+   * previous renewal (it is registered afresh).
+   */
+  renew(): Promise<{ lost: boolean }>;
+  /** Renews every `renewMs` until `stop`. */
+  start(): void;
+  /** Stops renewing (shutdown; tests simulate a dead instance with it). */
+  stop(): void;
+  /** Declares instances whose lease ran out dead and frees what they held, in one transaction. */
+  sweep(): Promise<SweepResult>;
+  /** Instances whose lease is current. */
+  alive(): Promise<string[]>;
+  /** Graceful exit: removes this instance's row (what it still holds is swept as lost). */
+  leave(): Promise<void>;
+}
+
+interface ClaimRow {
+  run_id: string;
+  lane_key: string;
+  agent_id: string;
+  instance_id: string;
+  attempts: number;
+}
+
+export function openMembership(
+  coordination: Coordination,
+  options: MembershipOptions = {},
+): ClusterMembership {
+  const leaseMs = options.leaseMs ?? 5000;
+  const renewMs = options.renewMs ?? Math.max(1, Math.floor(leaseMs / 3));
+  const maxReassignments = options.maxReassignments ?? 1;
+  if (!(renewMs < leaseMs)) {
+    throw new SwitchboardError("INVALID_REQUEST", "cluster.renewMs: must be shorter than cluster.leaseMs", {
+      details: { field: "cluster.renewMs" },
+    });
+  }
+  const { db, q, instanceId, logger } = coordination;
+  const instances = q("cluster_instances");
+  let registered = false;
+  let timer: NodeJS.Timeout | undefined;
+  const onError =
+    options.onError ??
+    ((error: unknown) => logger.warn({ error: (error as Error).message }, "lease renewal failed"));
+
+  const renew = async (): Promise<{ lost: boolean }> => {
+    // A sweep deletes the row of a dead instance in the same transaction that frees its claims; a
+    // renewal that has to insert the row again therefore knows it was declared dead.
+    const result = await db.query<{ inserted: boolean }>(
+      "renewing the instance lease",
+      `INSERT INTO ${instances} (instance_id, lease_until)
+       VALUES ($1, now() + make_interval(secs => $2::double precision / 1000))
+       ON CONFLICT (instance_id) DO UPDATE SET lease_until = EXCLUDED.lease_until
+       RETURNING (xmax = 0) AS inserted`,
+      [instanceId, leaseMs],
+    );
+    const lost = registered && result.rows[0]?.inserted === true;
+    registered = true;
+    if (lost) {
+      logger.warn({ instanceId }, "this instance had been declared dead by the cluster; registered again");
+      options.onLost?.();
+    }
+    return { lost };
+  };
+
+  return {
+    instanceId,
+    renew,
+    start() {
+      if (timer) return;
+      timer = setInterval(() => void renew().catch(onError), renewMs);
+      timer.unref();
+    },
+    stop() {
+      clearInterval(timer);
+      timer = undefined;
+    },
+    sweep() {
+      return db.transaction("sweeping lost instances", async (client) => {
+        // SKIP LOCKED: a renewal in progress holds the row, and two sweepers never both free it.
+        const expired = await client.query<{ instance_id: string }>(
+          `DELETE FROM ${instances} WHERE instance_id IN (
+             SELECT instance_id FROM ${instances} WHERE lease_until < now() FOR UPDATE SKIP LOCKED
+           ) RETURNING instance_id`,
+        );
+        const dead = expired.rows.map((row) => row.instance_id);
+        // Claims of those, and of any instance without a row (one that left, or claimed after
+        // being swept), go.
+        const claims = await client.query<ClaimRow>(
+          `DELETE FROM ${q("run_claims")} c
+           WHERE c.instance_id = ANY($1::text[])
+              OR NOT EXISTS (SELECT 1 FROM ${instances} i WHERE i.instance_id = c.instance_id)
+           RETURNING run_id, lane_key, agent_id, instance_id, attempts`,
+          [dead],
+        );
+        const requeued: LostRun[] = [];
+        const failed: LostRun[] = [];
+        for (const row of claims.rows) {
+          const lost: LostRun = {
+            runId: row.run_id,
+            laneKey: row.lane_key,
+            agentId: row.agent_id,
+            lostInstance: row.instance_id,
+            attempts: row.attempts,
+          };
+          if (row.attempts < maxReassignments) requeued.push(lost);
+          else {
+            lost.reason = `gateway instance ${row.instance_id} holding the run was lost (its lease expired) and the run had already been reassigned ${row.attempts} time${row.attempts === 1 ? "" : "s"}`;
+            failed.push(lost);
+          }
+        }
+        if (requeued.length > 0) {
+          // Back at the head of the lane (below every normal position), one attempt more.
+          await client.query(
+            `INSERT INTO ${q("run_queue")} (run_id, lane_key, agent_id, position, attempts)
+             SELECT t.run_id, t.lane_key, t.agent_id, -nextval('${q("run_queue_position").replaceAll("'", "''")}'), t.attempts + 1
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::int[]) AS t(run_id, lane_key, agent_id, attempts)
+             ON CONFLICT (run_id) DO NOTHING`,
+            [
+              requeued.map((run) => run.runId),
+              requeued.map((run) => run.laneKey),
+              requeued.map((run) => run.agentId),
+              requeued.map((run) => run.attempts),
+            ],
+          );
+        }
+        if (failed.length > 0) {
+          await client.query(
+            `INSERT INTO ${q("run_claim_failures")} (run_id, lane_key, agent_id, lost_instance, reason)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+             ON CONFLICT (run_id) DO NOTHING`,
+            [
+              failed.map((run) => run.runId),
+              failed.map((run) => run.laneKey),
+              failed.map((run) => run.agentId),
+              failed.map((run) => run.lostInstance),
+              failed.map((run) => run.reason!),
+            ],
+          );
+        }
+        const waits = await client.query(
+          `DELETE FROM ${q("waits")} w
+           WHERE w.instance_id = ANY($1::text[])
+              OR NOT EXISTS (SELECT 1 FROM ${instances} i WHERE i.instance_id = w.instance_id)`,
+          [dead],
+        );
+        if (dead.length > 0 || claims.rows.length > 0) {
+          logger.warn(
+            { lostInstances: dead, requeued: requeued.length, failed: failed.length },
+            "lost gateway instances swept",
+          );
+        }
+        return { lostInstances: dead, requeued, failed, waitsRemoved: waits.rowCount ?? 0 };
+      });
+    },
+    async alive() {
+      const found = await db.read<{ instance_id: string }>(
+        "listing live instances",
+        `SELECT instance_id FROM ${instances} WHERE lease_until >= now() ORDER BY instance_id`,
+      );
+      return found.rows.map((row) => row.instance_id);
+    },
+    async leave() {
+      clearInterval(timer);
+      timer = undefined;
+      await db.query("leaving the cluster", `DELETE FROM ${instances} WHERE instance_id = $1`, [instanceId]);
+      registered = false;
+    },
+  };
+}

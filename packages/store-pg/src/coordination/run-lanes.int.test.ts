@@ -1,0 +1,180 @@
+import { sampleRun } from "@switchboard/core/testing";
+import { expect, it } from "vitest";
+import { describeWithPg, TEST_PG_URL } from "../../test/pg-harness";
+import { openPostgresStore } from "../pg-store";
+import { openMembership } from "./membership";
+import { createRunOnce, openClusterRunLanes } from "./run-lanes";
+import { eventually, useClusterSchema } from "./test-helpers";
+
+const cluster = useClusterSchema();
+
+async function instance(name: string, leaseMs = 5000) {
+  const coordination = await cluster.open({ instanceId: name });
+  const membership = openMembership(coordination, { leaseMs, renewMs: Math.floor(leaseMs / 4) });
+  cluster.cleanup(() => membership.stop());
+  await membership.renew();
+  return { coordination, membership, lanes: openClusterRunLanes(coordination) };
+}
+
+await describeWithPg("cluster run lanes", () => {
+  it("lets two competing instances run every queued run once, FIFO per lane, one at a time per lane", async () => {
+    const a = await instance("gw-a");
+    const b = await instance("gw-b");
+    const lanes = ["agent:w:one|main", "agent:w:two|main", "agent:w:three|main"];
+    const queued: Record<string, string[]> = {};
+    for (const lane of lanes) {
+      queued[lane] = [];
+      for (let n = 0; n < 6; n++) {
+        const runId = `${lane}#${n}`;
+        await (n % 2 ? a : b).lanes.enqueue(lane, runId, { agentId: "w" });
+        queued[lane]!.push(runId);
+      }
+    }
+    const active = new Set<string>();
+    const ran: Record<string, string[]> = {};
+    const byInstance: Record<string, number> = { "gw-a": 0, "gw-b": 0 };
+    const work = async (who: Awaited<ReturnType<typeof instance>>) => {
+      for (;;) {
+        const claim = await who.lanes.claimNext(["w"]);
+        if (!claim) {
+          if ((await who.lanes.laneKeys()).length === 0) return;
+          await new Promise((resolve) => setTimeout(resolve, 2));
+          continue;
+        }
+        if (active.has(claim.laneKey)) throw new Error(`two runs active in ${claim.laneKey}`);
+        active.add(claim.laneKey);
+        ran[claim.laneKey] = [...(ran[claim.laneKey] ?? []), claim.runId];
+        byInstance[who.coordination.instanceId]! += 1;
+        expect(await who.lanes.holder(claim.laneKey)).toEqual({
+          runId: claim.runId,
+          instanceId: who.coordination.instanceId,
+        });
+        await new Promise((resolve) => setTimeout(resolve, 3));
+        active.delete(claim.laneKey);
+        await who.lanes.release(claim.laneKey, claim.runId);
+      }
+    };
+    await Promise.all([work(a), work(a), work(b), work(b)]);
+    for (const lane of lanes) expect(ran[lane]).toEqual(queued[lane]);
+    expect(byInstance["gw-a"]! + byInstance["gw-b"]!).toBe(18);
+    expect(byInstance["gw-a"]).toBeGreaterThan(0);
+    expect(byInstance["gw-b"]).toBeGreaterThan(0);
+  });
+
+  it("mirrors the RunLanes operations across instances", async () => {
+    const a = await instance("gw-a");
+    const b = await instance("gw-b");
+    await a.lanes.enqueue("agent:w:x|main", "r1", { agentId: "w" });
+    await a.lanes.enqueue("agent:w:x|main", "r2", { agentId: "w" });
+    await b.lanes.enqueue("agent:w:x|main", "r0", { agentId: "w", front: true });
+    await b.lanes.enqueue("agent:v:y|main", "v1", { agentId: "v" });
+    expect(await b.lanes.next("agent:w:x|main")).toBe("r0");
+    expect(await b.lanes.laneKeys()).toEqual(["agent:v:y|main", "agent:w:x|main"]);
+    expect(await b.lanes.queuedUnder("agent:w:")).toBe(3);
+    // A worker of agent v only sees v's lanes.
+    expect(await a.lanes.claimNext(["v"])).toMatchObject({ runId: "v1", agentId: "v", attempts: 0 });
+    expect(await a.lanes.claimNext(["v"])).toBeUndefined();
+    // Claiming a specific run: the lane is a's; b's try is refused.
+    expect(await a.lanes.claim("agent:w:x|main", "r0", "w")).toBe(true);
+    expect(await b.lanes.claim("agent:w:x|main", "r1", "w")).toBe(false);
+    expect(await b.lanes.claimNext(["w"])).toBeUndefined();
+    expect(await b.lanes.holder("agent:w:x|main")).toEqual({ runId: "r0", instanceId: "gw-a" });
+    expect(await b.lanes.holderUnder("agent:w:")).toBe("r0");
+    expect(await b.lanes.next("agent:w:x|main")).toBe("r1");
+    // Releasing a queued run takes it out of the queue; the holder's release frees the lane.
+    expect(await b.lanes.release("agent:w:x|main", "r1")).toBe(false);
+    expect(await a.lanes.release("agent:w:x|main", "r0")).toBe(false);
+    expect(await b.lanes.holder("agent:w:x|main")).toBeUndefined();
+    expect(await b.lanes.claimNext(["w"])).toMatchObject({ runId: "r2" });
+    await b.lanes.enqueue("agent:w:z|main", "z1", { agentId: "w" });
+    await b.lanes.skip("agent:w:z|main");
+    expect(await b.lanes.next("agent:w:z|main")).toBeUndefined();
+    expect(await b.lanes.queuedUnder("agent:w:")).toBe(0);
+  });
+
+  it("refuses claims from an instance without a lease", async () => {
+    const coordination = await cluster.open({ instanceId: "never-registered" });
+    const lanes = openClusterRunLanes(coordination);
+    await lanes.enqueue("l", "r", { agentId: "w" });
+    await expect(lanes.claim("l", "r", "w")).rejects.toMatchObject({
+      code: "UNAVAILABLE",
+      message: expect.stringContaining("never-registered"),
+    });
+    expect(await lanes.claimNext(["w"])).toBeUndefined();
+    expect(await lanes.next("l")).toBe("r");
+  });
+
+  it("reassigns a lost instance's run once, at the head of its lane, then fails it naming the instance", async () => {
+    const leaseMs = 400;
+    const a = await instance("gw-a", leaseMs);
+    const b = await instance("gw-b", leaseMs);
+    const c = await instance("gw-c", leaseMs);
+    for (const who of [a, b, c]) who.membership.start();
+    await a.lanes.enqueue("lane", "first", { agentId: "w" });
+    await a.lanes.enqueue("lane", "second", { agentId: "w" });
+    expect(await a.lanes.claimNext(["w"])).toMatchObject({ runId: "first" });
+    // a dies: no more renewals. Another instance's sweep puts the run back within lease + sweep.
+    a.membership.stop();
+    const died = Date.now();
+    let requeued: string[] = [];
+    await eventually(
+      async () => {
+        const swept = await c.membership.sweep();
+        requeued.push(...swept.requeued.map((run) => `${run.runId}@${run.lostInstance}`));
+        return requeued.length > 0;
+      },
+      3000,
+      "a's run requeued",
+    );
+    expect(Date.now() - died).toBeLessThan(leaseMs + 1000);
+    expect(requeued).toEqual(["first@gw-a"]);
+    expect(await c.membership.alive()).toEqual(["gw-b", "gw-c"]);
+    // Ahead of the run that was waiting, one attempt more.
+    expect(await b.lanes.claimNext(["w"])).toEqual({
+      runId: "first",
+      laneKey: "lane",
+      agentId: "w",
+      attempts: 1,
+    });
+    // b dies too: this time the run fails, and the failure waits in the outbox.
+    b.membership.stop();
+    requeued = [];
+    let failed: { runId: string; reason?: string }[] = [];
+    await eventually(
+      async () => {
+        failed = (await c.membership.sweep()).failed;
+        return failed.length > 0;
+      },
+      3000,
+      "b's run failed",
+    );
+    expect(failed).toEqual([expect.objectContaining({ runId: "first", lostInstance: "gw-b" })]);
+    expect(failed[0]!.reason).toMatch(/gateway instance gw-b holding the run was lost .* reassigned 1 time/);
+    expect((await c.lanes.failures()).map((run) => run.runId)).toEqual(["first"]);
+    expect(await c.lanes.holder("lane")).toBeUndefined();
+    expect(await c.lanes.claimNext(["w"])).toMatchObject({ runId: "second", attempts: 0 });
+    await c.lanes.acknowledgeFailure("first");
+    expect(await c.lanes.failures()).toEqual([]);
+    // a comes back: told it was declared dead, registered again.
+    expect(await a.membership.renew()).toEqual({ lost: true });
+    expect(await a.membership.renew()).toEqual({ lost: false });
+  });
+
+  it("creates a run once per idempotency key across two store instances", async () => {
+    const coordination = await cluster.open();
+    const stores = await Promise.all(
+      [1, 2].map(() =>
+        openPostgresStore({ url: TEST_PG_URL, schema: coordination.schema, pool: { max: 2 } }),
+      ),
+    );
+    cluster.cleanup(() => Promise.all(stores.map((store) => store.close())));
+    const base = sampleRun({ idempotencyKey: "key-1" });
+    const results = await Promise.all(
+      stores.map((store, n) => createRunOnce(store.runs, { ...base, runId: `run-${n}` })),
+    );
+    expect(results.filter((result) => result.created)).toHaveLength(1);
+    expect(results[0]!.record.runId).toBe(results[1]!.record.runId);
+    const again = await createRunOnce(stores[1]!.runs, { ...base, runId: "run-late" });
+    expect(again).toEqual({ record: results[0]!.record, created: false });
+  });
+});

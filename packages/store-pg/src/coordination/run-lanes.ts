@@ -1,0 +1,264 @@
+import {
+  isSwitchboardError,
+  type RunRecord,
+  type RunRegistryStore,
+  SwitchboardError,
+} from "@switchboard/core";
+import { isUniqueViolation } from "../errors";
+import type { Coordination } from "./context";
+import type { LostRun } from "./membership";
+
+/** A run this instance now holds: the lane is its until `release`. */
+export interface RunClaim {
+  runId: string;
+  laneKey: string;
+  agentId: string;
+  /** Times it was reassigned after losing an instance (0: first try). */
+  attempts: number;
+}
+
+/**
+ * Backs the gateway's `RunLanes` port (and the cluster part of `ActiveRuns`: who holds which run)
+ * with two tables: `run_queue` (runs waiting, FIFO per lane) and `run_claims` (the run holding each
+ * lane, UNIQUE per lane: one active run per lane cluster-wide, named with the holding instance).
+ *
+ * What changes for callers: every operation is async; `claimNext` replaces the pair `next` +
+ * `claim` for the common case (the head of a lane whose agent this instance has a free worker
+ * for, taken with `FOR UPDATE SKIP LOCKED` so instances never wait on each other); `claim` of a
+ * specific run answers false when another instance holds the lane; a claim only exists while the
+ * instance's membership lease is renewed (`membership.ts`): a dead instance's runs come back at
+ * the head of their lane once, then end up in the failure outbox (`failures`/`acknowledgeFailure`)
+ * for the gateway to end them with the reason given.
+ */
+export interface ClusterRunLanes {
+  /** Queues a run at the back of its lane (`front`: at the head, for a run handed back). */
+  enqueue(laneKey: string, runId: string, options: { agentId: string; front?: boolean }): Promise<void>;
+  /** The run next in line, or undefined when nothing waits. */
+  next(laneKey: string): Promise<string | undefined>;
+  /** Drops the head of the lane (a run that no longer exists). */
+  skip(laneKey: string): Promise<void>;
+  /**
+   * Takes `runId` (queued or not) as the lane's holder for this instance. False when another run
+   * holds the lane.
+   */
+  claim(laneKey: string, runId: string, agentId: string): Promise<boolean>;
+  /** Claims the oldest lane head among `agentIds` whose lane is free; undefined when none. */
+  claimNext(agentIds: readonly string[]): Promise<RunClaim | undefined>;
+  /** The run holding a lane, and the instance holding it. */
+  holder(laneKey: string): Promise<{ runId: string; instanceId: string } | undefined>;
+  /** `runId` ended or was handed back: it gives up the lane, or leaves the queue. True when the lane's queue is empty. */
+  release(laneKey: string, runId: string): Promise<boolean>;
+  /** Lanes with a queue. */
+  laneKeys(): Promise<string[]>;
+  queuedUnder(prefix: string): Promise<number>;
+  holderUnder(prefix: string): Promise<string | undefined>;
+  /** Runs of lost instances that may not be retried, not yet acknowledged (the gateway ends each). */
+  failures(): Promise<LostRun[]>;
+  /** The run's end is durable: it leaves the failure outbox. */
+  acknowledgeFailure(runId: string): Promise<void>;
+}
+
+const likePrefix = (prefix: string) => `${prefix.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+
+export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes {
+  const { db, q, instanceId } = coordination;
+  const queue = q("run_queue");
+  const claims = q("run_claims");
+  const position = `'${q("run_queue_position").replaceAll("'", "''")}'`;
+  const notMember = () =>
+    new SwitchboardError(
+      "UNAVAILABLE",
+      `gateway instance ${instanceId} holds no cluster lease (not registered, or declared dead): renew its membership before claiming runs`,
+      { retryable: true },
+    );
+
+  return {
+    async enqueue(laneKey, runId, { agentId, front = false }) {
+      await db.query(
+        "queuing a run",
+        `INSERT INTO ${queue} (run_id, lane_key, agent_id, position)
+         VALUES ($1, $2, $3, ${front ? "-" : ""}nextval(${position}))
+         ON CONFLICT (run_id) DO UPDATE SET position = EXCLUDED.position, lane_key = EXCLUDED.lane_key`,
+        [runId, laneKey, agentId],
+      );
+    },
+    async next(laneKey) {
+      const found = await db.read<{ run_id: string }>(
+        "reading a lane's next run",
+        `SELECT run_id FROM ${queue} WHERE lane_key = $1 ORDER BY position LIMIT 1`,
+        [laneKey],
+      );
+      return found.rows[0]?.run_id;
+    },
+    async skip(laneKey) {
+      await db.query(
+        "dropping a lane's head",
+        `DELETE FROM ${queue} WHERE run_id = (
+           SELECT run_id FROM ${queue} WHERE lane_key = $1 ORDER BY position LIMIT 1 FOR UPDATE SKIP LOCKED
+         )`,
+        [laneKey],
+      );
+    },
+    async claim(laneKey, runId, agentId) {
+      try {
+        return await db.transaction("claiming a run", async (client) => {
+          const queued = await client.query<{ attempts: number }>(
+            `DELETE FROM ${queue} WHERE run_id = $1 RETURNING attempts`,
+            [runId],
+          );
+          const inserted = await client.query(
+            `INSERT INTO ${claims} (run_id, lane_key, agent_id, instance_id, attempts)
+             SELECT $1, $2, $3, $4, $5 WHERE EXISTS (SELECT 1 FROM ${q("cluster_instances")} WHERE instance_id = $4)`,
+            [runId, laneKey, agentId, instanceId, queued.rows[0]?.attempts ?? 0],
+          );
+          if (inserted.rowCount === 0) throw notMember();
+          return true;
+        });
+      } catch (error) {
+        if (isLaneTaken(error)) return false;
+        throw error;
+      }
+    },
+    async claimNext(agentIds) {
+      if (agentIds.length === 0) return undefined;
+      // A few tries: a lane head can be claimed by another instance between our snapshot and our
+      // insert (the lane's UNIQUE claim refuses the second, and the statement rolls back whole).
+      for (let attempt = 0; attempt < 5; attempt++) {
+        try {
+          const found = await db.query<{
+            run_id: string;
+            lane_key: string;
+            agent_id: string;
+            attempts: number;
+          }>(
+            "claiming the next run",
+            `WITH head AS (
+               SELECT r.run_id, r.lane_key, r.agent_id, r.attempts FROM ${queue} r
+               WHERE r.agent_id = ANY($1::text[])
+                 AND r.position = (SELECT min(h.position) FROM ${queue} h WHERE h.lane_key = r.lane_key)
+                 AND NOT EXISTS (SELECT 1 FROM ${claims} c WHERE c.lane_key = r.lane_key)
+                 AND EXISTS (SELECT 1 FROM ${q("cluster_instances")} i WHERE i.instance_id = $2)
+               ORDER BY r.position
+               LIMIT 1
+               FOR UPDATE OF r SKIP LOCKED
+             ), taken AS (
+               DELETE FROM ${queue} WHERE run_id IN (SELECT run_id FROM head) RETURNING run_id, lane_key, agent_id, attempts
+             )
+             INSERT INTO ${claims} (run_id, lane_key, agent_id, instance_id, attempts)
+             SELECT run_id, lane_key, agent_id, $2, attempts FROM taken
+             RETURNING run_id, lane_key, agent_id, attempts`,
+            [agentIds, instanceId],
+          );
+          const row = found.rows[0];
+          return row
+            ? { runId: row.run_id, laneKey: row.lane_key, agentId: row.agent_id, attempts: row.attempts }
+            : undefined;
+        } catch (error) {
+          if (!isLaneTaken(error)) throw error;
+        }
+      }
+      return undefined;
+    },
+    async holder(laneKey) {
+      const found = await db.read<{ run_id: string; instance_id: string }>(
+        "reading a lane's holder",
+        `SELECT run_id, instance_id FROM ${claims} WHERE lane_key = $1`,
+        [laneKey],
+      );
+      const row = found.rows[0];
+      return row ? { runId: row.run_id, instanceId: row.instance_id } : undefined;
+    },
+    async release(laneKey, runId) {
+      const found = await db.query<{ empty: boolean }>(
+        "releasing a run's lane",
+        `WITH freed AS (DELETE FROM ${claims} WHERE run_id = $2 AND lane_key = $1 RETURNING run_id),
+              dequeued AS (DELETE FROM ${queue} WHERE run_id = $2 AND lane_key = $1 RETURNING run_id)
+         SELECT NOT EXISTS (SELECT 1 FROM ${queue} WHERE lane_key = $1 AND run_id <> $2) AS empty`,
+        [laneKey, runId],
+      );
+      return found.rows[0]?.empty ?? true;
+    },
+    async laneKeys() {
+      const found = await db.read<{ lane_key: string }>(
+        "listing queued lanes",
+        `SELECT DISTINCT lane_key FROM ${queue} ORDER BY lane_key`,
+      );
+      return found.rows.map((row) => row.lane_key);
+    },
+    async queuedUnder(prefix) {
+      const found = await db.read<{ count: string }>(
+        "counting queued runs",
+        `SELECT count(*) AS count FROM ${queue} WHERE lane_key LIKE $1`,
+        [likePrefix(prefix)],
+      );
+      return Number(found.rows[0]?.count ?? 0);
+    },
+    async holderUnder(prefix) {
+      const found = await db.read<{ run_id: string }>(
+        "reading a lane holder",
+        `SELECT run_id FROM ${claims} WHERE lane_key LIKE $1 ORDER BY claimed_at LIMIT 1`,
+        [likePrefix(prefix)],
+      );
+      return found.rows[0]?.run_id;
+    },
+    async failures() {
+      const found = await db.read<{
+        run_id: string;
+        lane_key: string;
+        agent_id: string;
+        lost_instance: string;
+        reason: string;
+      }>(
+        "reading lost runs",
+        `SELECT run_id, lane_key, agent_id, lost_instance, reason FROM ${q("run_claim_failures")} ORDER BY at, run_id`,
+      );
+      return found.rows.map((row) => ({
+        runId: row.run_id,
+        laneKey: row.lane_key,
+        agentId: row.agent_id,
+        lostInstance: row.lost_instance,
+        attempts: 0,
+        reason: row.reason,
+      }));
+    },
+    async acknowledgeFailure(runId) {
+      await db.query("acknowledging a lost run", `DELETE FROM ${q("run_claim_failures")} WHERE run_id = $1`, [
+        runId,
+      ]);
+    },
+  };
+}
+
+function isLaneTaken(error: unknown): boolean {
+  const cause = isSwitchboardError(error) ? (error as { cause?: unknown }).cause : error;
+  return isUniqueViolation(cause, "run_claims_lane") || isUniqueViolation(cause, "run_claims_pkey");
+}
+
+/**
+ * Creates `record` unless a run with its idempotency key exists, cluster-wide: the store's UNIQUE
+ * index decides between instances racing on one key, and the loser gets the winner's run. Backs
+ * `ActiveRuns.creating/startCreating` across instances (the in-process map still saves a round
+ * trip for a repeat on the same instance).
+ */
+export async function createRunOnce(
+  runs: Pick<RunRegistryStore, "put" | "getByIdempotencyKey">,
+  record: RunRecord,
+): Promise<{ record: RunRecord; created: boolean }> {
+  const key = record.idempotencyKey;
+  if (key !== undefined) {
+    const existing = await runs.getByIdempotencyKey(key);
+    if (existing) return { record: existing, created: false };
+  }
+  try {
+    await runs.put(record, { expectedVersion: 0 });
+    return { record, created: true };
+  } catch (error) {
+    const field = isSwitchboardError(error)
+      ? (error.details as { field?: string } | undefined)?.field
+      : undefined;
+    if (key === undefined || field !== "idempotencyKey") throw error;
+    const winner = await runs.getByIdempotencyKey(key);
+    if (!winner) throw error;
+    return { record: winner, created: false };
+  }
+}
