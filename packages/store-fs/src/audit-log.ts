@@ -47,6 +47,9 @@ export class FileAuditLog implements AuditStore {
   private firstIndex: number | undefined;
   private lastRecord: AuditRecord | undefined;
   private total: number;
+  /** Appends waiting for a gate, in chain order (see `append`). */
+  private held: HeldWrite[] = [];
+  private lastWrite: Promise<void> = Promise.resolve();
 
   private constructor(
     private readonly log: AppendLog,
@@ -126,9 +129,29 @@ export class FileAuditLog implements AuditStore {
     return new FileAuditLog(log, dataStart, first, last);
   }
 
-  async append(records: readonly AuditRecord[]): Promise<void> {
-    const valid = validateAuditBatch(records, this.lastRecord?.index);
-    if (valid.length === 0) return;
+  /** The index of the last record (written or queued), for checks that must not wait. */
+  get lastIndex(): number | undefined {
+    return this.lastRecord?.index;
+  }
+
+  /** Resolves once every record queued so far is durable; rejects when one of them failed. */
+  settled(): Promise<void> {
+    return this.lastWrite;
+  }
+
+  /**
+   * Appends chained records. With `gate`, they are queued now (so the chain order holds) but
+   * written only once `gate` resolves, and records appended meanwhile wait behind them; a rejected
+   * gate rejects them and every record behind them, as a failed write does.
+   */
+  append(records: readonly AuditRecord[], gate?: Promise<unknown>): Promise<void> {
+    let valid: AuditRecord[];
+    try {
+      valid = validateAuditBatch(records, this.lastRecord?.index);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    if (valid.length === 0) return Promise.resolve();
     const before = { first: this.firstIndex, last: this.lastRecord, total: this.total };
     let offset = this.log.reservedSize;
     let text = "";
@@ -144,7 +167,7 @@ export class FileAuditLog implements AuditStore {
     this.lastRecord = valid.at(-1);
     this.total += valid.length;
     // A failed write leaves the log where it was, so the chain continues from the last durable record.
-    await this.log.append(text, () => {
+    const undo = () => {
       this.firstIndex = before.first;
       this.lastRecord = before.last;
       this.total = before.total;
@@ -152,7 +175,66 @@ export class FileAuditLog implements AuditStore {
       for (const marks of [this.marks, this.liveMarks]) {
         while (marks && marks.length > 0 && marks.at(-1)!.index >= firstFailed) marks.pop();
       }
-    });
+    };
+    let written: Promise<void>;
+    if (gate === undefined && this.held.length === 0) written = this.log.append(text, this.failingHeld(undo));
+    else {
+      const item = { text, undo, open: gate === undefined } as HeldWrite;
+      written = new Promise<void>((resolve, reject) => {
+        item.resolve = resolve;
+        item.reject = reject;
+        this.held.push(item);
+        gate?.then(
+          () => {
+            item.open = true;
+            this.release();
+          },
+          (error: unknown) => this.failHeld(item, error),
+        );
+      });
+      item.written = written;
+    }
+    this.lastWrite = written;
+    written.catch(() => undefined);
+    return written;
+  }
+
+  /** Hands the held writes whose gates are open, in order, to the log. */
+  private release(): void {
+    while (this.held.length > 0 && this.held[0]!.open) {
+      const item = this.held.shift()!;
+      this.log.append(item.text, this.failingHeld(item.undo)).then(item.resolve, item.reject);
+    }
+  }
+
+  /**
+   * Fails `from` and every write held behind it (all held writes without `from`), newest first, so
+   * each undo restores what the one before it left.
+   */
+  private failHeld(from: HeldWrite | undefined, error: unknown): void {
+    const start = from === undefined ? 0 : this.held.indexOf(from);
+    if (start < 0) return;
+    const failed = this.held.splice(start);
+    for (const item of failed.reverse()) {
+      item.undo();
+      item.reject(error);
+    }
+    // Only writes still queued count for `settled` (a failed one was taken back out).
+    this.lastWrite = this.held.at(-1)?.written ?? Promise.resolve();
+  }
+
+  /** A written record's undo: the held records behind it cannot follow it any more, and go first. */
+  private failingHeld(undo: () => void): () => void {
+    return () => {
+      if (this.held.length > 0) {
+        this.failHeld(
+          undefined,
+          new SwitchboardError("UNAVAILABLE", "audit log: an earlier record could not be written"),
+        );
+      }
+      undo();
+      this.lastWrite = Promise.resolve();
+    };
   }
 
   async last(): Promise<AuditRecord | undefined> {
@@ -191,7 +273,9 @@ export class FileAuditLog implements AuditStore {
     return this.total;
   }
 
-  close(): Promise<void> {
+  async close(): Promise<void> {
+    // Held records wait for their gates (an intent being written): let them go out first.
+    while (this.held.length > 0) await this.lastWrite.catch(() => undefined);
     return this.log.close();
   }
 
@@ -218,6 +302,16 @@ export class FileAuditLog implements AuditStore {
     })();
     return this.building;
   }
+}
+
+/** An append queued behind a gate (or behind another held append). */
+interface HeldWrite {
+  text: string;
+  written?: Promise<void>;
+  undo: () => void;
+  open: boolean;
+  resolve: () => void;
+  reject: (error: unknown) => void;
 }
 
 interface AuditMark {

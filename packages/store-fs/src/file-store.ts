@@ -21,6 +21,7 @@ import { FileRunRegistry } from "./run-registry";
 import { FileSessionIndex } from "./session-index";
 import { storageError } from "./storage-errors";
 import { StoreHealthTracker } from "./store-health";
+import { commitTaintRise, finishTaintRises } from "./taint-rise";
 import { FileTranscriptStore } from "./transcript-store";
 
 export const FileStoreOptionsSchema = z.object({
@@ -72,6 +73,8 @@ export interface FileStoreStats {
   tornTailsRepaired: number;
   /** Transcripts an interrupted reset or delete left in place, archived at open. */
   orphansArchived: number;
+  /** Taint rises a crash interrupted, finished at this open (see `commitTaintRise`). */
+  taintRisesFinished: number;
   /** Acknowledged entries re-applied from the commit log at open. */
   entriesRestored: number;
   /** Snapshot generation and journal length of each journaled map. */
@@ -141,6 +144,10 @@ export async function openFileStore(options: FileStoreOptions): Promise<FileStor
       ? await finishInterruptedRetirements(layout.transcripts, sessions, transcripts, logger)
       : 0;
 
+    const taintParts = { sessions, transcripts, audit, meta, maxEntryBytes: config.maxEntryBytes, logger };
+    const taintRisesFinished = await finishTaintRises(taintParts);
+    // Kinds and search postings of the loaded rows are built from here on, in the background.
+    void sessions.startIndexing();
     let closing: Promise<void> | undefined;
     return {
       dataDir: layout.dataDir,
@@ -150,6 +157,7 @@ export async function openFileStore(options: FileStoreOptions): Promise<FileStor
       runs,
       audit,
       meta,
+      commitTaintRise: (rise) => commitTaintRise(taintParts, rise),
       async stats() {
         const transcriptStats = transcripts.stats();
         const sessionStats = sessions.stats();
@@ -165,6 +173,7 @@ export async function openFileStore(options: FileStoreOptions): Promise<FileStor
             transcriptStats.tornTailsRepaired + sessionStats.tornTailsRepaired + runStats.tornTailsRepaired,
           entriesRestored: transcriptStats.entriesRestored,
           orphansArchived,
+          taintRisesFinished,
           journals: {
             sessions: {
               generation: sessionStats.generation,

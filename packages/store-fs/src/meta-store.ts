@@ -39,6 +39,23 @@ export class FileMetaStore implements MetaStore {
     await this.journal.put({ name: validateMetaName(name), value: validateMetaValue(value) });
   }
 
+  /** Sets a store-internal value (names under `store:`; the gateway's names never start so). */
+  setInternal(name: string, value: string): Promise<void> {
+    return this.journal.put({ name, value });
+  }
+
+  deleteInternal(name: string): Promise<boolean> {
+    return this.journal.delete(name);
+  }
+
+  /** Values whose names start with `prefix`, by name. */
+  withPrefix(prefix: string): Array<[string, string]> {
+    const found: Array<[string, string]> = [];
+    for (const [name, item] of this.journal.values)
+      if (name.startsWith(prefix)) found.push([name, item.value]);
+    return found;
+  }
+
   compact(): Promise<void> {
     return this.journal.compact();
   }

@@ -38,8 +38,10 @@ const SHARED_FIELDS = [
   "verboseLevel",
 ] as const;
 const MAX_SHARED_STRINGS = 50_000;
-/** Rows a pass checks between two yields to the event loop (also the slice of the index build). */
+/** Rows a pass checks between two yields to the event loop. */
 const VISIBLE_SLICE = 2000;
+/** Rows the deferred index build handles between two yields (~5 ms). */
+const BUILD_SLICE = 2000;
 /**
  * A search whose rarest trigram is in more rows than this is answered by a scan in recency order
  * (its matches are common, so a page fills quickly); below it, the candidates are sorted instead.
@@ -91,28 +93,6 @@ export interface FileSessionIndexOptions {
   health?: StoreHealthTracker;
 }
 
-function addTo<K, V>(map: Map<K, V | V[]>, key: K, value: V): void {
-  const existing = map.get(key);
-  if (existing === undefined) map.set(key, value);
-  else if (Array.isArray(existing)) existing.push(value);
-  else map.set(key, [existing, value]);
-}
-
-function removeFrom<K, V>(map: Map<K, V | V[]>, key: K, value: V): void {
-  const existing = map.get(key);
-  if (existing === undefined) return;
-  if (!Array.isArray(existing)) {
-    if (existing === value) map.delete(key);
-    return;
-  }
-  const rest = existing.filter((item) => item !== value);
-  if (rest.length === 0) map.delete(key);
-  else map.set(key, rest.length === 1 ? rest[0]! : rest);
-}
-
-const valuesOf = <V>(entry: V | V[] | undefined): V[] =>
-  entry === undefined ? [] : Array.isArray(entry) ? entry : [entry];
-
 /**
  * The sessions index: all rows in memory (frozen, compact), kept sorted by recency for `list`,
  * persisted through a journal + snapshot pair. Derived indexes make a filtered `list` cost what it
@@ -128,9 +108,19 @@ export class FileSessionIndex implements SessionIndexStore {
   private readonly kindOf = new WeakMap<SessionEntry, string>();
   private readonly byKind = new Map<string, SortedList<SessionEntry>>();
   private readonly byAgent = new Map<string, SortedList<SessionEntry>>();
-  /** Keys by their rest (after `agent:<id>:`) when it has no `:`: a gateway's main sessions are `<rest> = mainKey`. */
-  private readonly keysByRest = new Map<string, string | string[]>();
+  /**
+   * The `<id>` of every `agent:<id>:…` key, with its count: the main sessions of a `mainKey` are
+   * among `agent:<id>:<mainKey>` (plus `global` and the bare key), found without a scan.
+   */
+  private readonly keyAgents = new Map<string, number>();
   private readonly search = new TrigramIndex();
+  /**
+   * Kinds and search postings of the rows loaded at open, built in slices after open (they cost
+   * ~0.4 s for 100k rows, which would delay start-up); lists that need them wait for it.
+   */
+  private building: Promise<void> | undefined;
+  /** Loaded rows whose deferred build has not started yet. */
+  private unbuilt: readonly SessionEntry[] | undefined;
 
   private constructor(
     private readonly journal: JournaledMap<SessionEntry>,
@@ -138,31 +128,31 @@ export class FileSessionIndex implements SessionIndexStore {
   ) {
     const rows = [...journal.values.values()].sort(compareSessionsByRecency);
     this.byRecency.reset(rows, true);
-    // Built before the store is handed out (one pass, lists filled in order), so the first list
-    // after start is as cheap as any other: ~0.3 s of the open for 100k rows.
-    const byKind = new Map<string, SessionEntry[]>();
+    // What every list needs is built now: rows by agent (filled in order), the keys' agents.
     const byAgent = new Map<string, SessionEntry[]>();
-    const push = (map: Map<string, SessionEntry[]>, name: string, row: SessionEntry) => {
-      const list = map.get(name);
-      if (list) list.push(row);
-      else map.set(name, [row]);
-    };
     for (const row of rows) {
       this.link(row);
-      const kind = kindOutsideMain(row);
-      this.kindOf.set(row, kind);
-      push(byKind, kind, row);
-      push(byAgent, row.agentId, row);
-      const rest = keyRest(row.key);
-      if (!rest.includes(":")) addTo(this.keysByRest, rest, row.key);
-      this.search.add(row.key, searchTexts(row));
+      const list = byAgent.get(row.agentId);
+      if (list) list.push(row);
+      else byAgent.set(row.agentId, [row]);
+      countKeyAgent(this.keyAgents, row.key, 1);
     }
-    for (const [map, lists] of [
-      [byKind, this.byKind],
-      [byAgent, this.byAgent],
-    ] as const) {
-      for (const [name, sorted] of map) listIn(lists, name).reset(sorted, true);
-    }
+    for (const [agentId, sorted] of byAgent) listIn(this.byAgent, agentId).reset(sorted, true);
+    this.unbuilt = rows;
+  }
+
+  /**
+   * Starts the deferred build (the store calls it once it is open, so the build does not compete
+   * with the rest of the start-up); a list that needs it before then starts it too.
+   */
+  startIndexing(): Promise<void> {
+    const rows = this.unbuilt;
+    if (rows === undefined) return this.building ?? Promise.resolve();
+    this.unbuilt = undefined;
+    this.building = this.buildDeferred(rows).finally(() => {
+      this.building = undefined;
+    });
+    return this.building;
   }
 
   static async open(options: FileSessionIndexOptions): Promise<FileSessionIndex> {
@@ -254,15 +244,18 @@ export class FileSessionIndex implements SessionIndexStore {
     // Validates the query (INVALID_REQUEST naming the field) before anything reads it.
     const matches = compileSessionFilter(query, classify);
     const visible = compileListVisibility(options);
+    // Only the main sessions and the agents' rows are there from the start.
+    const needsBuild =
+      query.kinds?.some((kind) => kind !== "main") ||
+      (query.search !== undefined && query.search.length >= 3);
+    if (needsBuild && (this.building || this.unbuilt)) await this.startIndexing();
     return this.collect(this.plan(query, mainKey, matches), query, matches, visible);
   }
 
   /** Core's key rules for `mainKey`, from what the index keeps per row (no key parsing per row). */
   private classifier(mainKey: string): SessionClassifier {
-    const mainKeys = mainKey.includes(":") ? undefined : new Set(valuesOf(this.keysByRest.get(mainKey)));
     return (row) => {
-      if (row.key === "global") return "main";
-      if (mainKeys ? mainKeys.has(row.key) : keyRest(row.key) === mainKey) return "main";
+      if (row.key === "global" || keyRest(row.key) === mainKey) return "main";
       return this.kindOf.get(row) ?? kindOutsideMain(row);
     };
   }
@@ -279,18 +272,18 @@ export class FileSessionIndex implements SessionIndexStore {
     if (query.agentId !== undefined) consider(this.byAgent.get(query.agentId) ?? emptySource);
     if (query.kinds !== undefined) {
       const sources: RowSource[] = [];
-      let complete = true;
       for (const kind of new Set(query.kinds)) {
         if (kind !== "main") {
           const list = this.byKind.get(kind);
           if (list) sources.push(list);
-        } else if (mainKey.includes(":")) complete = false;
-        else {
-          const keys = [...valuesOf(this.keysByRest.get(mainKey)), "global"];
+        } else {
+          // A superset of the main sessions (the filter checks each with core's key rules).
+          const keys = ["global", mainKey];
+          for (const agent of this.keyAgents.keys()) keys.push(`agent:${agent}:${mainKey}`);
           sources.push(this.arraySource(keys));
         }
       }
-      if (complete) consider(mergeSources(sources));
+      consider(mergeSources(sources));
     }
     if (query.search !== undefined && best.size > 0) {
       const keys = this.search.candidates(query.search, Math.min(SEARCH_MAX_CANDIDATES, best.size));
@@ -390,49 +383,52 @@ export class FileSessionIndex implements SessionIndexStore {
     return this.keysBySessionId;
   }
 
+  /** Kinds and search postings of the rows loaded at open, a slice at a time; rows written meanwhile index themselves. */
+  private async buildDeferred(rows: readonly SessionEntry[]): Promise<void> {
+    for (let start = 0; start < rows.length; start += BUILD_SLICE) {
+      await yieldToEventLoop();
+      const end = Math.min(rows.length, start + BUILD_SLICE);
+      for (let index = start; index < end; index++) {
+        const row = rows[index]!;
+        if (this.journal.get(row.key) !== row || this.kindOf.has(row)) continue;
+        const kind = kindOutsideMain(row);
+        this.kindOf.set(row, kind);
+        // Rows come newest first, so each insert lands at the end of its list.
+        listIn(this.byKind, kind).insert(row);
+        this.search.add(row.key, searchTexts(row));
+      }
+    }
+  }
+
   /** Moves every index from `previous` (the key's row until now) to `row` (either may be absent). */
   private replace(previous: SessionEntry | undefined, row: SessionEntry | undefined): void {
     if (previous) {
       this.byRecency.remove(previous);
       this.unlink(previous);
+      dropFrom(this.byAgent, previous.agentId, previous);
+      if (!row) countKeyAgent(this.keyAgents, previous.key, -1);
     }
     if (row) {
       this.byRecency.insert(row);
       this.link(row);
+      listIn(this.byAgent, row.agentId).insert(row);
+      if (!previous) countKeyAgent(this.keyAgents, row.key, 1);
     }
-    if (previous) this.unindex(previous, row);
-    if (row) this.index(row, previous);
-  }
-
-  /** Adds `row` to the derived indexes; `previous` (same key, just unindexed) spares the unchanged parts. */
-  private index(row: SessionEntry, previous: SessionEntry | undefined): void {
-    const sameText =
-      previous !== undefined && previous.displayName === row.displayName && previous.label === row.label;
-    const kind =
-      previous !== undefined && previous.chatType === row.chatType
-        ? this.kindOf.get(previous)!
-        : kindOutsideMain(row);
-    this.kindOf.set(row, kind);
-    listIn(this.byKind, kind).insert(row);
-    listIn(this.byAgent, row.agentId).insert(row);
-    if (!previous) {
-      const rest = keyRest(row.key);
-      if (!rest.includes(":")) addTo(this.keysByRest, rest, row.key);
+    // A loaded row the deferred build has not reached yet has no kind or postings to move.
+    const built = previous !== undefined && this.kindOf.has(previous) ? previous : undefined;
+    if (built) {
+      dropFrom(this.byKind, this.kindOf.get(built)!, built);
+      if (!row || !sameSearchTexts(built, row)) this.search.remove(built.key, searchTexts(built));
     }
-    if (!sameText) this.search.add(row.key, searchTexts(row));
-  }
-
-  /** Takes `row` out of the derived indexes; `next` (same key, indexed right after) keeps what it shares. */
-  private unindex(row: SessionEntry, next: SessionEntry | undefined): void {
-    dropFrom(this.byKind, this.kindOf.get(row)!, row);
-    dropFrom(this.byAgent, row.agentId, row);
-    if (!next) {
-      const rest = keyRest(row.key);
-      if (!rest.includes(":")) removeFrom(this.keysByRest, rest, row.key);
+    if (row) {
+      const kind =
+        built !== undefined && built.chatType === row.chatType
+          ? this.kindOf.get(built)!
+          : kindOutsideMain(row);
+      this.kindOf.set(row, kind);
+      listIn(this.byKind, kind).insert(row);
+      if (!built || !sameSearchTexts(built, row)) this.search.add(row.key, searchTexts(row));
     }
-    const sameText = next !== undefined && next.displayName === row.displayName && next.label === row.label;
-    if (!sameText) this.search.remove(row.key, searchTexts(row));
-    // `kindOf` keeps its answer for `row` (weakly): `index` reuses it.
   }
 
   private link(row: SessionEntry): void {
@@ -456,6 +452,21 @@ export class FileSessionIndex implements SessionIndexStore {
 }
 
 const emptySource: RowSource = { size: 0, cursorAfter: () => () => undefined };
+
+/** Rows of one key whose `search` texts are the same (the key is the same by construction). */
+const sameSearchTexts = (a: SessionEntry, b: SessionEntry) =>
+  a.displayName === b.displayName && a.label === b.label;
+
+/** Counts the `<id>` of an `agent:<id>:…` key up or down in `counts`. */
+function countKeyAgent(counts: Map<string, number>, key: string, change: 1 | -1): void {
+  if (!key.startsWith("agent:")) return;
+  const end = key.indexOf(":", 6);
+  if (end < 0) return;
+  const agent = key.slice(6, end);
+  const count = (counts.get(agent) ?? 0) + change;
+  if (count > 0) counts.set(agent, count);
+  else counts.delete(agent);
+}
 
 function listIn(map: Map<string, SortedList<SessionEntry>>, name: string): SortedList<SessionEntry> {
   let list = map.get(name);

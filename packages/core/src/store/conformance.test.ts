@@ -25,6 +25,7 @@ describe("store conformance suite", () => {
       "transcripts",
       "run registry",
       "audit log",
+      "taint rise",
       "meta",
       "health",
       "two instances on one backend",
@@ -49,6 +50,22 @@ describe("store conformance suite", () => {
     });
     await expect(
       findCase(open, "lists newest first (ties by key), up to the limit, and follows updates").run(noSkip),
+    ).rejects.toThrow();
+  });
+
+  it("notices a taint rise that leaves its transcript entry behind when refused", async () => {
+    const open = mutant((store) => ({
+      ...store,
+      commitTaintRise: async (rise) => {
+        // Writes a part before the checks that refuse the whole.
+        await store.transcripts.append(rise.row.sessionId, [rise.entry]);
+        return store.commitTaintRise(rise);
+      },
+    }));
+    await expect(
+      findCase(open, "refuses a rise whose audit record does not follow the log, leaving nothing behind").run(
+        noSkip,
+      ),
     ).rejects.toThrow();
   });
 

@@ -1127,6 +1127,93 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
     });
   });
 
+  describe("taint rise", () => {
+    /** A session with its transcript and one message, and the audit log holding `records` records. */
+    async function risingSession(store: Store, records: number) {
+      const row = sampleSession({ key: `agent:main:rise-${uuid().slice(0, 8)}` });
+      await store.sessions.put(row);
+      await store.transcripts.create({ sessionId: row.sessionId, key: row.key, createdAt: 1 });
+      await store.transcripts.append(row.sessionId, [sampleMessage("before")]);
+      if (records > 0) await store.audit.append(sampleAuditRecords(0, records));
+      const rise = {
+        row: { ...row, taint: "CONFIDENTIAL" as const, updatedAt: row.updatedAt + 1 },
+        entry: {
+          type: "taint" as const,
+          label: "CONFIDENTIAL" as const,
+          taint: {
+            from: "PUBLIC" as const,
+            to: "CONFIDENTIAL" as const,
+            reason: "test",
+            source: "conformance",
+          },
+        },
+        audit: { ...sampleAuditRecords(records, 1)[0]!, kind: "taint", sessionKey: row.key },
+      };
+      return { row, rise };
+    }
+
+    /** Nothing of a refused rise may be left: row, transcript and audit log as before. */
+    async function expectUnchanged(store: Store, row: SessionEntry, records: number) {
+      expect((await store.sessions.get(row.key))?.taint).toBe("PUBLIC");
+      expect(await store.transcripts.lastSeq(row.sessionId)).toBe(1);
+      expect(await store.audit.count()).toBe(records);
+    }
+
+    it("commits the transcript entry, the row and the audit record together", async () => {
+      await withStore(async (store) => {
+        const { row, rise } = await risingSession(store, 2);
+        const result = await store.commitTaintRise(rise);
+        expect(result.entry).toMatchObject({
+          type: "taint",
+          seq: 2,
+          label: "CONFIDENTIAL",
+          taint: rise.entry.taint,
+        });
+        expect(typeof result.entry.id).toBe("string");
+        const stored = await store.sessions.getVersioned(row.key);
+        expect(stored?.row.taint).toBe("CONFIDENTIAL");
+        expect(stored?.version).toBe(result.version);
+        const read = await store.transcripts.read(row.sessionId, { limit: 5 });
+        expect(read.entries.at(-1)).toEqual(result.entry);
+        expect(await store.audit.last()).toEqual(rise.audit);
+        // The log goes on after the rise's record.
+        await store.audit.append(sampleAuditRecords(3, 1));
+        expect(await store.audit.count()).toBe(4);
+      });
+    });
+
+    it("refuses a rise whose audit record does not follow the log, leaving nothing behind", async () => {
+      await withStore(async (store) => {
+        const { row, rise } = await risingSession(store, 2);
+        await expect(store.commitTaintRise({ ...rise, audit: sampleAuditRecords(5, 1)[0]! })).rejects.toEqual(
+          code("CONFLICT"),
+        );
+        await expectUnchanged(store, row, 2);
+      });
+    });
+
+    it("refuses a bad entry, row or transcript before writing anything", async () => {
+      await withStore(async (store) => {
+        const { row, rise } = await risingSession(store, 1);
+        await expect(store.commitTaintRise({ ...rise, entry: sampleMessage("not a taint") })).rejects.toThrow(
+          /entry\.type/,
+        );
+        await expect(
+          store.commitTaintRise({ ...rise, entry: { ...rise.entry, label: "SECRET" as never } }),
+        ).rejects.toEqual(code("INVALID_REQUEST"));
+        await expect(store.commitTaintRise({ ...rise, row: { ...rise.row, agentId: "" } })).rejects.toEqual(
+          code("INVALID_REQUEST"),
+        );
+        await expect(
+          store.commitTaintRise({ ...rise, row: { ...rise.row, sessionId: uuid() } }),
+        ).rejects.toEqual(code("NOT_FOUND"));
+        await expectUnchanged(store, row, 1);
+        await store.commitTaintRise(rise);
+        expect((await store.sessions.get(row.key))?.taint).toBe("CONFIDENTIAL");
+      });
+    });
+  });
+
   describe("meta", () => {
     it("gets and sets values", async () => {
       await withStore(async (store) => {

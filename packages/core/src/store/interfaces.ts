@@ -183,6 +183,28 @@ export interface MetaStore {
   set(name: string, value: string): Promise<void>;
 }
 
+/**
+ * A session's taint rising, as one unit: the transcript's `taint` entry, the row with its new taint
+ * and the audit record of the rise. A store commits all three or none, also across a crash (kill
+ * -9): a networked store in one transaction, the file store through an intent record replayed at
+ * open.
+ */
+export interface TaintRise {
+  /** The session's whole row with its taint raised; `row.sessionId` names the transcript. */
+  row: SessionEntry;
+  /** The transcript's entry of type `taint` (the store assigns `seq`; fills `id` and `ts` when absent). */
+  entry: TranscriptEntryInput;
+  /** The rise's audit record, already chained: it must follow the log's last record. */
+  audit: AuditRecord;
+}
+
+export interface TaintRiseResult {
+  /** The transcript entry as written. */
+  entry: TranscriptEntry;
+  /** The row's new version (see `SessionIndexStore.put`). */
+  version: number;
+}
+
 /** A part of the store that cannot write right now, and why. */
 export interface StoreDegradation {
   /** What failed, naming the cause and the file, e.g. "disk full (ENOSPC) writing …; free space and retry". */
@@ -204,6 +226,14 @@ export interface Store {
   readonly runs: RunRegistryStore;
   readonly audit: AuditStore;
   readonly meta: MetaStore;
+  /**
+   * Commits a taint rise as one unit (see `TaintRise`): resolves once all three parts are durable.
+   * Everything is checked before anything is written (INVALID_REQUEST naming the field, NOT_FOUND
+   * for a missing transcript, CONFLICT for an audit record that does not follow the log's last);
+   * a rejected call leaves none of the three behind. No compare-and-set: the caller holds the
+   * session's write lock.
+   */
+  commitTaintRise(rise: TaintRise): Promise<TaintRiseResult>;
   /**
    * Whether writes currently succeed. A store that hit a storage fault (disk full, too many open
    * files, permissions) reports it here until writes work again; it never needs a restart.

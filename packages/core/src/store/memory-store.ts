@@ -40,6 +40,7 @@ import {
   validateRunRecord,
   validateSessionEntry,
   validateTailLimit,
+  validateTaintRise,
 } from "./store-rules";
 import type { TranscriptEntry, TranscriptEntryInput, TranscriptHeader } from "./transcript-entry";
 
@@ -336,6 +337,22 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store {
     runs,
     audit,
     meta,
+    async commitTaintRise(rise) {
+      assertOpen();
+      // Every check first, then every change in one synchronous step: all or none.
+      const { row, entry, audit: record } = validateTaintRise(rise, auditRecords.at(-1)?.index);
+      const transcript = getTranscript(row.sessionId);
+      const final = prepareTranscriptAppend([entry], {
+        lastSeq: transcript.entries.at(-1)?.seq ?? 0,
+        maxEntryBytes,
+      });
+      transcript.entries.push(final.entries[0]!);
+      transcript.sizes.push(utf8ByteLength(final.lines[0]!));
+      sessionRows.set(row.key, clone(row));
+      const { version } = sessionVersions.bump(row.key);
+      auditRecords.push(clone(record));
+      return { entry: clone(final.entries[0]!), version };
+    },
     async health() {
       return { ok: true };
     },

@@ -6,6 +6,7 @@ import type {
   RunPruneOptions,
   SessionListOptions,
   SessionListQuery,
+  TaintRise,
   TranscriptReadOptions,
   TranscriptReadResult,
 } from "./interfaces";
@@ -450,4 +451,28 @@ export function validateTailLimit(limit: unknown): number {
     throw invalid(["limit: must be an integer >= 0"], "limit");
   }
   return limit;
+}
+
+/**
+ * Checks a taint rise before any of it is written: the row, an entry of type `taint` (with `id`
+ * and `ts` filled in, so a replay writes the very same entry), and an audit record that follows
+ * `lastAuditIndex`. The entry's full validation is the transcript append's (`prepareTranscriptAppend`).
+ */
+export function validateTaintRise(
+  rise: TaintRise,
+  lastAuditIndex: number | undefined,
+  now: () => number = Date.now,
+): { row: SessionEntry; entry: TranscriptEntryInput & { id: string; ts: number }; audit: AuditRecord } {
+  if (typeof rise !== "object" || rise === null) throw invalid(["rise: must be an object"], "rise");
+  const row = validateSessionEntry(rise.row);
+  const entry = rise.entry as TranscriptEntryInput | undefined;
+  if (typeof entry !== "object" || entry === null || entry.type !== "taint") {
+    throw invalid(['entry.type: must be "taint"'], "entry.type");
+  }
+  const [audit] = validateAuditBatch([rise.audit], lastAuditIndex);
+  return {
+    row,
+    entry: { ...entry, id: entry.id ?? globalThis.crypto.randomUUID(), ts: entry.ts ?? now() },
+    audit: audit!,
+  };
 }
