@@ -1,9 +1,12 @@
 import type { Coordination } from "./context";
 
+/** First key of the lock that serialises creating cluster values; the second is the schema's hash. */
+const META_LOCK_CLASS = 0x5357_424d; // "SWBM"
+
 /**
- * A value created once per schema and the same for every instance afterwards: the first instance
- * to insert it wins (`ON CONFLICT DO NOTHING`), every other one reads what won. One statement, so
- * no lock is needed; `create` may run on several instances, only one result is kept.
+ * A value created once per schema and the same for every instance afterwards. The common case is
+ * one read; when the value is missing, creation runs under a transaction-level advisory lock, so of
+ * several instances starting at once exactly one creates it and the others read what it wrote.
  */
 export async function clusterValue(
   coordination: Coordination,
@@ -17,21 +20,15 @@ export async function clusterValue(
     [name],
   );
   if (found.rows[0]) return found.rows[0].value;
-  const written = await coordination.db.query<{ value: string }>(
-    `creating cluster value ${name}`,
-    `WITH inserted AS (
-       INSERT INTO ${table} (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING RETURNING value
-     )
-     SELECT value FROM inserted UNION ALL SELECT value FROM ${table} WHERE name = $1`,
-    [name, create()],
-  );
-  // The CTE's snapshot cannot see a row another instance committed during this statement; the
-  // conflict still stops our insert, so read once more.
-  if (written.rows[0]) return written.rows[0].value;
-  const again = await coordination.db.read<{ value: string }>(
-    `reading cluster value ${name}`,
-    `SELECT value FROM ${table} WHERE name = $1`,
-    [name],
-  );
-  return again.rows[0]!.value;
+  return coordination.db.transaction(`creating cluster value ${name}`, async (client) => {
+    await client.query("SELECT pg_advisory_xact_lock($1, hashtext($2))", [
+      META_LOCK_CLASS,
+      `${coordination.schema}.cluster_meta`,
+    ]);
+    const again = await client.query<{ value: string }>(`SELECT value FROM ${table} WHERE name = $1`, [name]);
+    if (again.rows[0]) return again.rows[0].value;
+    const value = create();
+    await client.query(`INSERT INTO ${table} (name, value) VALUES ($1, $2)`, [name, value]);
+    return value;
+  });
 }

@@ -23,3 +23,4 @@ export {
 } from "./membership";
 export { type ClusterRunLanes, createRunOnce, openClusterRunLanes, type RunClaim } from "./run-lanes";
 export { COORDINATION_MIGRATIONS, COORDINATION_VERSION } from "./schema";
+export { type ClusterSecrets, openClusterSecrets } from "./secrets";
