@@ -40,8 +40,23 @@ export interface CreateSessionOptions {
   deliveryContext?: { channel: string; to: string; accountId?: string };
 }
 
+interface KeyFacts {
+  kind?: SessionKind;
+  kindChatType?: ChatType | undefined;
+  channel?: string;
+  channelOf: {
+    chatType?: ChatType | undefined;
+    channel?: string | undefined;
+    lastChannel?: string | undefined;
+  };
+}
+
+/** Keys whose kind and channel are remembered; past it the memo starts over (it is only a cache). */
+const KEY_FACTS_LIMIT = 50_000;
+
 /** The sessions index, transcripts and label state, with every read-modify-write serialised per key. */
 export class SessionsService {
+  private readonly keyFacts = new Map<string, KeyFacts>();
   /** Row touches not durable yet, per key (the newest; each waits for the one before). */
   private readonly touches = new Map<string, Promise<void>>();
 
@@ -99,22 +114,51 @@ export class SessionsService {
   readonly classify = (entry: Pick<SessionEntry, "key" | "chatType">): SessionKind => this.kind(entry);
 
   kind(entry: Pick<SessionEntry, "key" | "chatType">): SessionKind {
-    return classifyKey(entry.key, {
-      mainKey: this.mainKey,
-      ...(entry.chatType ? { chatType: entry.chatType } : {}),
-    });
+    const facts = this.keyFactsOf(entry.key);
+    if (facts.kind === undefined || facts.kindChatType !== entry.chatType) {
+      facts.kind = classifyKey(entry.key, {
+        mainKey: this.mainKey,
+        ...(entry.chatType ? { chatType: entry.chatType } : {}),
+      });
+      facts.kindChatType = entry.chatType;
+    }
+    return facts.kind;
   }
 
   channel(entry: Pick<SessionEntry, "key" | "chatType" | "channel" | "lastChannel">): string {
-    return deriveChannel(
-      entry.key,
-      {
-        ...(entry.channel ? { channel: entry.channel } : {}),
-        ...(entry.lastChannel ? { lastChannel: entry.lastChannel } : {}),
-        ...(entry.chatType ? { chatType: entry.chatType } : {}),
-      },
-      this.mainKey,
-    );
+    const facts = this.keyFactsOf(entry.key);
+    if (
+      facts.channel === undefined ||
+      facts.channelOf.chatType !== entry.chatType ||
+      facts.channelOf.channel !== entry.channel ||
+      facts.channelOf.lastChannel !== entry.lastChannel
+    ) {
+      facts.channel = deriveChannel(
+        entry.key,
+        {
+          ...(entry.channel ? { channel: entry.channel } : {}),
+          ...(entry.lastChannel ? { lastChannel: entry.lastChannel } : {}),
+          ...(entry.chatType ? { chatType: entry.chatType } : {}),
+        },
+        this.mainKey,
+      );
+      facts.channelOf = { chatType: entry.chatType, channel: entry.channel, lastChannel: entry.lastChannel };
+    }
+    return facts.channel;
+  }
+
+  /**
+   * Kind and channel are pure functions of the key and a few row fields, asked for several times
+   * per send (policy facts, routes, contexts): remembered per key with the fields they came from.
+   */
+  private keyFactsOf(key: string): KeyFacts {
+    let facts = this.keyFacts.get(key);
+    if (!facts) {
+      if (this.keyFacts.size >= KEY_FACTS_LIMIT) this.keyFacts.clear();
+      facts = { channelOf: {} };
+      this.keyFacts.set(key, facts);
+    }
+    return facts;
   }
 
   /** Where a reply to this session goes out: its delivery context, last route, or the peer in its key. */
