@@ -114,11 +114,23 @@ function Shell() {
   );
 }
 
-async function boot(): Promise<void> {
-  // A token in the fragment (the link `pnpm start` prints) is read once and removed from the address
-  // bar and the history at once; fragments are never sent to the server.
-  const fromFragment = tokenFromFragment(location.hash);
+/**
+ * A token in the fragment (the link `pnpm start` prints) is read and removed from the address bar and
+ * the history at once; fragments are never sent to the server.
+ */
+function takeFragmentToken(): string | undefined {
+  const token = tokenFromFragment(location.hash);
   if (location.hash) history.replaceState(null, "", location.pathname + location.search);
+  return token;
+}
+
+async function boot(): Promise<void> {
+  const fromFragment = takeFragmentToken();
+  // The printed link opened in a tab already showing the UI changes only the fragment: no reload.
+  addEventListener("hashchange", () => {
+    const token = takeFragmentToken();
+    if (token) void signOut().then(() => signIn(token));
+  });
   document.addEventListener("click", onLinkClick);
   render(<Shell />, document.getElementById("app")!);
   const token = fromFragment ?? storedToken();

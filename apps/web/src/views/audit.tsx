@@ -68,18 +68,20 @@ export function AuditView() {
       </div>
       <ErrorText error={verifyError} />
       <form class="filters" aria-label="Filters" onSubmit={(e) => e.preventDefault()}>
-        <label>
-          Filter
+        <div class="field">
+          <label for="a-filter">Filter</label>
           <input
+            id="a-filter"
             type="search"
             value={search}
             placeholder="rule, session, reason…"
             onInput={(e) => setSearch((e.target as HTMLInputElement).value)}
           />
-        </label>
-        <label>
-          Kind
+        </div>
+        <div class="field">
+          <label for="a-kind">Kind</label>
           <select
+            id="a-kind"
             value={kind}
             onChange={(e) =>
               navigate(href("/audit", { kind: (e.target as HTMLSelectElement).value, q: text }), {
@@ -94,7 +96,7 @@ export function AuditView() {
               </option>
             ))}
           </select>
-        </label>
+        </div>
       </form>
       <ErrorText error={tail.error} />
       <p class="summary">

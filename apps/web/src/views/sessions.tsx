@@ -94,18 +94,23 @@ function SessionsTable() {
     <section>
       <h1>Sessions</h1>
       <form class="filters" aria-label="Filters" onSubmit={(e) => e.preventDefault()}>
-        <label>
-          Search
+        <div class="field">
+          <label for="f-search">Search</label>
           <input
+            id="f-search"
             type="search"
             value={searchText}
             placeholder="key, label or name"
             onInput={(e) => setSearchText((e.target as HTMLInputElement).value)}
           />
-        </label>
-        <label>
-          Kind
-          <select value={kind} onChange={(e) => setFilter("kind", (e.target as HTMLSelectElement).value)}>
+        </div>
+        <div class="field">
+          <label for="f-kind">Kind</label>
+          <select
+            id="f-kind"
+            value={kind}
+            onChange={(e) => setFilter("kind", (e.target as HTMLSelectElement).value)}
+          >
             <option value="">all</option>
             {SESSION_KINDS.map((k) => (
               <option key={k} value={k}>
@@ -113,10 +118,14 @@ function SessionsTable() {
               </option>
             ))}
           </select>
-        </label>
-        <label>
-          Agent
-          <select value={agent} onChange={(e) => setFilter("agent", (e.target as HTMLSelectElement).value)}>
+        </div>
+        <div class="field">
+          <label for="f-agent">Agent</label>
+          <select
+            id="f-agent"
+            value={agent}
+            onChange={(e) => setFilter("agent", (e.target as HTMLSelectElement).value)}
+          >
             <option value="">all</option>
             {(agents.data?.agents ?? []).map((a) => (
               <option key={a.id} value={a.id}>
@@ -124,16 +133,17 @@ function SessionsTable() {
               </option>
             ))}
           </select>
-        </label>
-        <label>
-          Active within (minutes)
+        </div>
+        <div class="field">
+          <label for="f-active">Active within (minutes)</label>
           <input
+            id="f-active"
             type="number"
             min="0"
             value={active}
             onChange={(e) => setFilter("active", (e.target as HTMLInputElement).value)}
           />
-        </label>
+        </div>
       </form>
       <ErrorText error={list.error} />
       <p class="summary" aria-live="polite">

@@ -1,0 +1,270 @@
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { type RunningAgentWorker, startAgentWorker } from "@switchboard/agent";
+import { connect, type SwitchboardClient } from "@switchboard/client";
+import { loadConfigFile } from "@switchboard/config-loader";
+import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Gateway } from "../gateway";
+import { defaultUiDir, UI_CONTENT_SECURITY_POLICY } from "./ui-routes";
+
+/**
+ * The web UI end to end: Debian's Chromium (headless, through playwright-core) against a real gateway
+ * with the reference agents of the example config, finding elements by role, label and text.
+ */
+const CHROMIUM = process.env.SWITCHBOARD_CHROMIUM ?? "/usr/bin/chromium";
+const REQUIRED = process.env.SWITCHBOARD_REQUIRE_BROWSER === "1";
+const REPO = resolve(fileURLToPath(new URL(".", import.meta.url)), "../../../..");
+const UI_DIR = defaultUiDir();
+/** `SWITCHBOARD_UPDATE_SCREENSHOTS=1` writes the README's screenshots; otherwise they go to a temp dir. */
+const SCREENSHOTS =
+  process.env.SWITCHBOARD_UPDATE_SCREENSHOTS === "1" ? join(REPO, "docs/screenshots") : undefined;
+
+const missing = !existsSync(CHROMIUM)
+  ? `no browser at ${CHROMIUM} (apt-get install -y chromium)`
+  : !UI_DIR || !existsSync(join(UI_DIR, "index.html"))
+    ? "the web UI is not built (pnpm build)"
+    : undefined;
+if (missing && REQUIRED) throw new Error(`SWITCHBOARD_REQUIRE_BROWSER=1 but ${missing}`);
+if (missing)
+  console.warn(
+    `[web UI browser tests] skipped: ${missing}. Set SWITCHBOARD_REQUIRE_BROWSER=1 to fail instead.`,
+  );
+
+const CAROL = "agent:main:webchat:dm:carol";
+const LAB = "agent:research:discord:group:lab";
+const MALLORY = "agent:main:webchat:dm:mallory";
+const MARKUP = "<img src=x onerror=alert(1)>";
+
+describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }, () => {
+  let dataDir: string;
+  let shots: string;
+  let gateway: Gateway;
+  let worker: RunningAgentWorker;
+  let operator: SwitchboardClient;
+  let browser: Browser;
+  let context: BrowserContext;
+  let page: Page;
+  let origin: string;
+  const consoleErrors: string[] = [];
+  const requests: string[] = [];
+  const dialogs: string[] = [];
+
+  beforeAll(async () => {
+    dataDir = await mkdtemp(join(tmpdir(), "sb-ui-browser-"));
+    shots = SCREENSHOTS ?? join(dataDir, "screenshots");
+    await mkdir(shots, { recursive: true });
+    const loaded = await loadConfigFile(join(REPO, "examples/switchboard.config.json5"));
+    const config = { ...loaded.config, logging: { ...loaded.config.logging, level: "silent" as const } };
+    const launched = chromium.launch({
+      executablePath: CHROMIUM,
+      headless: true,
+      args: [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--no-first-run",
+      ],
+    });
+    gateway = await Gateway.start({ config, dataDir, port: 0, fsync: "none" });
+    worker = await startAgentWorker({
+      url: gateway.url,
+      token: gateway.operatorToken,
+      config,
+      baseDir: loaded.baseDir,
+    });
+    operator = await connect({ url: gateway.url, token: gateway.operatorToken, role: "operator" });
+    origin = gateway.url.replace(/^ws/, "http");
+
+    // What a user did before opening the UI: a PUBLIC lab channel, a CONFIDENTIAL chat that read a
+    // secret, its blocked attempt to pass the secret down to the lab, and a message full of markup.
+    const say = async (sessionKey: string, message: string) => {
+      const { runId } = await operator.chat.send({ sessionKey, message });
+      return operator.agent.wait({ runId, timeoutMs: 10_000 });
+    };
+    await say(LAB, "hello lab");
+    await say(CAROL, "remember: the code is 0000");
+    const blocked = await say(CAROL, `ask ${LAB} the code is 0000`);
+    expect(blocked.reply).toMatch(/forbidden/);
+    await say(MALLORY, MARKUP);
+
+    browser = await launched;
+    context = await browser.newContext({ viewport: { width: 1280, height: 860 }, colorScheme: "light" });
+    page = await context.newPage();
+    page.setDefaultTimeout(8_000);
+    page.on("console", (message) => {
+      if (message.type() === "error") consoleErrors.push(message.text());
+    });
+    page.on("pageerror", (error) => consoleErrors.push(error.message));
+    page.on("dialog", (dialog) => {
+      dialogs.push(dialog.message());
+      void dialog.dismiss();
+    });
+    context.on("request", (request) => requests.push(request.url()));
+    page.on("websocket", (socket) => requests.push(socket.url()));
+  }, 60_000);
+
+  afterAll(async () => {
+    await browser?.close();
+    await operator?.close();
+    await worker?.stop();
+    await gateway?.close();
+    if (dataDir) await rm(dataDir, { recursive: true, force: true });
+  });
+
+  it("refuses a wrong token with the gateway's error and shows nothing else", async () => {
+    const response = await page.goto(`${origin}/`);
+    expect(page.url()).toBe(`${origin}/ui/`);
+    expect(response?.headers()["content-security-policy"]).toBe(UI_CONTENT_SECURITY_POLICY);
+    await page.getByLabel("Token").fill("not-the-token");
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await expect.poll(() => page.getByRole("alert").textContent()).toContain("invalid token");
+    expect(await page.getByRole("navigation").count()).toBe(0);
+    expect(await page.evaluate(() => sessionStorage.getItem("switchboard.token"))).toBeNull();
+    await page.screenshot({ path: join(shots, "sign-in.png") });
+  });
+
+  it("signs in from the #token= link, drops it from the address bar and keeps it in sessionStorage only", async () => {
+    await page.goto(`${origin}/ui/#token=${encodeURIComponent(gateway.operatorToken)}`);
+    await page.getByRole("heading", { name: "Overview" }).waitFor();
+    expect(page.url()).toBe(`${origin}/ui/`);
+    expect(await page.evaluate(() => sessionStorage.getItem("switchboard.token"))).toBe(
+      gateway.operatorToken,
+    );
+    expect(await page.evaluate(() => document.cookie)).toBe("");
+    await page.getByRole("status").filter({ hasText: "Connected" }).waitFor();
+    // The blocked write-down of the last hour is on the landing view.
+    await page
+      .getByText(/write-down blocked/)
+      .first()
+      .waitFor();
+    await page.screenshot({ path: join(shots, "overview.png"), fullPage: true });
+  });
+
+  it("lists sessions with their badges, filters them, and opens one", async () => {
+    await page.getByRole("navigation").getByRole("link", { name: "Sessions" }).click();
+    await page.getByRole("heading", { name: "Sessions" }).waitFor();
+    const rows = page.getByRole("table").getByRole("row");
+    await page.getByRole("link", { name: LAB }).waitFor();
+    expect(await rows.count()).toBeGreaterThanOrEqual(4);
+    const carolRow = rows.filter({ has: page.getByRole("link", { name: CAROL }) });
+    expect(await carolRow.textContent()).toContain("CONFIDENTIAL");
+    await page.screenshot({ path: join(shots, "sessions.png"), fullPage: true });
+
+    await page.getByLabel("Search").fill("carol");
+    await expect.poll(() => rows.count()).toBe(2); // the header row and carol
+    expect(page.url()).toContain("q=carol");
+    await page.getByLabel("Search").fill("");
+    await page.getByLabel("Kind").selectOption("group");
+    await expect.poll(() => page.getByRole("link", { name: CAROL }).count()).toBe(0);
+    await page.getByRole("link", { name: LAB }).waitFor();
+    await page.getByLabel("Kind").selectOption("");
+    await page.getByRole("link", { name: CAROL }).click();
+    await page
+      .getByRole("heading", { name: /Session/ })
+      .first()
+      .waitFor();
+    expect(decodeURIComponent(page.url())).toContain(`/ui/sessions/${CAROL}`);
+    await page.getByText("remember: the code is 0000", { exact: true }).waitFor();
+  });
+
+  it("sends a message and sees the reply arrive live, then a reply produced by another client", async () => {
+    const log = page.getByRole("log", { name: "Transcript entries" });
+    await page.getByRole("textbox", { name: "Message" }).fill("ping");
+    await page.getByRole("button", { name: "Send", exact: true }).click();
+    await page.getByText("Reply: pong").waitFor();
+    await log.getByText("pong", { exact: true }).waitFor();
+
+    // Someone else (the CLI, a channel) talks to the same session: the page updates by itself.
+    const { runId } = await operator.chat.send({ sessionKey: CAROL, message: "hello from another client" });
+    await log.getByText("echo: hello from another client").waitFor({ timeout: 10_000 });
+    await operator.agent.wait({ runId, timeoutMs: 10_000 });
+
+    // The blocked call in this transcript is a tool call paired with its result, collapsed.
+    const call = log.getByText(/Tool call sessions_send/).first();
+    await call.click();
+    await log
+      .getByText(/write-down blocked/)
+      .first()
+      .waitFor();
+    await page.screenshot({ path: join(shots, "session.png"), fullPage: true });
+
+    // The toggle that hides tool traffic is kept in the URL.
+    await page.getByLabel("Show tool calls").uncheck();
+    expect(page.url()).toContain("tools=hide");
+    await expect.poll(() => log.getByText(/Tool call sessions_send/).count()).toBe(0);
+  });
+
+  it("shows markup from a transcript as text and runs none of it", async () => {
+    await page.goto(`${origin}/ui/sessions/${encodeURIComponent(MALLORY)}`);
+    const log = page.getByRole("log", { name: "Transcript entries" });
+    await log.getByText(MARKUP, { exact: true }).waitFor();
+    await log.getByText(`echo: ${MARKUP}`).waitFor();
+    expect(await page.locator("img").count()).toBe(0);
+    expect(dialogs).toEqual([]);
+  });
+
+  it("shows the blocked write-down in the audit log and verifies the chain", async () => {
+    await page.getByRole("navigation").getByRole("link", { name: "Audit" }).click();
+    const blockedRow = page.getByRole("row").filter({ hasText: "write-down blocked" }).first();
+    await blockedRow.waitFor();
+    expect(await blockedRow.textContent()).toContain("BLOCK");
+    expect(await blockedRow.textContent()).toContain(LAB);
+    await page.getByRole("button", { name: "Verify" }).click();
+    await page.getByText(/The audit chain is intact: \d+ entries verified/).waitFor();
+    await page.getByLabel("Kind").selectOption("policy.blocked");
+    await expect.poll(() => page.getByRole("row").count()).toBeGreaterThanOrEqual(2);
+    await page.screenshot({ path: join(shots, "audit.png"), fullPage: true });
+  });
+
+  it("simulates the same call in the policy simulator: BLOCK, with the rules evaluated", async () => {
+    await page.getByRole("navigation").getByRole("link", { name: "Policy" }).click();
+    await page.getByLabel("Calling session").fill(CAROL);
+    await page.getByLabel("Tool").selectOption("sessions_send");
+    await page.getByLabel("Arguments (JSON)").fill(JSON.stringify({ sessionKey: LAB, message: "x" }));
+    await page.getByRole("button", { name: "Simulate" }).click();
+    await page.getByRole("heading", { name: /Decision: BLOCK/ }).waitFor();
+    await page
+      .getByText(/write-down blocked/)
+      .first()
+      .waitFor();
+    expect(await page.getByRole("table").getByRole("row").count()).toBeGreaterThan(1);
+    await page.screenshot({ path: join(shots, "policy.png"), fullPage: true });
+
+    await page.getByLabel("Arguments (JSON)").fill("{not json");
+    await page.getByRole("button", { name: "Simulate" }).click();
+    await page.getByRole("alert").filter({ hasText: "Arguments: not valid JSON" }).waitFor();
+  });
+
+  it("shows agents with their workers and the runs it saw", async () => {
+    await page.getByRole("navigation").getByRole("link", { name: "Agents and runs" }).click();
+    const mainRow = page.getByRole("row").filter({ has: page.getByRole("link", { name: "research" }) });
+    await mainRow.getByText("connected").waitFor();
+    await page.getByRole("heading", { name: "Recent runs" }).waitFor();
+    await page.screenshot({ path: join(shots, "agents.png"), fullPage: true });
+  });
+
+  it("logged no console error and sent nothing beyond the gateway, the token in no URL", async () => {
+    expect(consoleErrors).toEqual([]);
+    const wsOrigin = origin.replace(/^http/, "ws");
+    const elsewhere = requests.filter(
+      (url) => !url.startsWith(`${origin}/`) && !url.startsWith(`${wsOrigin}/`) && !url.startsWith("data:"),
+    );
+    expect(elsewhere).toEqual([]);
+    // A fragment never leaves the browser (it is not part of an HTTP request line).
+    const sent = requests.map((url) => url.split("#", 1)[0]!);
+    expect(sent.filter((url) => url.includes(gateway.operatorToken))).toEqual([]);
+    expect(requests.length).toBeGreaterThan(3);
+  });
+
+  it("forgets the token on sign-out", async () => {
+    await page.getByRole("button", { name: "Sign out" }).click();
+    await page.getByLabel("Token").waitFor();
+    expect(await page.evaluate(() => sessionStorage.getItem("switchboard.token"))).toBeNull();
+  });
+});
