@@ -1,3 +1,4 @@
+export { type ClusterBudgetKind, type ClusterCallBudget, openClusterCallBudget } from "./call-budget";
 export { clusterValue } from "./cluster-meta";
 export {
   type Coordination,
@@ -24,3 +25,4 @@ export {
 export { type ClusterRunLanes, createRunOnce, openClusterRunLanes, type RunClaim } from "./run-lanes";
 export { COORDINATION_MIGRATIONS, COORDINATION_VERSION } from "./schema";
 export { type ClusterSecrets, openClusterSecrets } from "./secrets";
+export { type ClusterWaitGraph, openClusterWaitGraph } from "./wait-graph";
