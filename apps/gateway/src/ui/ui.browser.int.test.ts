@@ -249,6 +249,26 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
     await page.screenshot({ path: join(shots, "agents.png"), fullPage: true });
   });
 
+  it("draws who talks to whom on the overview as the agents talk", async () => {
+    await page.getByRole("navigation").getByRole("link", { name: "Overview" }).click();
+    const { runId } = await operator.chat.send({ sessionKey: "main", message: `ask ${LAB} anything new?` });
+    const ended = await operator.agent.wait({ runId, timeoutMs: 10_000 });
+    expect(ended.reply).toMatch(/^ok:/);
+    const topology = page.getByRole("region", { name: "Topology of active chains" });
+    await topology.getByRole("img", { name: "Who is talking to whom" }).waitFor();
+    await topology
+      .getByRole("listitem")
+      .filter({ hasText: `sent to ${LAB}` })
+      .first()
+      .waitFor();
+    await page
+      .getByRole("region", { name: "Recently finished" })
+      .getByRole("link", { name: LAB })
+      .first()
+      .waitFor();
+    await page.screenshot({ path: join(shots, "overview.png"), fullPage: true });
+  });
+
   it("logged no console error and sent nothing beyond the gateway, the token in no URL", async () => {
     expect(consoleErrors).toEqual([]);
     const wsOrigin = origin.replace(/^http/, "ws");
