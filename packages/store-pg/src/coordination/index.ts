@@ -1,3 +1,10 @@
+export {
+  type ClusterAuditLog,
+  type ClusterAuditRecord,
+  type ClusterAuditVerifyResult,
+  nodeAuditHmac,
+  openClusterAuditLog,
+} from "./audit-chains";
 export { type ClusterBudgetKind, type ClusterCallBudget, openClusterCallBudget } from "./call-budget";
 export { clusterValue } from "./cluster-meta";
 export {

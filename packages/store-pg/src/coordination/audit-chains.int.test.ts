@@ -1,0 +1,122 @@
+import { expect, it } from "vitest";
+import { adminQuery, describeWithPg } from "../../test/pg-harness";
+import { type ClusterAuditLog, openClusterAuditLog } from "./audit-chains";
+import { useClusterSchema } from "./test-helpers";
+
+const cluster = useClusterSchema();
+const key = new Uint8Array(32).fill(5);
+// After each chain's opening record, so `tail` shows these.
+const base = Date.now() + 60_000;
+
+const entry = (n: number, who: string) => ({
+  kind: "delivery",
+  at: base + n,
+  actor: who,
+  data: { n, who },
+});
+
+/** Two instances appending at once, then an anchor: the ground every tampering case starts from. */
+async function twoWriters(): Promise<{
+  a: ClusterAuditLog;
+  b: ClusterAuditLog;
+  sql: (text: string, values?: unknown[]) => Promise<unknown>;
+}> {
+  const a = await openClusterAuditLog(await cluster.open({ instanceId: "gw-a" }), key);
+  const b = await openClusterAuditLog(await cluster.open({ instanceId: "gw-b" }), key);
+  await Promise.all(
+    Array.from({ length: 12 }, (_, n) => [a.append(entry(n, "a")), b.append(entry(n, "b"))]).flat(),
+  );
+  await a.anchor();
+  const sql = (text: string, values?: unknown[]) =>
+    adminQuery(text.replaceAll("$schema", `"${cluster.schema}"`), values);
+  return { a, b, sql };
+}
+
+await describeWithPg("cluster audit chains", () => {
+  it("verifies every instance's records after concurrent appends and anchors", async () => {
+    const { a, b } = await twoWriters();
+    expect(a.chainId).not.toBe(b.chainId);
+    const first = await a.append(entry(99, "a"));
+    expect(first).toMatchObject({ chainId: a.chainId, index: 13, kind: "delivery" });
+    // 12 entries + 1 chain record each, + 1 on a after the anchor.
+    expect(await b.verify()).toEqual({ ok: true, entries: 27, chains: 2, anchors: 1 });
+    await b.anchor();
+    expect(await a.anchored()).toEqual({
+      [a.chainId]: { index: 13, hash: first.hash },
+      [b.chainId]: expect.objectContaining({ index: 12 }),
+    });
+    expect(await a.verify()).toMatchObject({ ok: true, anchors: 2 });
+    const tail = await b.tail(3);
+    expect(tail.map((record) => `${record.data.who}${record.data.n}`)).toEqual(["a11", "b11", "a99"]);
+  });
+
+  it("detects an edited record, naming its chain and index", async () => {
+    const { a, b, sql } = await twoWriters();
+    await sql(
+      `UPDATE $schema.audit_chain_records SET record = jsonb_set(record::jsonb, '{data,n}', '77')::json WHERE chain_id = $1 AND idx = 4`,
+      [b.chainId],
+    );
+    expect(await a.verify()).toMatchObject({
+      ok: false,
+      chainId: b.chainId,
+      firstBadIndex: 4,
+      reason: expect.stringMatching(/hash does not match/),
+    });
+  });
+
+  it("detects reordered records", async () => {
+    const { a, sql } = await twoWriters();
+    await sql(`UPDATE $schema.audit_chain_records SET idx = -idx WHERE chain_id = $1 AND idx IN (5, 6)`, [
+      a.chainId,
+    ]);
+    await sql(
+      `UPDATE $schema.audit_chain_records SET idx = CASE idx WHEN -5 THEN 6 ELSE 5 END WHERE chain_id = $1 AND idx IN (-5, -6)`,
+      [a.chainId],
+    );
+    expect(await a.verify()).toMatchObject({ ok: false, chainId: a.chainId, firstBadIndex: 5 });
+  });
+
+  it("detects a removed tail of one chain, and a removed chain, against the anchor", async () => {
+    const { a, b, sql } = await twoWriters();
+    await sql(`DELETE FROM $schema.audit_chain_records WHERE chain_id = $1 AND idx >= 9`, [a.chainId]);
+    expect(await b.verify()).toMatchObject({
+      ok: false,
+      chainId: a.chainId,
+      firstBadIndex: 9,
+      reason: expect.stringMatching(/records missing at the end/),
+    });
+    await sql(`DELETE FROM $schema.audit_chain_records WHERE chain_id = $1`, [a.chainId]);
+    await sql(`DELETE FROM $schema.audit_chains WHERE chain_id = $1`, [a.chainId]);
+    expect(await b.verify()).toMatchObject({ ok: false, chainId: a.chainId, firstBadIndex: 0 });
+  });
+
+  it("detects a chain's records moved under another chain id", async () => {
+    const { a, b, sql } = await twoWriters();
+    await b.anchor();
+    // A whole chain renamed, anchors rewritten to match are impossible without the key; here the
+    // anchors are removed too, so only the chain's own first record can tell.
+    await sql(`DELETE FROM $schema.audit_anchors`);
+    await sql(`UPDATE $schema.audit_chain_records SET chain_id = 'forged' WHERE chain_id = $1`, [a.chainId]);
+    await sql(`UPDATE $schema.audit_chains SET chain_id = 'forged' WHERE chain_id = $1`, [a.chainId]);
+    expect(await b.verify()).toMatchObject({
+      ok: false,
+      chainId: "forged",
+      firstBadIndex: 0,
+      reason: expect.stringMatching(/does not start with its own/),
+    });
+  });
+
+  it("detects a removed or edited anchor", async () => {
+    const { a, b, sql } = await twoWriters();
+    await b.anchor();
+    await a.anchor();
+    await sql(`DELETE FROM $schema.audit_anchors WHERE idx = 1`);
+    expect(await a.verify()).toMatchObject({ ok: false, chainId: "anchors", firstBadIndex: 1 });
+    await sql(`DELETE FROM $schema.audit_anchors WHERE idx = 2`);
+    expect(await a.verify()).toMatchObject({ ok: true, anchors: 1 });
+    await sql(
+      `UPDATE $schema.audit_anchors SET record = jsonb_set(record::jsonb, '{at}', '1')::json WHERE idx = 0`,
+    );
+    expect(await a.verify()).toMatchObject({ ok: false, chainId: "anchors", firstBadIndex: 0 });
+  });
+});

@@ -1,0 +1,235 @@
+import { createHmac, randomUUID } from "node:crypto";
+import {
+  type AuditChain,
+  type AuditEntry,
+  type AuditHead,
+  type AuditHmac,
+  type AuditRecord,
+  createAuditChain,
+  verifyAuditRecords,
+} from "@switchboard/core";
+import type { Coordination } from "./context";
+
+/** A record of one writer's chain. */
+export interface ClusterAuditRecord extends AuditRecord {
+  chainId: string;
+}
+
+export interface ClusterAuditVerifyResult {
+  ok: boolean;
+  /** Records verified (every chain's, anchors not counted). */
+  entries: number;
+  chains: number;
+  anchors: number;
+  /** Where the first problem is: a chain id, or `anchors` for the anchor chain. */
+  chainId?: string;
+  firstBadIndex?: number;
+  reason?: string;
+}
+
+/**
+ * Backs the gateway's `AuditChainHead` (and the audit part of the store) across instances without
+ * one global hot row: every writer appends to a hash chain of its own (a chain id per open, so one
+ * writer per chain and no contention between instances), and anchors — themselves a hash chain of
+ * core's format — periodically record the head of every chain.
+ *
+ * What changes for callers: `append` chains and stores in one call (the head and the log are one
+ * component, because the chain lives in the database); there is no global `index`: a record is
+ * identified by `chainId` + `index`; `verify` checks every chain, that each chain reaches the head
+ * its newest anchor recorded (a removed tail, a removed chain), that each chain's first record
+ * names that chain (records moved to another chain id), and the anchor chain itself.
+ *
+ * Hashing is core's (`createAuditChain`, `verifyAuditRecords`): HMAC-SHA256 of prevHash and the
+ * canonical entry, genesis prevHash zeros. What no anchor covers yet — records appended, or chains
+ * created, after the newest anchor — can be cut off undetected by someone who can write to the
+ * database, as in the single-process gateway after its last anchor.
+ */
+export interface ClusterAuditLog {
+  /** This writer's chain. */
+  readonly chainId: string;
+  append(entry: AuditEntry): Promise<ClusterAuditRecord>;
+  /** Records the head of every chain in a new anchor. */
+  anchor(): Promise<void>;
+  /** The chain heads of the newest anchor (chain id → head). */
+  anchored(): Promise<Record<string, AuditHead>>;
+  /** Newest records across chains (by time), at most `limit`. */
+  tail(limit: number): Promise<ClusterAuditRecord[]>;
+  verify(): Promise<ClusterAuditVerifyResult>;
+}
+
+/** node:crypto's synchronous HMAC: the same hashes as core's WebCrypto default. */
+export const nodeAuditHmac: AuditHmac = (key, message) =>
+  createHmac("sha256", key).update(message).digest("hex");
+
+const CHAIN_START = "audit.chain";
+const ANCHOR = "audit.anchor";
+const ANCHOR_LOCK_CLASS = 0x5357_4241; // "SWBA"
+
+interface RecordRow {
+  chain_id: string;
+  record: AuditRecord;
+}
+
+export async function openClusterAuditLog(
+  coordination: Coordination,
+  key: Uint8Array,
+  options: { hmac?: AuditHmac } = {},
+): Promise<ClusterAuditLog> {
+  const hmac = options.hmac ?? nodeAuditHmac;
+  const { db, q, instanceId, schema } = coordination;
+  const records = q("audit_chain_records");
+  const anchors = q("audit_anchors");
+  const chainId = `${instanceId}:${randomUUID()}`;
+
+  const insert = (record: AuditRecord, id = chainId) =>
+    db.query(
+      "appending an audit record",
+      `INSERT INTO ${records} (chain_id, idx, record) VALUES ($1, $2, $3)`,
+      [id, record.index, JSON.stringify(record)],
+    );
+  // The chain's first record binds its id into the hashes: moving records to another id breaks it.
+  await db.query(
+    "registering an audit chain",
+    `INSERT INTO ${q("audit_chains")} (chain_id, instance_id) VALUES ($1, $2)`,
+    [chainId, instanceId],
+  );
+  const chain: AuditChain = createAuditChain({
+    key,
+    hmac,
+    persist: (record) => insert(record).then(() => undefined),
+  });
+  await chain.next({ kind: CHAIN_START, at: Date.now(), data: { chainId, instanceId } });
+
+  const latestAnchors = async (): Promise<AuditRecord[]> => {
+    const found = await db.read<{ record: AuditRecord }>(
+      "reading audit anchors",
+      `SELECT record FROM ${anchors} ORDER BY idx`,
+    );
+    return found.rows.map((row) => row.record);
+  };
+  const headsOf = (anchor: AuditRecord | undefined): Record<string, AuditHead> =>
+    (anchor?.data.heads as Record<string, AuditHead> | undefined) ?? {};
+
+  return {
+    chainId,
+    async append(entry) {
+      const record = await chain.next(entry);
+      return { ...record, chainId };
+    },
+    async anchor() {
+      await db.transaction("anchoring the audit chains", async (client) => {
+        // One anchor at a time, cluster-wide (normally only the leader anchors).
+        await client.query("SELECT pg_advisory_xact_lock($1, hashtext($2))", [
+          ANCHOR_LOCK_CLASS,
+          `${schema}.audit`,
+        ]);
+        const last = await client.query<{ record: AuditRecord }>(
+          `SELECT record FROM ${anchors} ORDER BY idx DESC LIMIT 1`,
+        );
+        const heads = await client.query<{ chain_id: string; idx: string; hash: string }>(
+          `SELECT DISTINCT ON (chain_id) chain_id, idx, record->>'hash' AS hash
+           FROM ${records} ORDER BY chain_id, idx DESC`,
+        );
+        const previous = last.rows[0]?.record;
+        const anchorChain = createAuditChain({
+          key,
+          hmac,
+          ...(previous ? { last: { index: previous.index, hash: previous.hash } } : {}),
+        });
+        const data: Record<string, AuditHead> = {};
+        for (const row of heads.rows) data[row.chain_id] = { index: Number(row.idx), hash: row.hash };
+        const record = await anchorChain.next({
+          kind: ANCHOR,
+          at: Date.now(),
+          actor: instanceId,
+          data: { heads: data },
+        });
+        await client.query(`INSERT INTO ${anchors} (idx, record) VALUES ($1, $2)`, [
+          record.index,
+          JSON.stringify(record),
+        ]);
+      });
+    },
+    async anchored() {
+      const found = await db.read<{ record: AuditRecord }>(
+        "reading the newest audit anchor",
+        `SELECT record FROM ${anchors} ORDER BY idx DESC LIMIT 1`,
+      );
+      return headsOf(found.rows[0]?.record);
+    },
+    async tail(limit) {
+      const found = await db.read<RecordRow>(
+        "reading the newest audit records",
+        `SELECT chain_id, record FROM ${records}
+         ORDER BY (record->>'at')::bigint DESC, chain_id DESC, idx DESC LIMIT $1`,
+        [limit],
+      );
+      return found.rows.reverse().map((row) => ({ ...row.record, chainId: row.chain_id }));
+    },
+    async verify() {
+      const anchorRecords = await latestAnchors();
+      const anchorCheck = await verifyAuditRecords(key, anchorRecords, { hmac });
+      const result = (fields: Omit<ClusterAuditVerifyResult, "anchors">): ClusterAuditVerifyResult => ({
+        ...fields,
+        anchors: anchorRecords.length,
+      });
+      if (!anchorCheck.ok || anchorRecords.some((record) => record.kind !== ANCHOR)) {
+        return result({
+          ok: false,
+          entries: 0,
+          chains: 0,
+          chainId: "anchors",
+          firstBadIndex: anchorCheck.firstBadIndex ?? 0,
+          reason: anchorCheck.reason ?? "an anchor record is not an anchor",
+        });
+      }
+      // The newest head each anchor recorded per chain; anchors only grow, so the last one wins.
+      const expected: Record<string, AuditHead> = {};
+      for (const anchor of anchorRecords) Object.assign(expected, headsOf(anchor));
+      const registered = await db.read<{ chain_id: string }>(
+        "listing audit chains",
+        `SELECT chain_id FROM ${q("audit_chains")} UNION SELECT DISTINCT chain_id FROM ${records}`,
+      );
+      const chainIds = [
+        ...new Set([...registered.rows.map((row) => row.chain_id), ...Object.keys(expected)]),
+      ].sort();
+      let entries = 0;
+      for (const id of chainIds) {
+        const found = await db.read<{ record: AuditRecord }>(
+          "reading an audit chain",
+          `SELECT record FROM ${records} WHERE chain_id = $1 ORDER BY idx`,
+          [id],
+        );
+        const chainRecords = found.rows.map((row) => row.record);
+        const head = expected[id];
+        const check = await verifyAuditRecords(key, chainRecords, {
+          hmac,
+          ...(head ? { expectedHead: head } : {}),
+        });
+        if (!check.ok) {
+          return result({
+            ok: false,
+            entries: entries + check.entries,
+            chains: chainIds.length,
+            chainId: id,
+            firstBadIndex: check.firstBadIndex ?? 0,
+            reason: check.reason ?? "chain does not verify",
+          });
+        }
+        const first = chainRecords[0];
+        if (first && (first.kind !== CHAIN_START || first.data.chainId !== id)) {
+          return result({
+            ok: false,
+            entries,
+            chains: chainIds.length,
+            chainId: id,
+            firstBadIndex: 0,
+            reason: `chain ${id} does not start with its own ${CHAIN_START} record (records moved from another chain)`,
+          });
+        }
+        entries += check.entries;
+      }
+      return result({ ok: true, entries, chains: chainIds.length });
+    },
+  };
+}
