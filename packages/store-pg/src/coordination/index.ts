@@ -22,6 +22,7 @@ export {
   eventChannel,
   openClusterEventLog,
 } from "./event-log";
+export { type LeaderLease, type LeaderLeaseOptions, openLeaderLease } from "./leader-lease";
 export {
   type ClusterMembership,
   type LostRun,
