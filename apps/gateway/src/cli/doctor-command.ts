@@ -15,7 +15,7 @@ const spec: CommandSpec = {
   name: "doctor",
   brief: "check the config and the data dir (--repair fixes what it can)",
   summary:
-    "Checks the config (as `up` loads it, scripted rules files included) and the data dir without changing anything: store format, locks, torn, damaged or orphan files, the sessions index, transcripts, runs waiting on a transcript that is gone, secret file permissions. Every error names the file and the fix. On a postgres store (store.kind "postgres") it checks the connection and the schema version instead of the store files. Safe while the gateway runs. With --repair (gateway stopped) it fixes what it can and keeps every replaced file. Exit 1 when something is still broken.",
+    "Checks the config (as `up` loads it, scripted rules files included) and the data dir without changing anything: store format, locks, torn, damaged or orphan files, the sessions index, transcripts, runs waiting on a transcript that is gone, secret file permissions. Every error names the file and the fix. On a postgres store (store.kind \"postgres\") it checks the connection and the schema version instead of the store files. Safe while the gateway runs. With --repair (gateway stopped) it fixes what it can and keeps every replaced file. Exit 1 when something is still broken.",
   positionals: { min: 0, max: 0 },
   options: {
     ...JSON_OPTION,
