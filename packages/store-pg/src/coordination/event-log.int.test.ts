@@ -8,7 +8,8 @@ const cluster = useClusterSchema();
 
 async function instance(options: Parameters<typeof openClusterEventLog>[1] = {}) {
   const coordination = await cluster.open();
-  const log = await openClusterEventLog(coordination, options);
+  const errors: unknown[] = [];
+  const log = await openClusterEventLog(coordination, { onError: (error) => errors.push(error), ...options });
   cluster.cleanup(() => log.stop());
   const seen: ClusterEvent[] = [];
   log.subscribe({
@@ -20,7 +21,7 @@ async function instance(options: Parameters<typeof openClusterEventLog>[1] = {})
       seen.push(event);
     },
   });
-  return { coordination, log, seen };
+  return { coordination, log, seen, errors };
 }
 
 const ids = (events: ClusterEvent[]) => events.map((event) => String(event.payload.id));
@@ -61,6 +62,7 @@ await describeWithPg("cluster event log", () => {
     expect(a.seen.map((event) => event.seq)).toEqual([...all].sort((x, y) => x - y));
     await new Promise((resolve) => setTimeout(resolve, 50));
     expect(a.seen).toHaveLength(450);
+    expect([...a.errors, ...b.errors, ...c.errors]).toEqual([]);
   });
 
   it("replays after any retained seq on another instance, then continues live without a gap", async () => {
@@ -71,6 +73,13 @@ await describeWithPg("cluster event log", () => {
     const replayed = await b.log.replay(cursor, () => true);
     expect(replayed.map((event) => event.seq)).toEqual(seqs.slice(15));
     expect(ids(replayed)).toEqual(Array.from({ length: 25 }, (_, n) => `a-${n + 15}`));
+    // A failing subscriber is reported and does not keep the event from the others.
+    b.log.subscribe({
+      accepts: () => true,
+      deliver: () => {
+        throw new Error("subscriber bug");
+      },
+    });
     // Filters apply, scope columns come back.
     await a.log.publish("audit.appended", { index: 1, kind: "x", id: "scoped" } as never, {
       sessionKey: "agent:main:main",
@@ -82,6 +91,7 @@ await describeWithPg("cluster event log", () => {
       agentId: "main",
       payload: { id: "scoped" },
     });
+    expect(b.errors).toEqual([new Error("subscriber bug")]);
     const scoped = await b.log.replay(cursor, (event) => event.sessionKey === "agent:main:main");
     expect(ids(scoped)).toEqual(["scoped"]);
   });

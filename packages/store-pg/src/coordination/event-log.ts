@@ -51,7 +51,10 @@ export interface ClusterEventLog {
    * never replayed and other instances skip them.
    */
   withSeq(send: (seq: number) => void): Promise<number>;
-  /** Retained events with `seq > after`, oldest first. */
+  /**
+   * Retained events with `seq > after` up to `currentSeq` at the call, oldest first. Subscribe
+   * first, then replay: the subscriber gets everything after that point live, with no overlap.
+   */
   replay(after: number, accepts: (event: ClusterEvent) => boolean): Promise<ClusterEvent[]>;
   subscribe(subscriber: ClusterEventSubscriber): () => void;
   /** Reads and delivers everything committed since the last delivered seq (also run on wake-ups). */
@@ -78,7 +81,9 @@ export interface ClusterEventLogOptions {
   onError?: (error: unknown) => void;
 }
 
-/** Second key of the publish lock; the first is this class. */
+/** Events per publishing transaction. */
+const MAX_BATCH = 500;
+/** First key of the publish lock; the second is the schema's events table. */
 const EVENT_LOCK_CLASS = 0x5357_4245; // "SWBE"
 
 interface PendingEvent {
@@ -153,7 +158,7 @@ export async function openClusterEventLog(
   let stopped = false;
   const subscribers = new Set<ClusterEventSubscriber>();
   const directSends = new Map<number, (seq: number) => void>();
-  let batch: PendingEvent[] = [];
+  const batch: PendingEvent[] = [];
   let flushScheduled = false;
   let flushing: Promise<void> = Promise.resolve();
 
@@ -190,7 +195,7 @@ export async function openClusterEventLog(
         return numbers;
       });
       for (const [index, item] of items.entries()) item.resolve(seqs[index]!);
-      void catchUp();
+      wake();
     } catch (error) {
       // Rolled back: the numbers drawn are gaps nobody will ever see filled.
       for (const item of items) {
@@ -209,9 +214,11 @@ export async function openClusterEventLog(
       // Everything published in this tick goes in one transaction; batches leave in order.
       setImmediate(() => {
         flushScheduled = false;
-        const items = batch;
-        batch = [];
-        flushing = flushing.then(() => flush(items));
+        // Bounded transactions: a burst of thousands of events goes in several, still in order.
+        while (batch.length > 0) {
+          const items = batch.splice(0, MAX_BATCH);
+          flushing = flushing.then(() => flush(items));
+        }
       });
     });
   };
@@ -238,7 +245,14 @@ export async function openClusterEventLog(
           continue;
         }
         const event = toEvent(row);
-        for (const subscriber of subscribers) if (subscriber.accepts(event)) subscriber.deliver(event);
+        for (const subscriber of subscribers) {
+          // One failing subscriber must not keep the event from the others, nor stop the reader.
+          try {
+            if (subscriber.accepts(event)) subscriber.deliver(event);
+          } catch (error) {
+            onError(error);
+          }
+        }
       }
       if (rows.rows.length < readBatch || stopped) return;
     }
@@ -313,6 +327,9 @@ export async function openClusterEventLog(
       return enqueue({ event: "direct", payload: "{}", scope: {}, direct: true, send });
     },
     async replay(after, accepts) {
+      // Up to what was delivered when called: a subscriber registered before this call gets the
+      // rest live, without overlap (the reader keeps delivering during the replay).
+      const upTo = delivered;
       const out: ClusterEvent[] = [];
       let from = after;
       for (;;) {
@@ -320,7 +337,7 @@ export async function openClusterEventLog(
           "replaying events",
           `SELECT seq, event, payload, session_key, agent_id, connection_id, direct
            FROM ${table} WHERE seq > $1 AND seq <= $2 AND NOT direct ORDER BY seq LIMIT $3`,
-          [from, delivered, readBatch],
+          [from, upTo, readBatch],
         );
         for (const row of rows.rows) {
           const event = toEvent(row);

@@ -1,0 +1,57 @@
+import { createServer } from "node:net";
+import { expect, it } from "vitest";
+import { adminQuery, describeWithPg, TEST_PG_URL } from "../../test/pg-harness";
+import { openCoordination } from "./context";
+import { COORDINATION_VERSION } from "./schema";
+import { useClusterSchema } from "./test-helpers";
+
+const cluster = useClusterSchema();
+
+async function closedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+await describeWithPg("cluster coordination: opening", () => {
+  it("creates the coordination tables once when several instances open a new schema at once", async () => {
+    const opened = await Promise.all([1, 2, 3].map((n) => cluster.open({ instanceId: `gw-${n}` })));
+    expect(opened.map((coordination) => coordination.instanceId)).toEqual(["gw-1", "gw-2", "gw-3"]);
+    const versions = await adminQuery(`SELECT version FROM "${cluster.schema}".coordination_migrations`);
+    expect(versions.rows).toEqual([{ version: COORDINATION_VERSION }]);
+  });
+
+  it("refuses coordination tables newer than this build, naming both versions", async () => {
+    await cluster.open();
+    await adminQuery(
+      `INSERT INTO "${cluster.schema}".coordination_migrations (version, name) VALUES ($1, 'future')`,
+      [COORDINATION_VERSION + 1],
+    );
+    await expect(cluster.open()).rejects.toMatchObject({
+      code: "UNAVAILABLE",
+      message: expect.stringContaining(
+        `at version ${COORDINATION_VERSION + 1}, newer than this Switchboard supports (${COORDINATION_VERSION})`,
+      ),
+    });
+  });
+
+  it("answers UNAVAILABLE naming the server when it cannot be reached, and names bad options", async () => {
+    const port = await closedPort();
+    const url = `postgres://postgres:s3cret@127.0.0.1:${port}/test`;
+    const error = await openCoordination({ url, schema: "sbclu_unreachable", connectTimeoutMs: 2000 }).catch(
+      (e) => e,
+    );
+    expect(error).toMatchObject({ code: "UNAVAILABLE", retryable: true });
+    expect(error.message).toContain(`127.0.0.1:${port}/test`);
+    expect(error.message).not.toContain("s3cret");
+    await expect(openCoordination({ url: TEST_PG_URL, schema: "Bad-Name" })).rejects.toMatchObject({
+      code: "INVALID_REQUEST",
+      message: expect.stringContaining("cluster.schema: must be a schema name"),
+    });
+    await expect(openCoordination({ url: "mysql://x" })).rejects.toThrow(
+      "cluster.url: must start with postgres://",
+    );
+  });
+});
