@@ -125,7 +125,7 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
     await page.getByRole("button", { name: "Sign in" }).click();
     await expect.poll(() => page.getByRole("alert").textContent()).toContain("invalid token");
     expect(await page.getByRole("navigation").count()).toBe(0);
-    expect(await page.evaluate(() => sessionStorage.getItem("switchboard.token"))).toBeNull();
+    expect(await page.evaluate("sessionStorage.getItem('switchboard.token')")).toBeNull();
     await page.screenshot({ path: join(shots, "sign-in.png") });
   });
 
@@ -133,10 +133,8 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
     await page.goto(`${origin}/ui/#token=${encodeURIComponent(gateway.operatorToken)}`);
     await page.getByRole("heading", { name: "Overview" }).waitFor();
     expect(page.url()).toBe(`${origin}/ui/`);
-    expect(await page.evaluate(() => sessionStorage.getItem("switchboard.token"))).toBe(
-      gateway.operatorToken,
-    );
-    expect(await page.evaluate(() => document.cookie)).toBe("");
+    expect(await page.evaluate("sessionStorage.getItem('switchboard.token')")).toBe(gateway.operatorToken);
+    expect(await page.evaluate("document.cookie")).toBe("");
     await page.getByRole("status").filter({ hasText: "Connected" }).waitFor();
     // The blocked write-down of the last hour is on the landing view.
     await page
@@ -285,6 +283,6 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
   it("forgets the token on sign-out", async () => {
     await page.getByRole("button", { name: "Sign out" }).click();
     await page.getByLabel("Token").waitFor();
-    expect(await page.evaluate(() => sessionStorage.getItem("switchboard.token"))).toBeNull();
+    expect(await page.evaluate("sessionStorage.getItem('switchboard.token')")).toBeNull();
   });
 });
