@@ -13,13 +13,14 @@ import * as b5 from "./benchmarks/b5-send.mjs";
 import * as b6 from "./benchmarks/b6-memory.mjs";
 import * as b7 from "./benchmarks/b7-stalls.mjs";
 import * as b8 from "./benchmarks/b8-pg.mjs";
+import * as b11 from "./benchmarks/b11-ui.mjs";
 import { DATA_ROOT } from "./lib/dataset.mjs";
 import { BENCH_DIR, setting } from "./lib/modules.mjs";
 import { printResult } from "./lib/report.mjs";
 import { resolveScale, SCALES } from "./lib/scale.mjs";
 import { now } from "./lib/stats.mjs";
 
-const BENCHMARKS = [b1, b2, b3, b4, b5, b6, b7, b8];
+const BENCHMARKS = [b1, b2, b3, b4, b5, b6, b7, b8, b11];
 
 function usage() {
   return [
@@ -40,7 +41,7 @@ function parseArgs(argv) {
       process.exit(0);
     } else if (arg.startsWith("--scale=")) scale = arg.slice("--scale=".length);
     else if (arg === "--scale") scale = argv[++index];
-    else if (/^b[1-8]$/i.test(arg)) ids.push(arg.toUpperCase());
+    else if (/^b(?:[1-8]|11)$/i.test(arg)) ids.push(arg.toUpperCase());
     else {
       console.error(`unknown argument "${arg}"\n${usage()}`);
       process.exit(2);
