@@ -30,8 +30,8 @@ export class AuditService {
   }
 
   /**
-   * Records the durable head outside the log (meta store). A chain cannot notice a cut-off tail by
-   * itself; `verify` checks the log still reaches the last anchored head.
+   * Records the durable head outside the log (meta store) when it is behind. Every append already
+   * anchors its record before it resolves; this is for shutdown and bookkeeping.
    */
   anchor(): Promise<void> {
     return this.head.anchor();
@@ -39,15 +39,33 @@ export class AuditService {
 
   /**
    * Chains in call order (the head serialises `next`) and hands records to the store in that same
-   * order without waiting for each fsync, so concurrent decisions share one group commit.
+   * order without waiting for each fsync, so concurrent decisions share one group commit. Resolves
+   * once the record is durable and anchored outside the log (see `appendWith`).
    */
-  append(input: AuditInput): Promise<AuditRecord> {
+  async append(input: AuditInput): Promise<AuditRecord> {
+    return (await this.appendWith(input, (record) => this.store.append([record]))).record;
+  }
+
+  /**
+   * Like `append`, but `persist` stores the record (instead of the audit store's `append`), for
+   * a write that commits it together with other data as one unit (a taint rise). `persist` is
+   * called in chain order and must hand the record to the store before it returns.
+   *
+   * The record's head is anchored outside the log (meta store) before this resolves: one anchor
+   * write per group of records, pipelined with their group commits. So a tail of acknowledged
+   * records cut off the log (after a crash, or by hand) is noticed by `verify`, however recent.
+   */
+  appendWith<T>(
+    input: AuditInput,
+    persist: (record: AuditRecord) => Promise<T>,
+  ): Promise<{ record: AuditRecord; result: T }> {
     const entry = { kind: input.kind, at: Date.now(), data: input.data } as AuditEntry;
     if (input.actor !== undefined) entry.actor = input.actor;
     if (input.sessionKey !== undefined) entry.sessionKey = input.sessionKey;
-    const task = this.head.next(entry).then(async (record) => {
+    const stored = this.head.next(entry).then(async (record) => {
+      let result: T;
       try {
-        await this.store.append([record]);
+        result = await persist(record);
       } catch (error) {
         // The store rolled the record back (e.g. disk full), but the chain moved past it, and every
         // record chained after it is refused too: start again from what the store holds.
@@ -55,6 +73,12 @@ export class AuditService {
         throw error;
       }
       this.head.stored(record);
+      return { record, result };
+    });
+    this.persisted = stored.catch(() => undefined);
+    return stored.then(async (done) => {
+      await this.head.anchorThrough(done.record.index);
+      const { record } = done;
       this.bus.publish(
         "audit.appended",
         {
@@ -64,10 +88,8 @@ export class AuditService {
         },
         record.sessionKey ? { sessionKey: record.sessionKey } : {},
       );
-      return record;
+      return done;
     });
-    this.persisted = task.catch(() => undefined);
-    return task;
   }
 
   async tail(limit: number, after?: number): Promise<AuditRecord[]> {

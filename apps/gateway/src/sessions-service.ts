@@ -321,20 +321,22 @@ export class SessionsService {
       const escalation = escalateTaint(entry.taint, level, { at: Date.now(), reason, source });
       if (!escalation.event) return undefined;
       const { from, to } = escalation.event;
-      await this.store.transcripts.append(entry.sessionId, [
-        { type: "taint", label: to, taint: { from, to, reason, source } },
-      ]);
-      await this.store.sessions.put({
-        ...entry,
-        taint: to,
-        updatedAt: Math.max(Date.now(), entry.updatedAt),
-      });
+      // The transcript's taint entry, the row and the audit record are one unit in the store: all
+      // of them or none, also across a crash.
+      await this.audit.appendWith(
+        { kind: "taint", sessionKey: key, data: { from, to, reason, source } },
+        (record) =>
+          this.store.commitTaintRise({
+            row: { ...entry, taint: to, updatedAt: Math.max(Date.now(), entry.updatedAt) },
+            entry: { type: "taint", label: to, taint: { from, to, reason, source } },
+            audit: record,
+          }),
+      );
       this.bus.publish(
         "session.taint",
         { key, from, to, reason },
         { sessionKey: key, agentId: entry.agentId },
       );
-      await this.audit.append({ kind: "taint", sessionKey: key, data: { from, to, reason, source } });
       return { from, to };
     });
   }

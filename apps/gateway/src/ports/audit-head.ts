@@ -31,8 +31,14 @@ export interface AuditChainHead {
    * old head fail first), the head is re-read from the store. `next` waits until then.
    */
   resync(settled: Promise<unknown>): void;
-  /** Records the durable head outside the log. */
+  /** Records the durable head outside the log (nothing when it is anchored already). */
   anchor(): Promise<void>;
+  /**
+   * Resolves once the head anchored outside the log is at `index` or later (`index` must be
+   * stored). Calls arriving while an anchor is being written share the next one: one anchor write
+   * per group of records, pipelined with the records' own group commits.
+   */
+  anchorThrough(index: number): Promise<void>;
   /** The head last anchored, if any and readable. */
   anchored(): Promise<AuditHead | undefined>;
 }
@@ -43,6 +49,10 @@ export class InProcessAuditHead implements AuditChainHead {
   private durableHead: AuditHead | undefined;
   /** Set while the chain is rebuilt from the store after a failed append. */
   private resyncing: Promise<void> | undefined;
+  /** The index of the head anchored outside the log (-1: none). */
+  private anchoredIndex = -1;
+  /** The anchor write in flight, if any. */
+  private anchoring: Promise<void> | undefined;
 
   private constructor(
     private readonly store: Pick<AuditStore, "last">,
@@ -59,6 +69,7 @@ export class InProcessAuditHead implements AuditChainHead {
     const last = await store.last();
     const head = new InProcessAuditHead(store, meta, key, chainAfter(key, last));
     if (last) head.durableHead = { index: last.index, hash: last.hash };
+    head.anchoredIndex = (await head.anchored())?.index ?? -1;
     return head;
   }
 
@@ -83,7 +94,27 @@ export class InProcessAuditHead implements AuditChainHead {
 
   async anchor(): Promise<void> {
     const head = this.durableHead;
-    if (head) await this.meta.set(ANCHOR, JSON.stringify(head));
+    if (head && head.index > this.anchoredIndex) await this.anchorThrough(head.index);
+  }
+
+  async anchorThrough(index: number): Promise<void> {
+    if (!this.durableHead || this.durableHead.index < index) {
+      throw new Error(`audit head: record ${index} is not stored yet, so it cannot be anchored`);
+    }
+    while (this.anchoredIndex < index) {
+      this.anchoring ??= this.writeAnchor().finally(() => {
+        this.anchoring = undefined;
+      });
+      await this.anchoring;
+    }
+  }
+
+  /** Writes the current durable head; records stored meanwhile wait for the next write. */
+  private async writeAnchor(): Promise<void> {
+    const head = this.durableHead;
+    if (!head || head.index <= this.anchoredIndex) return;
+    await this.meta.set(ANCHOR, JSON.stringify(head));
+    this.anchoredIndex = Math.max(this.anchoredIndex, head.index);
   }
 
   async anchored(): Promise<AuditHead | undefined> {
