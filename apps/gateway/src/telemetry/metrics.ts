@@ -26,6 +26,21 @@ const STORE_WRITES = {
   meta: ["set"],
 } as const;
 
+let processRegistry: Registry | undefined;
+
+/**
+ * Event-loop delay, RSS, heap, GC and handles: prom-client's process metrics. They describe the
+ * process, not one gateway, so one registry per process serves every gateway's scrape (its monitors
+ * are started once, never once per gateway).
+ */
+function processMetrics(): Registry {
+  if (!processRegistry) {
+    processRegistry = new Registry();
+    collectDefaultMetrics({ register: processRegistry });
+  }
+  return processRegistry;
+}
+
 /**
  * The gateway's Prometheus metrics, in a registry of its own (several gateways may share a process).
  * Counters and histograms are updated on the hot path (a label lookup and an add); gauges that would
@@ -45,8 +60,7 @@ export class GatewayMetrics {
 
   constructor() {
     const registers = [this.registry];
-    // Event-loop delay, RSS, heap, GC and handles: the library's process metrics, in this registry.
-    collectDefaultMetrics({ register: this.registry });
+    processMetrics();
     this.requests = new Counter({
       name: "switchboard_requests_total",
       help: "Protocol requests handled, by method and outcome (ok or the error code).",
@@ -175,8 +189,9 @@ export class GatewayMetrics {
   }
 
   /** The Prometheus text exposition of every metric. */
-  scrape(): Promise<string> {
-    return this.registry.metrics();
+  async scrape(): Promise<string> {
+    const [own, process] = await Promise.all([this.registry.metrics(), processMetrics().metrics()]);
+    return `${own}${process}`;
   }
 
   get contentType(): string {

@@ -43,6 +43,9 @@ export function tracesWanted(config: Config, env: Record<string, string | undefi
   );
 }
 
+/** How long closing waits for the last spans to be exported. */
+const SHUTDOWN_GRACE_MS = 3_000;
+
 const ENDED = new Set(["ok", "error", "timeout"]);
 
 let contextManagerSet = false;
@@ -192,7 +195,15 @@ export class GatewayTracing {
   async shutdown(): Promise<void> {
     for (const span of this.runs.values()) span.end();
     this.runs.clear();
-    await this.provider.shutdown().catch(() => undefined);
+    // Flushes what is buffered, but an unreachable collector must not hold up the gateway's stop.
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      this.provider.shutdown().catch(() => undefined),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, SHUTDOWN_GRACE_MS);
+      }),
+    ]);
+    clearTimeout(timer);
   }
 
   private async within<T>(span: Span, active: Context, handle: () => Promise<T>): Promise<T> {
