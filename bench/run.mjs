@@ -7,6 +7,7 @@ import os from "node:os";
 import path from "node:path";
 import * as b1 from "./benchmarks/b1-history.mjs";
 import * as b2 from "./benchmarks/b2-list.mjs";
+import * as b2b from "./benchmarks/b2b-indexed-list.mjs";
 import * as b3 from "./benchmarks/b3-cold-start.mjs";
 import * as b4 from "./benchmarks/b4-appends.mjs";
 import * as b5 from "./benchmarks/b5-send.mjs";
@@ -20,11 +21,11 @@ import { printResult } from "./lib/report.mjs";
 import { resolveScale, SCALES } from "./lib/scale.mjs";
 import { now } from "./lib/stats.mjs";
 
-const BENCHMARKS = [b1, b2, b3, b4, b5, b6, b7, b8, b11];
+const BENCHMARKS = [b1, b2, b2b, b3, b4, b5, b6, b7, b8, b11];
 
 function usage() {
   return [
-    "usage: node bench/run.mjs [B1 ... B8] [--scale=small|default|full]",
+    "usage: node bench/run.mjs [B1 B2 B2b ... B8] [--scale=small|default|full]",
     "  no ids: run all; scale also from BENCH_SCALE (default: default)",
     "  single sizes can be overridden by env, e.g. BENCH_REPS=5 BENCH_B7_SECONDS=120 (see bench/README.md)",
     "  BENCH_STRICT=1: exit with status 1 when a target is missed",
@@ -41,7 +42,7 @@ function parseArgs(argv) {
       process.exit(0);
     } else if (arg.startsWith("--scale=")) scale = arg.slice("--scale=".length);
     else if (arg === "--scale") scale = argv[++index];
-    else if (/^b(?:[1-8]|11)$/i.test(arg)) ids.push(arg.toUpperCase());
+    else if (/^b(?:[1-8]|2b|11)$/i.test(arg)) ids.push(arg.toUpperCase());
     else {
       console.error(`unknown argument "${arg}"\n${usage()}`);
       process.exit(2);
