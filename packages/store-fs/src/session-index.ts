@@ -246,8 +246,7 @@ export class FileSessionIndex implements SessionIndexStore {
     const visible = compileListVisibility(options);
     // Only the main sessions and the agents' rows are there from the start.
     const needsBuild =
-      query.kinds?.some((kind) => kind !== "main") ||
-      (query.search !== undefined && query.search.length >= 3);
+      query.kinds?.some((kind) => kind !== "main") || (query.search !== undefined && query.search !== "");
     if (needsBuild && (this.building || this.unbuilt)) await this.startIndexing();
     return this.collect(this.plan(query, mainKey, matches), query, matches, visible);
   }
