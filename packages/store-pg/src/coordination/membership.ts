@@ -1,4 +1,5 @@
 import { SwitchboardError } from "@switchboard/core";
+import type pg from "pg";
 import type { Coordination } from "./context";
 
 /** A run whose instance was lost: put back at the head of its lane, or failed. */
@@ -96,7 +97,99 @@ export function openMembership(
     options.onError ??
     ((error: unknown) => logger.warn({ error: (error as Error).message }, "lease renewal failed"));
 
+  /**
+   * Frees what the `dead` instances held — and anything held by an instance without a row (one
+   * that left, or claimed after being swept) — inside the caller's transaction.
+   */
+  const free = async (client: pg.PoolClient, dead: string[]): Promise<Omit<SweepResult, "lostInstances">> => {
+    const claims = await client.query<ClaimRow>(
+      `DELETE FROM ${q("run_claims")} c
+           WHERE c.instance_id = ANY($1::text[])
+              OR NOT EXISTS (SELECT 1 FROM ${instances} i WHERE i.instance_id = c.instance_id)
+           RETURNING run_id, lane_key, agent_id, instance_id, attempts`,
+      [dead],
+    );
+    const requeued: LostRun[] = [];
+    const failed: LostRun[] = [];
+    for (const row of claims.rows) {
+      const lost: LostRun = {
+        runId: row.run_id,
+        laneKey: row.lane_key,
+        agentId: row.agent_id,
+        lostInstance: row.instance_id,
+        attempts: row.attempts,
+      };
+      if (row.attempts < maxReassignments) requeued.push(lost);
+      else {
+        lost.reason = `gateway instance ${row.instance_id} holding the run was lost (its lease expired, or it restarted) and the run had already been reassigned ${row.attempts} time${row.attempts === 1 ? "" : "s"}`;
+        failed.push(lost);
+      }
+    }
+    if (requeued.length > 0) {
+      // Back at the head of the lane (below every normal position), one attempt more.
+      await client.query(
+        `INSERT INTO ${q("run_queue")} (run_id, lane_key, agent_id, position, attempts)
+             SELECT t.run_id, t.lane_key, t.agent_id, -nextval('${q("run_queue_position").replaceAll("'", "''")}'), t.attempts + 1
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::int[]) AS t(run_id, lane_key, agent_id, attempts)
+             ON CONFLICT (run_id) DO NOTHING`,
+        [
+          requeued.map((run) => run.runId),
+          requeued.map((run) => run.laneKey),
+          requeued.map((run) => run.agentId),
+          requeued.map((run) => run.attempts),
+        ],
+      );
+    }
+    if (failed.length > 0) {
+      await client.query(
+        `INSERT INTO ${q("run_claim_failures")} (run_id, lane_key, agent_id, lost_instance, reason)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+             ON CONFLICT (run_id) DO NOTHING`,
+        [
+          failed.map((run) => run.runId),
+          failed.map((run) => run.laneKey),
+          failed.map((run) => run.agentId),
+          failed.map((run) => run.lostInstance),
+          failed.map((run) => run.reason!),
+        ],
+      );
+    }
+    const waits = await client.query(
+      `DELETE FROM ${q("waits")} w
+           WHERE w.instance_id = ANY($1::text[])
+              OR NOT EXISTS (SELECT 1 FROM ${instances} i WHERE i.instance_id = w.instance_id)`,
+      [dead],
+    );
+    return { requeued, failed, waitsRemoved: waits.rowCount ?? 0 };
+  };
+
+  /**
+   * The first registration of this process: whatever a previous process with the same instance id
+   * held (a restart with a configured id, after kill -9) is freed as lost before the new row goes in.
+   */
+  const register = () =>
+    db.transaction("registering the instance", async (client) => {
+      await client.query(`DELETE FROM ${instances} WHERE instance_id = $1`, [instanceId]);
+      const freed = await free(client, [instanceId]);
+      await client.query(
+        `INSERT INTO ${instances} (instance_id, lease_until)
+         VALUES ($1, now() + make_interval(secs => $2::double precision / 1000))`,
+        [instanceId, leaseMs],
+      );
+      if (freed.requeued.length + freed.failed.length > 0) {
+        logger.warn(
+          { requeued: freed.requeued.length, failed: freed.failed.length },
+          "runs held by a previous process with this instance id freed",
+        );
+      }
+    });
+
   const renew = async (): Promise<{ lost: boolean }> => {
+    if (!registered) {
+      await register();
+      registered = true;
+      return { lost: false };
+    }
     // A sweep deletes the row of a dead instance in the same transaction that frees its claims; a
     // renewal that has to insert the row again therefore knows it was declared dead.
     const result = await db.query<{ inserted: boolean }>(
@@ -107,8 +200,7 @@ export function openMembership(
        RETURNING (xmax = 0) AS inserted`,
       [instanceId, leaseMs],
     );
-    const lost = registered && result.rows[0]?.inserted === true;
-    registered = true;
+    const lost = result.rows[0]?.inserted === true;
     if (lost) {
       logger.warn({ instanceId }, "this instance had been declared dead by the cluster; registered again");
       options.onLost?.();
@@ -137,73 +229,14 @@ export function openMembership(
            ) RETURNING instance_id`,
         );
         const dead = expired.rows.map((row) => row.instance_id);
-        // Claims of those, and of any instance without a row (one that left, or claimed after
-        // being swept), go.
-        const claims = await client.query<ClaimRow>(
-          `DELETE FROM ${q("run_claims")} c
-           WHERE c.instance_id = ANY($1::text[])
-              OR NOT EXISTS (SELECT 1 FROM ${instances} i WHERE i.instance_id = c.instance_id)
-           RETURNING run_id, lane_key, agent_id, instance_id, attempts`,
-          [dead],
-        );
-        const requeued: LostRun[] = [];
-        const failed: LostRun[] = [];
-        for (const row of claims.rows) {
-          const lost: LostRun = {
-            runId: row.run_id,
-            laneKey: row.lane_key,
-            agentId: row.agent_id,
-            lostInstance: row.instance_id,
-            attempts: row.attempts,
-          };
-          if (row.attempts < maxReassignments) requeued.push(lost);
-          else {
-            lost.reason = `gateway instance ${row.instance_id} holding the run was lost (its lease expired) and the run had already been reassigned ${row.attempts} time${row.attempts === 1 ? "" : "s"}`;
-            failed.push(lost);
-          }
-        }
-        if (requeued.length > 0) {
-          // Back at the head of the lane (below every normal position), one attempt more.
-          await client.query(
-            `INSERT INTO ${q("run_queue")} (run_id, lane_key, agent_id, position, attempts)
-             SELECT t.run_id, t.lane_key, t.agent_id, -nextval('${q("run_queue_position").replaceAll("'", "''")}'), t.attempts + 1
-             FROM unnest($1::text[], $2::text[], $3::text[], $4::int[]) AS t(run_id, lane_key, agent_id, attempts)
-             ON CONFLICT (run_id) DO NOTHING`,
-            [
-              requeued.map((run) => run.runId),
-              requeued.map((run) => run.laneKey),
-              requeued.map((run) => run.agentId),
-              requeued.map((run) => run.attempts),
-            ],
-          );
-        }
-        if (failed.length > 0) {
-          await client.query(
-            `INSERT INTO ${q("run_claim_failures")} (run_id, lane_key, agent_id, lost_instance, reason)
-             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
-             ON CONFLICT (run_id) DO NOTHING`,
-            [
-              failed.map((run) => run.runId),
-              failed.map((run) => run.laneKey),
-              failed.map((run) => run.agentId),
-              failed.map((run) => run.lostInstance),
-              failed.map((run) => run.reason!),
-            ],
-          );
-        }
-        const waits = await client.query(
-          `DELETE FROM ${q("waits")} w
-           WHERE w.instance_id = ANY($1::text[])
-              OR NOT EXISTS (SELECT 1 FROM ${instances} i WHERE i.instance_id = w.instance_id)`,
-          [dead],
-        );
-        if (dead.length > 0 || claims.rows.length > 0) {
+        const freed = await free(client, dead);
+        if (dead.length > 0 || freed.requeued.length + freed.failed.length > 0) {
           logger.warn(
-            { lostInstances: dead, requeued: requeued.length, failed: failed.length },
+            { lostInstances: dead, requeued: freed.requeued.length, failed: freed.failed.length },
             "lost gateway instances swept",
           );
         }
-        return { lostInstances: dead, requeued, failed, waitsRemoved: waits.rowCount ?? 0 };
+        return { lostInstances: dead, ...freed };
       });
     },
     async alive() {

@@ -160,6 +160,18 @@ await describeWithPg("cluster run lanes", () => {
     expect(await a.membership.renew()).toEqual({ lost: false });
   });
 
+  it("frees what a previous process with the same instance id held when it registers again", async () => {
+    const before = await instance("gw-fixed");
+    await before.lanes.enqueue("lane", "r1", { agentId: "w" });
+    expect(await before.lanes.claimNext(["w"])).toMatchObject({ runId: "r1" });
+    await before.membership.renew();
+    // kill -9 and a restart within the lease: the new process has the same id, none of the state.
+    const after = await instance("gw-fixed");
+    expect(await after.lanes.holder("lane")).toBeUndefined();
+    expect(await after.lanes.claimNext(["w"])).toEqual({ runId: "r1", laneKey: "lane", agentId: "w", attempts: 1 });
+    expect(await after.membership.alive()).toEqual(["gw-fixed"]);
+  });
+
   it("creates a run once per idempotency key across two store instances", async () => {
     const coordination = await cluster.open();
     const stores = await Promise.all(
