@@ -1,6 +1,7 @@
+import { createAuditChain } from "@switchboard/core";
 import { expect, it } from "vitest";
 import { adminQuery, describeWithPg } from "../../test/pg-harness";
-import { type ClusterAuditLog, openClusterAuditLog } from "./audit-chains";
+import { type ClusterAuditLog, nodeAuditHmac, openClusterAuditLog } from "./audit-chains";
 import { useClusterSchema } from "./test-helpers";
 
 const cluster = useClusterSchema();
@@ -48,6 +49,29 @@ await describeWithPg("cluster audit chains", () => {
     expect(await a.verify()).toMatchObject({ ok: true, anchors: 2 });
     const tail = await b.tail(3);
     expect(tail.map((record) => `${record.data.who}${record.data.n}`)).toEqual(["a11", "b11", "a99"]);
+  });
+
+  it("continues without a gap after a failed insert, and after one that was stored though its answer was lost", async () => {
+    const { a, sql } = await twoWriters();
+    await sql(
+      `ALTER TABLE $schema.audit_chain_records ADD CONSTRAINT refuse_77 CHECK ((record->'data'->>'n') IS DISTINCT FROM '77')`,
+    );
+    await expect(a.append(entry(77, "a"))).rejects.toMatchObject({ code: "INTERNAL" });
+    expect(await a.append(entry(78, "a"))).toMatchObject({ index: 13 });
+    // The database holds a record the writer never heard back about (COMMIT arrived, the answer did not).
+    const last = (await a.tail(1))[0]!;
+    const lost = await createAuditChain({
+      key,
+      hmac: nodeAuditHmac,
+      last: { index: last.index, hash: last.hash },
+    }).next(entry(79, "a"));
+    await sql(`INSERT INTO $schema.audit_chain_records (chain_id, idx, record) VALUES ($1, $2, $3)`, [
+      a.chainId,
+      lost.index,
+      JSON.stringify(lost),
+    ]);
+    expect(await a.append(entry(80, "a"))).toMatchObject({ index: 15, prevHash: lost.hash });
+    expect(await a.verify()).toMatchObject({ ok: true, entries: 29 });
   });
 
   it("detects an edited record, naming its chain and index", async () => {

@@ -8,6 +8,7 @@ import {
   createAuditChain,
   verifyAuditRecords,
 } from "@switchboard/core";
+import { isUniqueViolation } from "../errors";
 import type { Coordination } from "./context";
 
 /** A record of one writer's chain. */
@@ -81,24 +82,56 @@ export async function openClusterAuditLog(
   const anchors = q("audit_anchors");
   const chainId = `${instanceId}:${randomUUID()}`;
 
-  const insert = (record: AuditRecord, id = chainId) =>
+  const insert = (record: AuditRecord) =>
     db.query(
       "appending an audit record",
       `INSERT INTO ${records} (chain_id, idx, record) VALUES ($1, $2, $3)`,
-      [id, record.index, JSON.stringify(record)],
+      [chainId, record.index, JSON.stringify(record)],
     );
-  // The chain's first record binds its id into the hashes: moving records to another id breaks it.
+  /** The chain continued after what the database holds (the truth after any failure). */
+  const rebuild = async (): Promise<AuditChain> => {
+    const found = await db.read<{ record: AuditRecord }>(
+      "reading an audit chain's head",
+      `SELECT record FROM ${records} WHERE chain_id = $1 ORDER BY idx DESC LIMIT 1`,
+      [chainId],
+    );
+    const last = found.rows[0]?.record;
+    return createAuditChain({ key, hmac, ...(last ? { last: { index: last.index, hash: last.hash } } : {}) });
+  };
   await db.query(
     "registering an audit chain",
     `INSERT INTO ${q("audit_chains")} (chain_id, instance_id) VALUES ($1, $2)`,
     [chainId, instanceId],
   );
-  const chain: AuditChain = createAuditChain({
-    key,
-    hmac,
-    persist: (record) => insert(record).then(() => undefined),
-  });
-  await chain.next({ kind: CHAIN_START, at: Date.now(), data: { chainId, instanceId } });
+  let chain: AuditChain | undefined = createAuditChain({ key, hmac });
+  let queue: Promise<unknown> = Promise.resolve();
+  /**
+   * Chains and stores one record at a time (one writer per chain, so no lock). After a failed
+   * insert the chain is rebuilt from the database, which may hold the record after all (COMMIT
+   * reached the server, its answer did not): then the index is taken, and the entry is chained
+   * once more after it.
+   */
+  const append = (entry: AuditEntry): Promise<AuditRecord> => {
+    const run = queue.then(async () => {
+      for (let attempt = 0; ; attempt++) {
+        chain ??= await rebuild();
+        const record = await chain.next(entry);
+        try {
+          await insert(record);
+          return record;
+        } catch (error) {
+          chain = undefined;
+          chain = await rebuild().catch(() => undefined);
+          const taken = isUniqueViolation((error as { cause?: unknown }).cause ?? error);
+          if (attempt > 0 || !taken) throw error;
+        }
+      }
+    });
+    queue = run.catch(() => undefined);
+    return run;
+  };
+  // The chain's first record binds its id into the hashes: moving records to another id breaks it.
+  await append({ kind: CHAIN_START, at: Date.now(), data: { chainId, instanceId } });
 
   const latestAnchors = async (): Promise<AuditRecord[]> => {
     const found = await db.read<{ record: AuditRecord }>(
@@ -113,7 +146,7 @@ export async function openClusterAuditLog(
   return {
     chainId,
     async append(entry) {
-      const record = await chain.next(entry);
+      const record = await append(entry);
       return { ...record, chainId };
     },
     async anchor() {

@@ -168,7 +168,12 @@ await describeWithPg("cluster run lanes", () => {
     // kill -9 and a restart within the lease: the new process has the same id, none of the state.
     const after = await instance("gw-fixed");
     expect(await after.lanes.holder("lane")).toBeUndefined();
-    expect(await after.lanes.claimNext(["w"])).toEqual({ runId: "r1", laneKey: "lane", agentId: "w", attempts: 1 });
+    expect(await after.lanes.claimNext(["w"])).toEqual({
+      runId: "r1",
+      laneKey: "lane",
+      agentId: "w",
+      attempts: 1,
+    });
     expect(await after.membership.alive()).toEqual(["gw-fixed"]);
   });
 
