@@ -99,7 +99,7 @@ export async function run(params) {
       "/ui/sessions",
       async (page) => {
         await page.getByRole("table").getByRole("link").first().waitFor();
-        await page.getByRole("textbox", { name: "Search" }).waitFor();
+        await page.getByRole("searchbox", { name: "Search" }).waitFor();
       },
       "navigation to the first row's link (the 200 most recent rows; search and filters narrow the rest)",
     );

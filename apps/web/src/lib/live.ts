@@ -100,6 +100,7 @@ async function enrich(api: SwitchboardClient, sessionKey: string): Promise<void>
 }
 
 export function reset(): void {
+  probing = undefined;
   runs.clear();
   edges.length = 0;
   queued.clear();
@@ -173,10 +174,29 @@ export async function startLive(api: SwitchboardClient): Promise<() => void> {
     }),
   ];
   await api.subscribe({});
-  void probe(api);
+  probeClient = api;
+  if (probeWanted) ensureProbe();
   return () => {
+    probeClient = undefined;
     for (const off of offs) off();
   };
+}
+
+let probeClient: SwitchboardClient | undefined;
+let probing: SwitchboardClient | undefined;
+/** A view asked for the probe (possibly before the subscription was up). */
+let probeWanted = false;
+
+/**
+ * Called by the views that show runs (Overview, Agents and runs): the probe costs a status call per
+ * recently active session, so the Sessions and Session views (and their first paint) do without it.
+ */
+export function ensureProbe(): void {
+  probeWanted = true;
+  const api = probeClient;
+  if (!api || probing === api) return;
+  probing = api;
+  void probe(api);
 }
 
 /** Runs that were already in progress when the page opened, and the last hour's blocked calls. */

@@ -1,11 +1,13 @@
-import { api } from "../lib/connection";
+import { useEffect } from "preact/hooks";
+import { api, client } from "../lib/connection";
 import { duration } from "../lib/format";
 import { useLoad, useNow } from "../lib/hooks";
-import { liveRevision, queued, runs } from "../lib/live";
+import { ensureProbe, liveRevision, queued, runs } from "../lib/live";
 import { href } from "../lib/router";
 import { Ago, ErrorText, Panel, SessionLink } from "./parts";
 
 export function AgentsView() {
+  useEffect(ensureProbe, [client.value]);
   const agents = useLoad(() => api().agents.list({}), []);
   void liveRevision.value;
   const now = useNow(2000);

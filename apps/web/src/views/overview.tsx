@@ -1,6 +1,18 @@
+import { useEffect } from "preact/hooks";
+import { client } from "../lib/connection";
 import { circleLayout, duration, uniqueEdges } from "../lib/format";
 import { useNow } from "../lib/hooks";
-import { blocked, edges, isWaiting, liveRevision, probed, queued, type RunInfo, runs } from "../lib/live";
+import {
+  blocked,
+  edges,
+  ensureProbe,
+  isWaiting,
+  liveRevision,
+  probed,
+  queued,
+  type RunInfo,
+  runs,
+} from "../lib/live";
 import { href } from "../lib/router";
 import { Ago, Panel, SessionLink } from "./parts";
 
@@ -32,6 +44,7 @@ function RunList({ items, now, empty }: { items: RunInfo[]; now: number; empty: 
 }
 
 export function OverviewView() {
+  useEffect(ensureProbe, [client.value]);
   void liveRevision.value;
   const now = useNow(2000);
   const all = [...runs.values()];
