@@ -1,5 +1,6 @@
 import type { RunRecord, Store } from "@switchboard/core";
-import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
+import { Counter, collectDefaultMetrics, Gauge, Registry } from "prom-client";
+import { SeriesCounter, SeriesHistogram } from "./series";
 
 /** Latency buckets (seconds) for requests and store writes: sub-millisecond to seconds. */
 const FAST_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
@@ -43,70 +44,70 @@ function processMetrics(): Registry {
 
 /**
  * The gateway's Prometheus metrics, in a registry of its own (several gateways may share a process).
- * Counters and histograms are updated on the hot path (a label lookup and an add); gauges that would
- * need bookkeeping are computed at scrape time from `MetricSources` instead.
+ * Counters and histograms are updated on the hot path (`series.ts`: a map lookup and an add); gauges
+ * that would need bookkeeping are computed at scrape time from `MetricSources` instead.
  */
 export class GatewayMetrics {
   readonly registry = new Registry();
   private sources: MetricSources | undefined;
-  private readonly requests: Counter<"method" | "outcome">;
-  private readonly requestSeconds: Histogram<"method">;
-  private readonly toolCalls: Counter<"tool" | "decision">;
-  private readonly runs: Counter<"status">;
-  private readonly queueWait: Histogram<"lane">;
-  private readonly runSeconds: Histogram<"lane" | "status">;
-  private readonly storeWrites: Counter<"op" | "outcome">;
-  private readonly storeSeconds: Histogram<"op">;
+  private readonly requests: SeriesCounter;
+  private readonly requestSeconds: SeriesHistogram;
+  private readonly toolCalls: SeriesCounter;
+  private readonly runs: SeriesCounter;
+  private readonly queueWait: SeriesHistogram;
+  private readonly runSeconds: SeriesHistogram;
+  private readonly storeWrites: SeriesCounter;
+  private readonly storeSeconds: SeriesHistogram;
 
   constructor() {
     const registers = [this.registry];
     processMetrics();
-    this.requests = new Counter({
+    this.requests = new SeriesCounter({
       name: "switchboard_requests_total",
       help: "Protocol requests handled, by method and outcome (ok or the error code).",
       labelNames: ["method", "outcome"],
       registers,
     });
-    this.requestSeconds = new Histogram({
+    this.requestSeconds = new SeriesHistogram({
       name: "switchboard_request_duration_seconds",
       help: "Time to answer a protocol request, by method.",
       labelNames: ["method"],
       buckets: FAST_BUCKETS,
       registers,
     });
-    this.toolCalls = new Counter({
+    this.toolCalls = new SeriesCounter({
       name: "switchboard_tool_calls_total",
       help: "Tool calls by tool and policy decision (allow, block, redact).",
       labelNames: ["tool", "decision"],
       registers,
     });
-    this.runs = new Counter({
+    this.runs = new SeriesCounter({
       name: "switchboard_runs_total",
       help: "Runs ended, by status (ok, error, timeout).",
       labelNames: ["status"],
       registers,
     });
-    this.queueWait = new Histogram({
+    this.queueWait = new SeriesHistogram({
       name: "switchboard_run_queue_wait_seconds",
       help: "Time from a run's creation to its assignment to a worker, by lane.",
       labelNames: ["lane"],
       buckets: RUN_BUCKETS,
       registers,
     });
-    this.runSeconds = new Histogram({
+    this.runSeconds = new SeriesHistogram({
       name: "switchboard_run_duration_seconds",
       help: "Time from a run's assignment to its end, by lane and status.",
       labelNames: ["lane", "status"],
       buckets: RUN_BUCKETS,
       registers,
     });
-    this.storeWrites = new Counter({
+    this.storeWrites = new SeriesCounter({
       name: "switchboard_store_writes_total",
       help: "Store writes (appends, puts) by operation and outcome (ok or error).",
       labelNames: ["op", "outcome"],
       registers,
     });
-    this.storeSeconds = new Histogram({
+    this.storeSeconds = new SeriesHistogram({
       name: "switchboard_store_write_duration_seconds",
       help: "Time until a store write is durable (group commit with fsync, or the database round trip).",
       labelNames: ["op"],
