@@ -18,6 +18,7 @@ function observedStore() {
   const inner = createMemoryStore();
   const statuses = new Map<string, string[]>();
   let refuseInput: string | undefined;
+  let holdInput: { text: string; release: Promise<void> } | undefined;
   const store: Store = {
     ...inner,
     runs: Object.assign(Object.create(inner.runs) as Store["runs"], {
@@ -33,6 +34,11 @@ function observedStore() {
           refuseInput = undefined;
           return Promise.reject(new Error("disk full"));
         }
+        if (holdInput !== undefined && text?.type === "text" && text.text === holdInput.text) {
+          const { release } = holdInput;
+          holdInput = undefined;
+          return release.then(() => inner.transcripts.append(sessionId, entries));
+        }
         return inner.transcripts.append(sessionId, entries);
       },
     }),
@@ -42,6 +48,12 @@ function observedStore() {
     statuses,
     refuseInput(text: string) {
       refuseInput = text;
+    },
+    /** Holds the write of the input `text` until the returned function is called. */
+    holdInput(text: string): () => void {
+      let release!: () => void;
+      holdInput = { text, release: new Promise<void>((resolve) => (release = resolve)) };
+      return release;
     },
   };
 }
@@ -111,7 +123,7 @@ describe("runs: claimed at once when a worker slot is free", () => {
     expect(observed.statuses.get(second)).toEqual(["queued", "running", "ok"]);
   });
 
-  it("a run whose input cannot be written ends error, never reaches the worker, and frees its slot", async () => {
+  it("a run whose input cannot be written ends error, cannot be completed, and frees its slot", async () => {
     const observed = observedStore();
     const { operator, worker } = await start(observed.store);
     observed.refuseInput("lost");
@@ -120,6 +132,10 @@ describe("runs: claimed at once when a worker slot is free", () => {
     const [failed] = [...observed.statuses].find(([, written]) => written[0] === "running") ?? [];
     expect(failed).toBeDefined();
     expect(observed.statuses.get(failed!)).toEqual(["running", "error"]);
+    // It may have reached the worker while its input was being written, but it cannot end `ok`.
+    const late = await worker.request("run.complete", { runId: failed, reply: "too late" });
+    expect(late.ok).toBe(false);
+    expect(late.error?.code).toBe("FORBIDDEN");
 
     // The slot and the lane were given back: the next run of the same session reaches the worker.
     const { runId } = await operator.call<{ runId: string }>("chat.send", {
@@ -127,10 +143,41 @@ describe("runs: claimed at once when a worker slot is free", () => {
       message: "kept",
     });
     await worker.waitForEvent((event) => event.event === "run.assigned" && event.payload.runId === runId);
-    expect(assigned(worker)).toEqual([runId]);
+    expect(assigned(worker).at(-1)).toBe(runId);
     expect(await operator.call("agent.wait", { runId: failed!, timeoutMs: 1000 })).toMatchObject({
       status: "error",
       error: expect.stringContaining("the input could not be recorded"),
     });
+  });
+
+  it("hands a claimed run to its worker while the input is written, and ends it only after the input", async () => {
+    const observed = observedStore();
+    const { operator, worker } = await start(observed.store);
+    const release = observed.holdInput("early");
+    const sent = operator.call<{ runId: string }>("chat.send", {
+      sessionKey: "agent:main:cron:early",
+      message: "early",
+    });
+    const assignedEvent = await worker.waitForEvent((event) => event.event === "run.assigned");
+    const runId = String(assignedEvent.payload.runId);
+    let completed = false;
+    const completing = worker.call("run.complete", { runId, reply: "fast" }).then(() => {
+      completed = true;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    // The input is not durable yet: neither the send is acknowledged nor the run ended.
+    expect(completed).toBe(false);
+    expect(observed.statuses.get(runId)).toEqual(["running"]);
+    release();
+    expect((await sent).runId).toBe(runId);
+    await completing;
+    expect(await operator.call("agent.wait", { runId, timeoutMs: 5000 })).toMatchObject({
+      status: "ok",
+      reply: "fast",
+    });
+    const history = await operator.call<{ messages: Array<{ role: string }> }>("sessions.history", {
+      sessionKey: "agent:main:cron:early",
+    });
+    expect(history.messages.map((message) => message.role)).toEqual(["user", "assistant"]);
   });
 });

@@ -58,6 +58,8 @@ export type RunEndedListener = (record: RunRecord) => void | Promise<void>;
  */
 export class RunScheduler {
   private readonly endedListeners: RunEndedListener[] = [];
+  /** Inputs still being written of runs already handed to their worker (settle after any rollback). */
+  private readonly inputsPending = new Map<string, Promise<void>>();
   private stopping = false;
   /** Retries writing ended runs whose final record the store refused (disk full). */
   private unsavedTimer: NodeJS.Timeout | undefined;
@@ -186,10 +188,20 @@ export class RunScheduler {
     }
     // Stored: the run's span starts, as a child of the call that created it (the async context).
     this.telemetry?.created(record);
-    if (spec.recordInput !== false) {
-      try {
-        await this.recordInput(record, spec.label);
-      } catch (error) {
+    // Issued first: its append takes the session's lock now, so every later entry of the run
+    // (its reply, its tool calls) lands after the input.
+    const input = spec.recordInput === false ? undefined : this.recordInput(record, spec.label);
+    if (worker) {
+      // Claimed: the worker gets the run while its input is written (one fsync less on the path
+      // of a send). The run cannot end before the input is durable (`complete` waits for it), and a
+      // crash before that leaves it `running`, which ends `error` at restart.
+      if (record.status === "running" && active.worker === worker) {
+        this.armTimeout(active);
+        void this.started(active, worker).catch((error) => this.dispatchFailed(active, error));
+      }
+    }
+    if (input) {
+      const written = input.catch(async (error: unknown) => {
         // Rolled back: the caller gets the error and no run is left waiting for an input that
         // was never written (the record ends `error`, so a restart does not start it either).
         await this.finish(record, "error", {
@@ -198,15 +210,15 @@ export class RunScheduler {
           this.log.error({ err: finishError, runId }, "could not roll back a run without input"),
         );
         throw error;
+      });
+      if (worker) this.inputsPending.set(runId, written);
+      try {
+        await written;
+      } finally {
+        this.inputsPending.delete(runId);
       }
     }
-    if (worker) {
-      // Ended (timeout, shutdown) or handed on (its worker went away) while the input was written.
-      if (record.status !== "running" || active.worker !== worker) return record;
-      this.armTimeout(active);
-      void this.started(active, worker).catch((error) => this.dispatchFailed(active, error));
-      return record;
-    }
+    if (worker) return record;
     this.active.add(active);
     this.armTimeout(active);
     this.queue(record);
@@ -430,11 +442,15 @@ export class RunScheduler {
   }
 
   async complete(runId: string, connection: Connection, reply: string, usage?: Usage): Promise<void> {
+    // A run handed out while its input was being written ends only after it is durable (or, when
+    // it failed, the run has ended `error` and this is refused).
+    await this.inputsPending.get(runId)?.catch(() => undefined);
     const record = this.requireHeldBy(runId, connection);
     await this.finish(record, "ok", { reply, ...(usage ? { usage } : {}) });
   }
 
   async fail(runId: string, connection: Connection, error: string): Promise<void> {
+    await this.inputsPending.get(runId)?.catch(() => undefined);
     const record = this.requireHeldBy(runId, connection);
     await this.finish(record, "error", { error });
   }
