@@ -7,6 +7,9 @@ const FAST_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25
 /** Buckets for queue waits and run durations, which are model-bound: milliseconds to minutes. */
 const RUN_BUCKETS = [0.005, 0.025, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800];
 
+/** Distinct `tool` label values kept apart; the rest are counted as `other`. */
+const MAX_TOOL_LABELS = 200;
+
 /** What a tool call came to at the policy: executed, refused, or executed with redacted text. */
 export type ToolDecision = "allow" | "block" | "redact";
 
@@ -50,6 +53,7 @@ function processMetrics(): Registry {
 export class GatewayMetrics {
   readonly registry = new Registry();
   private sources: MetricSources | undefined;
+  private readonly toolNames = new Set<string>();
   private readonly requests: SeriesCounter;
   private readonly requestSeconds: SeriesHistogram;
   private readonly toolCalls: SeriesCounter;
@@ -172,6 +176,11 @@ export class GatewayMetrics {
   }
 
   toolCall(tool: string, decision: ToolDecision): void {
+    // Workers name the tools they ran themselves: past a bound, new names share one series.
+    if (!this.toolNames.has(tool)) {
+      if (this.toolNames.size >= MAX_TOOL_LABELS) tool = "other";
+      else this.toolNames.add(tool);
+    }
     this.toolCalls.inc({ tool, decision });
   }
 
