@@ -101,9 +101,11 @@ export function createTranscriptStore(
   };
 
   /**
-   * A filtered read under a byte cap. Sizes come first, from the index; entries are then fetched in
-   * groups no bigger than the bytes still free (at least one entry), since no more than that can be
-   * kept: a page next to huge entries fetches one of them, not a chunk of them.
+   * A filtered read under a byte cap. Each step reads a chunk of (seq, size) from the index and, in
+   * the same statement, the entries that fit in the bytes still free even if every one of them were
+   * kept (the usual case: one statement). Entries past that are fetched in groups no bigger than
+   * the bytes still free (at least one entry), since no more than that can be kept: a page next to
+   * huge entries fetches one of them, not a chunk of them.
    */
   async function budgetedScan(
     transcriptId: string,
@@ -114,40 +116,56 @@ export function createTranscriptStore(
     action: string,
   ): Promise<TranscriptReadResult> {
     let kept = 0;
-    let chunk = Math.min(Math.max(limit, MIN_CHUNK), MAX_CHUNK);
+    // Filters usually drop some entries (tool results, events): start with room for that.
+    let chunk = Math.min(Math.max(limit * 2, MIN_CHUNK), MAX_CHUNK);
     let cursor = before;
     for (;;) {
-      const sizes = await db.read<{ seq: string; size: number }>(
+      const step = await db.read<{ seq: string; size: number; entry: Omit<TranscriptEntry, "seq"> | null }>(
         action,
-        `SELECT seq, bytes + 7 + length(seq::text) AS size FROM ${entriesTable}
-         WHERE transcript_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3`,
-        [transcriptId, cursor, chunk],
+        `SELECT t.seq, t.size,
+           CASE WHEN t.running <= $4 OR t.rn = 1 THEN
+             (SELECT e.entry FROM ${entriesTable} e WHERE e.transcript_id = $1 AND e.seq = t.seq)
+           END AS entry
+         FROM (
+           SELECT s.seq, s.size,
+             sum(s.size) OVER (ORDER BY s.seq DESC ROWS UNBOUNDED PRECEDING) AS running,
+             row_number() OVER (ORDER BY s.seq DESC) AS rn
+           FROM (
+             SELECT seq, bytes + 7 + length(seq::text) AS size FROM ${entriesTable}
+             WHERE transcript_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3
+           ) s
+         ) t
+         ORDER BY t.seq DESC`,
+        [transcriptId, cursor, chunk, maxBytes - kept],
       );
+      const rows = step.rows;
       let next = 0;
-      while (next < sizes.rows.length) {
-        const free = maxBytes - kept;
-        let end = next + 1;
-        let bytes = sizes.rows[next]!.size;
-        while (end < sizes.rows.length && bytes + sizes.rows[end]!.size <= free)
-          bytes += sizes.rows[end++]!.size;
-        const group = sizes.rows.slice(next, end);
-        const found = await db.read<{ seq: string; entry: Omit<TranscriptEntry, "seq"> }>(
-          action,
-          `SELECT seq, entry FROM ${entriesTable}
-           WHERE transcript_id = $1 AND seq <= $2 AND seq >= $3 ORDER BY seq DESC`,
-          [transcriptId, group[0]!.seq, group.at(-1)!.seq],
-        );
-        for (const [index, row] of found.rows.entries()) {
-          const seq = toNumber(row.seq);
-          const size = group[index]!.size;
-          const countBefore = collector.count;
-          if (!collector.offer(withSeq(row.entry, seq), size)) return collector.result(false);
-          if (collector.count > countBefore) kept += size;
+      while (next < rows.length) {
+        if (rows[next]!.entry === null) {
+          const free = maxBytes - kept;
+          let end = next + 1;
+          let bytes = rows[next]!.size;
+          while (end < rows.length && rows[end]!.entry === null && bytes + rows[end]!.size <= free)
+            bytes += rows[end++]!.size;
+          const found = await db.read<{ seq: string; entry: Omit<TranscriptEntry, "seq"> }>(
+            action,
+            `SELECT seq, entry FROM ${entriesTable}
+             WHERE transcript_id = $1 AND seq <= $2 AND seq >= $3 ORDER BY seq DESC`,
+            [transcriptId, rows[next]!.seq, rows[end - 1]!.seq],
+          );
+          found.rows.forEach((row, index) => {
+            rows[next + index]!.entry = row.entry;
+          });
         }
-        next = end;
+        const row = rows[next]!;
+        const seq = toNumber(row.seq);
+        const countBefore = collector.count;
+        if (!collector.offer(withSeq(row.entry!, seq), row.size)) return collector.result(false);
+        if (collector.count > countBefore) kept += row.size;
+        next++;
       }
-      if (sizes.rows.length < chunk) return collector.result(true);
-      cursor = toNumber(sizes.rows.at(-1)!.seq);
+      if (rows.length < chunk) return collector.result(true);
+      cursor = toNumber(rows.at(-1)!.seq);
       chunk = Math.min(chunk * 2, MAX_CHUNK);
     }
   }
