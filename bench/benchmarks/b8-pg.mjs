@@ -2,12 +2,16 @@
 // sessions; baseline: the same SQL on a raw client (what `psql` would run), in the same run.
 // Needs a PostgreSQL server (BENCH_PG_URL, else SWITCHBOARD_TEST_PG_URL, else the local default);
 // without one it is skipped with a notice.
-import { existsSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { createRequire } from "node:module";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { ROOT, setting } from "../lib/modules.mjs";
+import { spawnGateway } from "../lib/processes.mjs";
 import { figure, repeated } from "../lib/report.mjs";
 import { median, now, timeEach } from "../lib/stats.mjs";
+import { Peer } from "../lib/ws-peer.mjs";
 
 export const definition = {
   id: "B8",
@@ -272,10 +276,61 @@ export async function run(params) {
         }),
       );
     }
+
+    // The same two calls through a gateway on this store (WebSocket round trip included): the
+    // operator's sessions.list and sessions.history (messages without tool results, 64 KiB cap).
+    const searchIndex = store.migration.searchIndex;
+    await store.close();
+    store = undefined;
+    const dataDir = mkdtempSync(join(tmpdir(), "switchboard-b8-"));
+    const gateway = await spawnGateway({
+      dataDir,
+      config: { store: { kind: "postgres", url, schema: SCHEMA, pool: { max: 4 } } },
+    });
+    try {
+      const peer = await Peer.connect(gateway.url, { token: gateway.token });
+      const keys = (
+        await raw.query(`SELECT key FROM ${s}.transcripts WHERE archived_at IS NULL ORDER BY id`)
+      ).rows.map((row) => row.key);
+      const calls = [
+        {
+          name: "sessions.list limit 50",
+          call: () => peer.call("sessions.list", { limit: LIMIT }),
+          check: (result) => result.sessions?.length === LIMIT,
+        },
+        {
+          name: "sessions.history limit 50",
+          call: (i) => peer.call("sessions.history", { sessionKey: keys[i % keys.length], limit: LIMIT }),
+          check: (result) => result.messages?.length > 0,
+        },
+      ];
+      for (const { name, call, check } of calls) {
+        const first = now();
+        const sample = await call(0);
+        const firstMs = now() - first;
+        if (!check(sample)) throw new Error(`gateway ${name}: ${JSON.stringify(sample).slice(0, 200)}`);
+        const result = await measure(call);
+        figures.push(
+          figure({
+            label: `gateway ${name} (WS), ${sizes.sessions.toLocaleString("en-US")} sessions`,
+            value: result.value,
+            reps: result.reps,
+            unit: "ms",
+            target: { op: "<=", value: TARGET_MS },
+            note: `first call ${firstMs.toFixed(2)} ms`,
+          }),
+        );
+      }
+      peer.close();
+    } finally {
+      await gateway.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+
     return {
       figures,
       pass: figures.every((item) => item.pass !== false),
-      sizes: { ...sizes, entries: entriesTotal, perRep, searchIndex: store.migration.searchIndex },
+      sizes: { ...sizes, entries: entriesTotal, perRep, searchIndex },
       notes: [
         `data set in schema ${SCHEMA} (kept between runs; regenerated when its sizes or generator change)`,
         "the baseline is the store's own SQL run on a raw pg client: the ratio is the store's overhead (validation, JSON, a second lookup for transcripts)",
