@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type RunningAgentWorker, startAgentWorker } from "@switchboard/agent";
-import { connect, type SwitchboardClient } from "@switchboard/client";
+import { type AgentWorker, connect, type SwitchboardClient, serve } from "@switchboard/client";
 import { loadConfigFile } from "@switchboard/config-loader";
 import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -38,12 +38,14 @@ const CAROL = "agent:main:webchat:dm:carol";
 const LAB = "agent:research:discord:group:lab";
 const MALLORY = "agent:main:webchat:dm:mallory";
 const MARKUP = "<img src=x onerror=alert(1)>";
+const STREAMED = ["Streaming ", "one ", "word ", "at ", "a ", "time."];
 
 describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }, () => {
   let dataDir: string;
   let shots: string;
   let gateway: Gateway;
   let worker: RunningAgentWorker;
+  let writer: AgentWorker;
   let operator: SwitchboardClient;
   let browser: Browser;
   let context: BrowserContext;
@@ -58,7 +60,12 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
     shots = SCREENSHOTS ?? join(dataDir, "screenshots");
     await mkdir(shots, { recursive: true });
     const loaded = await loadConfigFile(join(REPO, "examples/switchboard.config.json5"));
-    const config = { ...loaded.config, logging: { ...loaded.config.logging, level: "silent" as const } };
+    // Plus a "writer" agent served by a worker of this test that streams its reply word by word.
+    const config = {
+      ...loaded.config,
+      agents: { ...loaded.config.agents, list: [...loaded.config.agents.list, { id: "writer" }] },
+      logging: { ...loaded.config.logging, level: "silent" as const },
+    };
     const launched = chromium.launch({
       executablePath: CHROMIUM,
       headless: true,
@@ -75,9 +82,21 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
     worker = await startAgentWorker({
       url: gateway.url,
       token: gateway.operatorToken,
-      config,
+      config: loaded.config,
       baseDir: loaded.baseDir,
     });
+    writer = await serve(
+      { url: gateway.url, token: gateway.operatorToken },
+      ["writer"],
+      async (_run, run) => {
+        for (const word of STREAMED) {
+          await run.progress("text-delta", { text: word });
+          await new Promise((done) => setTimeout(done, 250));
+        }
+        return { reply: STREAMED.join("") };
+      },
+      { progressIntervalMs: 0 },
+    );
     operator = await connect({ url: gateway.url, token: gateway.operatorToken, role: "operator" });
     origin = gateway.url.replace(/^ws/, "http");
 
@@ -113,6 +132,7 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
     await browser?.close();
     await operator?.close();
     await worker?.stop();
+    await writer?.stop();
     await gateway?.close();
     if (dataDir) await rm(dataDir, { recursive: true, force: true });
   });
@@ -196,6 +216,22 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
     await page.getByLabel("Show tool calls").uncheck();
     expect(page.url()).toContain("tools=hide");
     await expect.poll(() => log.getByText(/Tool call sessions_send/).count()).toBe(0);
+  });
+
+  it("shows a running reply as it streams, then the recorded entry", async () => {
+    const key = "agent:writer:main";
+    await page.goto(`${origin}/ui/sessions/${encodeURIComponent(key)}`);
+    await page.getByText("No messages yet.").waitFor();
+    await page.getByRole("checkbox", { name: "Wait for the reply" }).uncheck();
+    await page.getByRole("textbox", { name: "Message" }).fill("write something");
+    await page.getByRole("button", { name: "Send", exact: true }).click();
+    const log = page.getByRole("log", { name: "Transcript entries" });
+    // Part of the reply is on screen while the run is still writing.
+    const partial = log.getByRole("listitem").filter({ hasText: "writing…" });
+    await partial.filter({ hasText: "Streaming one" }).waitFor();
+    expect(await partial.textContent()).not.toContain("time.");
+    await log.getByText(STREAMED.join(""), { exact: true }).waitFor({ timeout: 10_000 });
+    await expect.poll(() => log.getByText("writing…").count()).toBe(0);
   });
 
   it("shows markup from a transcript as text and runs none of it", async () => {

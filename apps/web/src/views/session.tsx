@@ -51,7 +51,8 @@ export function SessionView({ sessionKey }: { sessionKey: string }) {
         loaded: true,
       }));
     } catch (error) {
-      setHistoryError(errorMessage(error));
+      if (isNotFound(error)) setTranscript({ messages: [], nextBefore: undefined, loaded: true });
+      else setHistoryError(errorMessage(error));
     }
   }
   const refreshTranscript = useThrottled(() => void loadLatest(), 200);
@@ -144,7 +145,11 @@ export function SessionView({ sessionKey }: { sessionKey: string }) {
       <h1>
         Session <span class="key">{status.data?.sessionKey ?? sessionKey}</span>
       </h1>
-      <ErrorText error={status.error} />
+      {status.error && /\bnot found\b|NOT_FOUND|no session/i.test(status.error) ? (
+        <p class="notice">This session does not exist yet: sending a message creates it.</p>
+      ) : (
+        <ErrorText error={status.error} />
+      )}
       <div class="session-grid">
         <section class="transcript" aria-labelledby="transcript-heading">
           <div class="transcript-head">
@@ -225,6 +230,10 @@ export function SessionView({ sessionKey }: { sessionKey: string }) {
       </div>
     </section>
   );
+}
+
+function isNotFound(error: unknown): boolean {
+  return typeof error === "object" && error !== null && (error as { code?: unknown }).code === "NOT_FOUND";
 }
 
 function MessageEntry({ message, text, now }: { message: HistoryMessage; text: string; now: number }) {
