@@ -40,8 +40,8 @@ const SHARED_FIELDS = [
 const MAX_SHARED_STRINGS = 50_000;
 /** Rows a pass checks between two yields to the event loop. */
 const VISIBLE_SLICE = 2000;
-/** Rows the deferred index build handles between two yields (~5 ms). */
-const BUILD_SLICE = 2000;
+/** Rows the deferred index build handles between two yields (a few ms). */
+const BUILD_SLICE = 1000;
 /**
  * A search whose rarest trigram is in more rows than this is answered by a scan in recency order
  * (its matches are common, so a page fills quickly); below it, the candidates are sorted instead.
