@@ -58,7 +58,8 @@ export function connectionFault(error: unknown): string | undefined {
   if (typeof error !== "object" || error === null) return undefined;
   const { code, message = "" } = error as PgLikeError;
   if (code !== undefined) {
-    if (NETWORK_CODES.has(code)) return `${message || "network error"} (${code})`.trim();
+    if (NETWORK_CODES.has(code))
+      return message.includes(code) ? message : `${message || "network error"} (${code})`;
     const known = TRANSIENT_SQLSTATES[code];
     if (known !== undefined) return `${known} (SQLSTATE ${code})`;
     if (code.startsWith("08")) return `${message || "connection exception"} (SQLSTATE ${code})`;
@@ -77,6 +78,8 @@ export interface ErrorContext {
   target: string;
   /** Scrubbed from any text that ends up in a message. */
   password: string;
+  /** What to do about an unreachable database (default: retry once it is back). */
+  hint?: string;
 }
 
 function scrub(text: string, password: string): string {
@@ -95,7 +98,7 @@ export function toStoreError(error: unknown, context: ErrorContext): Switchboard
     return new SwitchboardError(
       "UNAVAILABLE",
       scrub(
-        `PostgreSQL at ${context.target} is unavailable (${fault}) ${context.action}; the request was not completed, retry once the database is back`,
+        `PostgreSQL at ${context.target} is unavailable (${fault}) ${context.action}; ${context.hint ?? "the request was not completed, retry once the database is back"}`,
         context.password,
       ),
       { cause: error, retryable: true, details: { cause: fault, target: context.target } },

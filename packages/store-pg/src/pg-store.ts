@@ -102,7 +102,11 @@ export async function openPostgresStore(input: PostgresStoreOptions): Promise<Po
     try {
       await client.connect();
     } catch (error) {
-      throw toStoreError(error, { ...where, action: `connecting to open schema ${options.schema}` });
+      throw toStoreError(error, {
+        ...where,
+        action: `connecting to open schema ${options.schema}`,
+        hint: "check that PostgreSQL runs there and that the store URL is right",
+      });
     }
     try {
       migration = await migrate(client, options.schema, logger);
