@@ -1,0 +1,158 @@
+import { type AuditHmac, SwitchboardError } from "@switchboard/core";
+import { type ClusterAuditLog, openClusterAuditLog } from "./audit-chains";
+import { type ClusterCallBudget, openClusterCallBudget } from "./call-budget";
+import { type Coordination, type CoordinationOptions, openCoordination } from "./context";
+import { type ClusterEventLog, type ClusterEventLogOptions, openClusterEventLog } from "./event-log";
+import { type LeaderLease, openLeaderLease } from "./leader-lease";
+import { type ClusterMembership, type LostRun, openMembership } from "./membership";
+import { type ClusterRunLanes, openClusterRunLanes } from "./run-lanes";
+import { type ClusterSecrets, openClusterSecrets } from "./secrets";
+import { type ClusterWaitGraph, openClusterWaitGraph } from "./wait-graph";
+
+export interface ClusterOptions extends CoordinationOptions {
+  /** Membership lease (ms): a dead instance's runs are freed this long after its last renewal. Default 5000. */
+  leaseMs?: number;
+  /** Leader lease (ms): timers move to another instance this long after the leader dies. Default 3000. */
+  leaderLeaseMs?: number;
+  /** How often the leader sweeps lost instances (ms). Default 1000. */
+  sweepMs?: number;
+  /** Event retention, applied by the leader every `everyMs`. Default: newest 100 000, and anything younger than an hour; every minute. */
+  eventRetention?: { keep?: number; maxAgeMs?: number; everyMs?: number };
+  /** The call budget's sliding window (ms). Default 60 000. */
+  budgetWindowMs?: number;
+  /** How often the leader anchors the audit chains (ms). Default 10 000. */
+  anchorMs?: number;
+  events?: ClusterEventLogOptions;
+  auditHmac?: AuditHmac;
+  /**
+   * The leader found runs of lost instances: `requeued` are back at the head of their lanes (the
+   * gateway resets their records to queued and starts the lanes); `failed` are every run still in
+   * the failure outbox (the gateway ends each `error` with its `reason`, then
+   * `lanes.acknowledgeFailure`). May be called again for a failure not yet acknowledged: make it
+   * idempotent. Not called while a previous call is still running.
+   */
+  onLostRuns?: (runs: { requeued: LostRun[]; failed: LostRun[] }) => Promise<void> | void;
+  /** This instance was declared dead while cut off: the runs it holds are no longer its own. */
+  onLost?: () => void;
+}
+
+/**
+ * Everything one gateway instance needs to act as part of one logical gateway, opened together:
+ * the components of this directory on one pool, membership renewals started, and the timers that
+ * only the leader runs (lost-instance sweeps, event and budget retention, audit anchors). The
+ * gateway builds its ports from the fields (`gateway.ts` only).
+ */
+export interface Cluster {
+  readonly coordination: Coordination;
+  readonly instanceId: string;
+  readonly membership: ClusterMembership;
+  readonly leader: LeaderLease;
+  readonly events: ClusterEventLog;
+  readonly lanes: ClusterRunLanes;
+  readonly secrets: ClusterSecrets;
+  readonly waits: ClusterWaitGraph;
+  readonly budget: ClusterCallBudget;
+  readonly audit: ClusterAuditLog;
+  /**
+   * Stops timers and the listener and closes the pool. Graceful (default): hands the leader lease
+   * over and leaves the membership first. `{ graceful: false }` is what kill -9 leaves (tests).
+   */
+  close(options?: { graceful?: boolean }): Promise<void>;
+}
+
+export async function openCluster(options: ClusterOptions): Promise<Cluster> {
+  const {
+    leaseMs = 5000,
+    leaderLeaseMs = 3000,
+    sweepMs = 1000,
+    eventRetention = {},
+    budgetWindowMs = 60_000,
+    anchorMs = 10_000,
+    events: eventOptions,
+    auditHmac,
+    onLostRuns,
+    onLost,
+    ...coordinationOptions
+  } = options;
+  const coordination = await openCoordination(coordinationOptions);
+  const { logger } = coordination;
+  const timers: NodeJS.Timeout[] = [];
+  let events: ClusterEventLog | undefined;
+  let leader: LeaderLease | undefined;
+  let membership: ClusterMembership | undefined;
+  try {
+    membership = openMembership(coordination, { leaseMs, ...(onLost ? { onLost } : {}) });
+    await membership.renew();
+    membership.start();
+    leader = openLeaderLease(coordination, { leaseMs: leaderLeaseMs });
+    events = await openClusterEventLog(coordination, eventOptions);
+    const secrets = openClusterSecrets(coordination);
+    const audit = await openClusterAuditLog(coordination, await secrets.auditKey(), {
+      ...(auditHmac ? { hmac: auditHmac } : {}),
+    });
+    const lanes = openClusterRunLanes(coordination);
+    const budget = openClusterCallBudget(coordination, { windowMs: budgetWindowMs });
+    const cluster: Cluster = {
+      coordination,
+      instanceId: coordination.instanceId,
+      membership,
+      leader,
+      events,
+      lanes,
+      secrets,
+      waits: openClusterWaitGraph(coordination),
+      budget,
+      audit,
+      async close({ graceful = true } = {}) {
+        for (const timer of timers) clearInterval(timer);
+        leader!.stop();
+        membership!.stop();
+        if (graceful) {
+          await leader!.release().catch(() => undefined);
+          await membership!.leave().catch(() => undefined);
+        }
+        await events!.stop();
+        await coordination.close();
+      },
+    };
+
+    // Each leader task at most once at a time, and only while this instance leads.
+    const every = (ms: number, what: string, task: () => Promise<unknown>) => {
+      let running = false;
+      const timer = setInterval(() => {
+        if (running || !leader!.isLeader) return;
+        running = true;
+        task()
+          .catch((error: unknown) =>
+            logger.warn({ error: (error as Error).message, task: what }, "cluster timer failed"),
+          )
+          .finally(() => {
+            running = false;
+          });
+      }, ms);
+      timer.unref();
+      timers.push(timer);
+    };
+    leader.start();
+    every(sweepMs, "sweep", async () => {
+      const swept = await membership!.sweep();
+      const failed = await lanes.failures();
+      if (onLostRuns && (swept.requeued.length > 0 || failed.length > 0)) {
+        await onLostRuns({ requeued: swept.requeued, failed });
+      }
+    });
+    every(eventRetention.everyMs ?? 60_000, "event retention", () =>
+      events!.prune({ keep: eventRetention.keep ?? 100_000, maxAgeMs: eventRetention.maxAgeMs ?? 3_600_000 }),
+    );
+    every(Math.min(budgetWindowMs, 60_000), "budget retention", () => budget.prune());
+    every(anchorMs, "audit anchor", () => audit.anchor());
+    return cluster;
+  } catch (error) {
+    for (const timer of timers) clearInterval(timer);
+    leader?.stop();
+    membership?.stop();
+    await events?.stop().catch(() => undefined);
+    await coordination.close().catch(() => undefined);
+    throw error instanceof Error ? error : new SwitchboardError("INTERNAL", String(error));
+  }
+}
