@@ -303,6 +303,39 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
     await page.screenshot({ path: join(shots, "overview.png"), fullPage: true });
   });
 
+  it("changes a session with confirmation for destructive steps, showing a refusal verbatim", async () => {
+    await page.goto(`${origin}/ui/sessions/${encodeURIComponent(LAB)}`);
+    const actions = page.getByRole("region", { name: "Actions" });
+    await actions.getByRole("textbox", { name: "Label" }).fill("lab-room");
+    await actions.getByRole("button", { name: "Set label" }).click();
+    await page.getByRole("region", { name: "Status" }).getByText("lab-room").waitFor();
+    expect((await operator.sessions.status({ sessionKey: LAB })).label).toBe("lab-room");
+
+    // Lowering a clearance below the taint asks first; cancelling changes nothing.
+    await page.goto(`${origin}/ui/sessions/${encodeURIComponent(CAROL)}`);
+    await actions.getByRole("combobox", { name: "Clearance" }).selectOption("PUBLIC");
+    await actions.getByRole("button", { name: "Set clearance" }).click();
+    await page
+      .getByRole("alertdialog")
+      .getByText(/below its taint CONFIDENTIAL/)
+      .waitFor();
+    await page.getByRole("button", { name: "Cancel" }).click();
+    expect((await operator.sessions.status({ sessionKey: CAROL })).clearance).toBe("CONFIDENTIAL");
+
+    // The gateway refuses to delete a main session: its words, as they are.
+    await page.goto(`${origin}/ui/sessions/${encodeURIComponent("agent:main:main")}`);
+    await actions.getByRole("button", { name: "Delete…" }).click();
+    await page.getByRole("button", { name: "Confirm delete" }).click();
+    await actions.getByRole("alert").filter({ hasText: "the main session cannot be deleted" }).waitFor();
+
+    await page.goto(`${origin}/ui/sessions/${encodeURIComponent(MALLORY)}`);
+    await actions.getByRole("button", { name: "Delete…" }).click();
+    await page.getByRole("button", { name: "Confirm delete" }).click();
+    await page.getByRole("heading", { name: "Sessions" }).waitFor();
+    await page.getByRole("link", { name: CAROL }).waitFor();
+    expect(await page.getByRole("link", { name: MALLORY }).count()).toBe(0);
+  });
+
   it("logged no console error and sent nothing beyond the gateway, the token in no URL", async () => {
     expect(consoleErrors).toEqual([]);
     const wsOrigin = origin.replace(/^http/, "ws");
