@@ -150,6 +150,7 @@ export class AgentFlows {
     let result: WaitResult;
     let record: RunRecord;
     let delivery: { status: "delivered" | "queued" };
+    let audited: Promise<void> | undefined;
     try {
       const provenance: Provenance = {
         kind: "agent",
@@ -159,12 +160,13 @@ export class AgentFlows {
         hop: position.hop,
         step: "send",
       };
-      ({ record } = await this.deliverMessage(callerEntry, targetEntry, text, {
+      ({ record, audited } = await this.deliverMessage(callerEntry, targetEntry, text, {
         origin: "send",
         provenance,
         context: this.a2aContextBlock(callerEntry, targetEntry),
         flow: { chainId: position.chainId, hop: position.hop, requesterKey: callerEntry.key, request: text },
         actor: caller.operator,
+        auditWhileWaiting: true,
       }));
       delivery = { status: this.scheduler.hasWorker(targetEntry.agentId) ? "delivered" : "queued" };
 
@@ -175,6 +177,8 @@ export class AgentFlows {
       result = await this.scheduler.wait(record.runId, timeoutSeconds * 1000, caller.signal);
     } finally {
       release();
+      // No answer (result or error) before the delivery's audit record is durable.
+      await audited;
     }
     if (result.status === "ok") {
       // The reply is the target's data: it reaches the caller only within its clearance, and taking
@@ -256,8 +260,14 @@ export class AgentFlows {
       idempotencyKey?: string;
       spawn?: RunRecord["spawn"];
       label?: Level;
+      /**
+       * Returns with the delivery's audit record still being written (`audited`, which the caller
+       * awaits before it answers), so the record shares its commits with the run instead of
+       * delaying the wait. A crash in that window may keep the delivery without its record.
+       */
+      auditWhileWaiting?: boolean;
     },
-  ) {
+  ): Promise<{ record: RunRecord; existing: boolean; audited?: Promise<void> }> {
     const label = options.label ?? from.taint;
     await this.sessions.raiseTaint(to.key, label, `message from ${from.key}`, from.key);
     const result = await this.scheduler.enqueue({
@@ -273,15 +283,22 @@ export class AgentFlows {
       ...(options.idempotencyKey ? { idempotencyKey: options.idempotencyKey } : {}),
       ...(options.spawn ? { spawn: options.spawn } : {}),
     });
-    if (!result.existing) {
-      await this.audit.append({
+    if (result.existing) return result;
+    const audited = this.audit
+      .append({
         kind: "delivery",
         sessionKey: to.key,
         ...(options.actor ? { actor: options.actor } : {}),
         data: { from: from.key, to: to.key, runId: result.record.runId, origin: options.origin, label },
-      });
+      })
+      .then(() => undefined);
+    if (!options.auditWhileWaiting) {
+      await audited;
+      return result;
     }
-    return result;
+    // Handled now: a failure must not count as unhandled while the caller waits for the run.
+    audited.catch(() => undefined);
+    return { ...result, audited };
   }
 
   /** Background part of a send: wait for the primary reply, ping-pong, then announce. */
