@@ -1,7 +1,9 @@
-import { recordingLogger } from "@switchboard/core";
+import { recordingLogger, silentLogger } from "@switchboard/core";
+import { sampleSession } from "@switchboard/core/testing";
+import pg from "pg";
 import { afterEach, describe, expect, it } from "vitest";
 import { adminQuery, describeWithPg, dropSchema, TEST_PG_URL, testSchemaName } from "../test/pg-harness";
-import { MIGRATIONS, SCHEMA_VERSION } from "./migrations";
+import { MIGRATIONS, migrate, SCHEMA_VERSION } from "./migrations";
 import { openPostgresStore, type PostgresStore } from "./pg-store";
 
 const schemas: string[] = [];
@@ -71,6 +73,36 @@ await describeWithPg("PostgreSQL schema migrations", () => {
       expect(recorded.rows[0]).toEqual({ n: MIGRATIONS.length });
       await opened[0]!.meta.set("probe", "from the first");
       expect(await opened[3]!.meta.get("probe")).toBe("from the first");
+    });
+
+    it("upgrades a version-1 schema with data in it: the exact session count starts from its rows", async () => {
+      const fresh = freshSchema();
+      const old = new pg.Client({ connectionString: TEST_PG_URL });
+      await old.connect();
+      try {
+        expect(await migrate(old, fresh, silentLogger, MIGRATIONS.slice(0, 1))).toMatchObject({
+          from: 0,
+          to: 1,
+        });
+      } finally {
+        await old.end();
+      }
+      // Rows a version-1 store wrote.
+      await adminQuery(
+        `INSERT INTO "${fresh}".sessions (key, session_id, agent_id, updated_at, taint_rank, rest, kind_base, key_lc, version, row)
+         SELECT 'agent:main:s' || i, gen_random_uuid(), 'main', i, 0, 's' || i, 'other', 'agent:main:s' || i, i, '{}'
+         FROM generate_series(1, 3) AS i`,
+      );
+      const store = await open(fresh);
+      expect(store.migration).toMatchObject({ from: 1, to: SCHEMA_VERSION });
+      expect(await store.sessions.count()).toBe(3);
+      const row = sampleSession();
+      await store.sessions.put(row);
+      await store.sessions.put({ ...row, label: "again" });
+      expect(await store.sessions.count()).toBe(4);
+      await store.sessions.delete("agent:main:s1");
+      await store.sessions.delete("agent:main:absent");
+      expect(await store.sessions.count()).toBe(3);
     });
 
     it("keeps instances on different schemas apart", async () => {
