@@ -16,8 +16,11 @@ export interface ClusterOptions extends CoordinationOptions {
   leaderLeaseMs?: number;
   /** How often the leader sweeps lost instances (ms). Default 1000. */
   sweepMs?: number;
-  /** Event retention, applied by the leader every `everyMs`. Default: newest 100 000, and anything younger than an hour; every minute. */
-  eventRetention?: { keep?: number; maxAgeMs?: number; everyMs?: number };
+  /**
+   * Event retention, applied by the leader every `everyMs`: the newest `keep`, and whatever is
+   * younger than `minAgeMs`. Default: 100 000 events, one minute, every 10 s.
+   */
+  eventRetention?: { keep?: number; minAgeMs?: number; everyMs?: number };
   /** The call budget's sliding window (ms). Default 60 000. */
   budgetWindowMs?: number;
   /** How often the leader anchors the audit chains (ms). Default 10 000. */
@@ -141,8 +144,8 @@ export async function openCluster(options: ClusterOptions): Promise<Cluster> {
         await onLostRuns({ requeued: swept.requeued, failed });
       }
     });
-    every(eventRetention.everyMs ?? 60_000, "event retention", () =>
-      events!.prune({ keep: eventRetention.keep ?? 100_000, maxAgeMs: eventRetention.maxAgeMs ?? 3_600_000 }),
+    every(eventRetention.everyMs ?? 10_000, "event retention", () =>
+      events!.prune({ keep: eventRetention.keep ?? 100_000, minAgeMs: eventRetention.minAgeMs ?? 60_000 }),
     );
     every(Math.min(budgetWindowMs, 60_000), "budget retention", () => budget.prune());
     every(anchorMs, "audit anchor", () => audit.anchor());

@@ -147,7 +147,7 @@ await describeWithPg("cluster event log", () => {
     expect(await a.log.oldestSeq()).toBe(seqs[21]);
     // Age protects recent events.
     await publishMany(a.log, "a", 5);
-    expect(await a.log.prune({ keep: 1, maxAgeMs: 60_000 })).toBe(0);
+    expect(await a.log.prune({ keep: 1, minAgeMs: 60_000 })).toBe(0);
     await expect(a.log.prune({ keep: 0 })).rejects.toThrow("keep: must be an integer >= 1");
   });
 

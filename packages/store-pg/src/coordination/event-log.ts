@@ -61,8 +61,12 @@ export interface ClusterEventLog {
   catchUp(): Promise<void>;
   /** The oldest retained seq (undefined: none retained): a cursor below it has lost events. */
   oldestSeq(): Promise<number | undefined>;
-  /** Retention: deletes events beyond the newest `keep` and older than `maxAgeMs`; returns how many. */
-  prune(options: { keep: number; maxAgeMs?: number }): Promise<number>;
+  /**
+   * Retention: deletes events beyond the newest `keep`, except those younger than `minAgeMs` (an
+   * instance reading behind must not lose them); returns how many. The table holds at most `keep`
+   * events or `minAgeMs` worth of them, whichever is more.
+   */
+  prune(options: { keep: number; minAgeMs?: number }): Promise<number>;
   /** Stops the listener and timers (the coordination's pool stays open). */
   stop(): Promise<void>;
 }
@@ -360,19 +364,19 @@ export async function openClusterEventLog(
       const seq = found.rows[0]?.seq;
       return seq === null || seq === undefined ? undefined : toNumber(seq);
     },
-    async prune({ keep, maxAgeMs = 0 }) {
+    async prune({ keep, minAgeMs = 0 }) {
       if (!Number.isInteger(keep) || keep < 1) {
         throw new SwitchboardError("INVALID_REQUEST", "keep: must be an integer >= 1", {
           details: { field: "keep" },
         });
       }
-      // The newest `keep` stay whatever their age; older ones go once older than maxAgeMs.
+      // The newest `keep` stay whatever their age; the others once older than minAgeMs.
       const removed = await db.query(
         "pruning old events",
         `DELETE FROM ${table}
          WHERE seq < coalesce((SELECT seq FROM ${table} ORDER BY seq DESC OFFSET $1 - 1 LIMIT 1), 0)
            AND at < now() - make_interval(secs => $2::double precision / 1000)`,
-        [keep, maxAgeMs],
+        [keep, minAgeMs],
       );
       return removed.rowCount ?? 0;
     },
