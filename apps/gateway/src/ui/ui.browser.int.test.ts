@@ -6,6 +6,7 @@ import { fileURLToPath } from "node:url";
 import { type RunningAgentWorker, startAgentWorker } from "@switchboard/agent";
 import { type AgentWorker, connect, type SwitchboardClient, serve } from "@switchboard/client";
 import { loadConfigFile } from "@switchboard/config-loader";
+import type { Config } from "@switchboard/core";
 import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Gateway } from "../gateway";
@@ -46,6 +47,7 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
   let gateway: Gateway;
   let worker: RunningAgentWorker;
   let writer: AgentWorker;
+  let config: Config;
   let operator: SwitchboardClient;
   let browser: Browser;
   let context: BrowserContext;
@@ -61,7 +63,7 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
     await mkdir(shots, { recursive: true });
     const loaded = await loadConfigFile(join(REPO, "examples/switchboard.config.json5"));
     // Plus a "writer" agent served by a worker of this test that streams its reply word by word.
-    const config = {
+    config = {
       ...loaded.config,
       agents: { ...loaded.config.agents, list: [...loaded.config.agents.list, { id: "writer" }] },
       logging: { ...loaded.config.logging, level: "silent" as const },
@@ -347,6 +349,23 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
     const sent = requests.map((url) => url.split("#", 1)[0]!);
     expect(sent.filter((url) => url.includes(gateway.operatorToken))).toEqual([]);
     expect(requests.length).toBeGreaterThan(3);
+  });
+
+  it("reconnects by itself after the gateway restarts, says so, and keeps following the session", async () => {
+    await page.goto(`${origin}/ui/sessions/${encodeURIComponent(CAROL)}`);
+    await page.getByRole("status").filter({ hasText: "Connected" }).waitFor();
+    const port = gateway.port;
+    await gateway.close();
+    await page.getByRole("status").filter({ hasText: "Reconnecting…" }).waitFor();
+    gateway = await Gateway.start({ config, dataDir, port, fsync: "none" });
+    await page.getByRole("status").filter({ hasText: "Connected" }).waitFor({ timeout: 15_000 });
+    // The reference agents reconnect too; a reply produced now arrives in the open page.
+    const { runId } = await operator.chat.send({ sessionKey: CAROL, message: "after the restart" });
+    await operator.agent.wait({ runId, timeoutMs: 15_000 });
+    await page
+      .getByRole("log", { name: "Transcript entries" })
+      .getByText("echo: after the restart")
+      .waitFor({ timeout: 10_000 });
   });
 
   it("forgets the token on sign-out", async () => {
