@@ -35,7 +35,8 @@ export const FAKE_TOKENS = {
   operator: "operator-token",
   client: "client-token",
   agent: "agent-token",
-} as const;
+  mcp: "mcp-token",
+} as const satisfies Record<Role, string>;
 
 export interface FakeGatewayOptions {
   /** Port on 127.0.0.1 (default 0: any free port). */
