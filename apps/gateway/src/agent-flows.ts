@@ -270,6 +270,7 @@ export class AgentFlows {
   ): Promise<{ record: RunRecord; existing: boolean; audited?: Promise<void> }> {
     const label = options.label ?? from.taint;
     await this.sessions.raiseTaint(to.key, label, `message from ${from.key}`, from.key);
+    let audited: Promise<void> | undefined;
     const result = await this.scheduler.enqueue({
       sessionKey: to.key,
       lane: options.lane ?? "nested",
@@ -282,22 +283,25 @@ export class AgentFlows {
       ...(options.timeoutSeconds ? { timeoutSeconds: options.timeoutSeconds } : {}),
       ...(options.idempotencyKey ? { idempotencyKey: options.idempotencyKey } : {}),
       ...(options.spawn ? { spawn: options.spawn } : {}),
+      // Issued as soon as the run exists, so it shares commits with the run's input.
+      onStored: (record) => {
+        audited = this.audit
+          .append({
+            kind: "delivery",
+            sessionKey: to.key,
+            ...(options.actor ? { actor: options.actor } : {}),
+            data: { from: from.key, to: to.key, runId: record.runId, origin: options.origin, label },
+          })
+          .then(() => undefined);
+        // Handled now: a failure must not count as unhandled while the run is being created.
+        audited.catch(() => undefined);
+      },
     });
-    if (result.existing) return result;
-    const audited = this.audit
-      .append({
-        kind: "delivery",
-        sessionKey: to.key,
-        ...(options.actor ? { actor: options.actor } : {}),
-        data: { from: from.key, to: to.key, runId: result.record.runId, origin: options.origin, label },
-      })
-      .then(() => undefined);
+    if (result.existing || !audited) return result;
     if (!options.auditWhileWaiting) {
       await audited;
       return result;
     }
-    // Handled now: a failure must not count as unhandled while the caller waits for the run.
-    audited.catch(() => undefined);
     return { ...result, audited };
   }
 

@@ -36,6 +36,11 @@ export interface RunSpec {
   flow?: Record<string, unknown>;
   /** Record the input in the transcript (false for isolated runs such as summaries). */
   recordInput?: boolean;
+  /**
+   * Called once the new run's record is stored, before its input is written: what goes with the
+   * run (its delivery's audit record) can share that commit instead of waiting for the whole create.
+   */
+  onStored?: (record: RunRecord) => void;
 }
 
 export interface WaitResult {
@@ -188,6 +193,7 @@ export class RunScheduler {
     }
     // Stored: the run's span starts, as a child of the call that created it (the async context).
     this.telemetry?.created(record);
+    spec.onStored?.(record);
     // Issued first: its append takes the session's lock now, so every later entry of the run
     // (its reply, its tool calls) lands after the input.
     const input = spec.recordInput === false ? undefined : this.recordInput(record, spec.label);
