@@ -31,6 +31,11 @@ export const CoordinationOptionsSchema = z.strictObject({
     .prefault({}),
   connectTimeoutMs: z.number().int().positive().default(5000),
   statementTimeoutMs: z.number().int().positive().default(30_000),
+  /**
+   * The server ends a transaction of this pool left idle this long: a frozen instance (SIGSTOP, a
+   * stalled VM) in the middle of a publish must not hold the cluster's event lock for ever.
+   */
+  idleInTransactionTimeoutMs: z.number().int().positive().default(5000),
   applicationName: z.string().min(1).max(63).default("switchboard-cluster"),
   logger: z.custom<Logger>((value) => typeof value === "object" && value !== null).optional(),
 });
@@ -84,6 +89,7 @@ export async function openCoordination(input: CoordinationOptions): Promise<Coor
     ...clientConfig,
     max: options.pool.max,
     statement_timeout: options.statementTimeoutMs,
+    idle_in_transaction_session_timeout: options.idleInTransactionTimeoutMs,
     query_timeout: options.statementTimeoutMs + 5_000,
     idleTimeoutMillis: 30_000,
   });
@@ -92,6 +98,17 @@ export async function openCoordination(input: CoordinationOptions): Promise<Coor
       { target, error: toStoreError(error, { ...where, action: "while idle" }).message },
       "PostgreSQL connection lost",
     );
+  });
+  // A connection can fail while checked out between two statements (the server ends an idle
+  // transaction, a network cut): the next statement reports it, but the event must be heard or it
+  // is an uncaught exception.
+  pool.on("connect", (client) => {
+    client.on("error", (error) => {
+      logger.debug(
+        { error: toStoreError(error, { ...where, action: "while in use" }).message },
+        "PostgreSQL connection failed",
+      );
+    });
   });
   const db = new Db(pool, where, logger);
   const schemaName = quoteIdent(options.schema);

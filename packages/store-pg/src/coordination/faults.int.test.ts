@@ -10,6 +10,34 @@ import { eventually, useClusterSchema } from "./test-helpers";
 const cluster = useClusterSchema();
 
 await describeWithPg("cluster coordination: an instance cut off from the database", () => {
+  it("does not let an instance frozen inside a publish hold the event lock for ever", async () => {
+    const frozen = await cluster.open({ idleInTransactionTimeoutMs: 300 });
+    const other = await cluster.open();
+    const log = await openClusterEventLog(other);
+    cluster.cleanup(() => log.stop());
+    // The frozen instance took the publish lock, then stopped (its process paused mid-transaction).
+    let locked!: () => void;
+    const hasLock = new Promise<void>((resolve) => {
+      locked = resolve;
+    });
+    const stuck = frozen.db
+      .transaction("a publish that freezes", async (client) => {
+        await client.query("SELECT pg_advisory_xact_lock($1, hashtext($2))", [
+          0x5357_4245,
+          `${frozen.schema}.events`,
+        ]);
+        locked();
+        await new Promise((resolve) => setTimeout(resolve, 1500));
+      })
+      .catch((error: unknown) => error);
+    await hasLock;
+    const started = Date.now();
+    await log.publish("audit.appended", { index: 0, kind: "x" } as never);
+    // The server ended the idle transaction (and its lock) after 300 ms, not after the 1.5 s pause.
+    expect(Date.now() - started).toBeLessThan(1200);
+    expect(await stuck).toMatchObject({ code: "UNAVAILABLE" });
+  });
+
   it("fails UNAVAILABLE, steps down as leader, is swept, and catches up on the events when back", async () => {
     const target = new URL(TEST_PG_URL);
     const proxy = new TcpProxy(target.hostname, Number(target.port || 5432));
