@@ -22,8 +22,8 @@ async function twoWriters(): Promise<{
   b: ClusterAuditLog;
   sql: (text: string, values?: unknown[]) => Promise<unknown>;
 }> {
-  const a = await openClusterAuditLog(await cluster.open({ instanceId: "gw-a" }), key);
-  const b = await openClusterAuditLog(await cluster.open({ instanceId: "gw-b" }), key);
+  const a = await openClusterAuditLog(await cluster.open({ instanceId: "gw-a" }), key, { pageSize: 5 });
+  const b = await openClusterAuditLog(await cluster.open({ instanceId: "gw-b" }), key, { pageSize: 5 });
   await Promise.all(
     Array.from({ length: 12 }, (_, n) => [a.append(entry(n, "a")), b.append(entry(n, "b"))]).flat(),
   );
@@ -65,9 +65,10 @@ await describeWithPg("cluster audit chains", () => {
       hmac: nodeAuditHmac,
       last: { index: last.index, hash: last.hash },
     }).next(entry(79, "a"));
-    await sql(`INSERT INTO $schema.audit_chain_records (chain_id, idx, record) VALUES ($1, $2, $3)`, [
+    await sql(`INSERT INTO $schema.audit_chain_records (chain_id, idx, at, record) VALUES ($1, $2, $3, $4)`, [
       a.chainId,
       lost.index,
+      lost.at,
       JSON.stringify(lost),
     ]);
     expect(await a.append(entry(80, "a"))).toMatchObject({ index: 15, prevHash: lost.hash });

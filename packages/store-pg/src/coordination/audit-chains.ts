@@ -74,9 +74,14 @@ interface RecordRow {
 export async function openClusterAuditLog(
   coordination: Coordination,
   key: Uint8Array,
-  options: { hmac?: AuditHmac } = {},
+  options: {
+    hmac?: AuditHmac;
+    /** Records per read while verifying (default 1000). */
+    pageSize?: number;
+  } = {},
 ): Promise<ClusterAuditLog> {
   const hmac = options.hmac ?? nodeAuditHmac;
+  const pageSize = options.pageSize ?? 1000;
   const { db, q, instanceId, schema } = coordination;
   const records = q("audit_chain_records");
   const anchors = q("audit_anchors");
@@ -85,8 +90,8 @@ export async function openClusterAuditLog(
   const insert = (record: AuditRecord) =>
     db.query(
       "appending an audit record",
-      `INSERT INTO ${records} (chain_id, idx, record) VALUES ($1, $2, $3)`,
-      [chainId, record.index, JSON.stringify(record)],
+      `INSERT INTO ${records} (chain_id, idx, at, record) VALUES ($1, $2, $3, $4)`,
+      [chainId, record.index, record.at, JSON.stringify(record)],
     );
   /** The chain continued after what the database holds (the truth after any failure). */
   const rebuild = async (): Promise<AuditChain> => {
@@ -133,6 +138,23 @@ export async function openClusterAuditLog(
   // The chain's first record binds its id into the hashes: moving records to another id breaks it.
   await append({ kind: CHAIN_START, at: Date.now(), data: { chainId, instanceId } });
 
+  /** One chain in index order, a page at a time (a chain may be far larger than memory should hold). */
+  async function* readChain(id: string, seen: (record: AuditRecord) => void): AsyncGenerator<AuditRecord> {
+    let after = -1;
+    for (;;) {
+      const page = await db.read<{ idx: string; record: AuditRecord }>(
+        "reading an audit chain",
+        `SELECT idx, record FROM ${records} WHERE chain_id = $1 AND idx > $2 ORDER BY idx LIMIT $3`,
+        [id, after, pageSize],
+      );
+      for (const row of page.rows) {
+        seen(row.record);
+        yield row.record;
+      }
+      if (page.rows.length < pageSize) return;
+      after = Number(page.rows.at(-1)!.idx);
+    }
+  }
   const latestAnchors = async (): Promise<AuditRecord[]> => {
     const found = await db.read<{ record: AuditRecord }>(
       "reading audit anchors",
@@ -194,7 +216,7 @@ export async function openClusterAuditLog(
       const found = await db.read<RecordRow>(
         "reading the newest audit records",
         `SELECT chain_id, record FROM ${records}
-         ORDER BY (record->>'at')::bigint DESC, chain_id DESC, idx DESC LIMIT $1`,
+         ORDER BY at DESC, chain_id DESC, idx DESC LIMIT $1`,
         [limit],
       );
       return found.rows.reverse().map((row) => ({ ...row.record, chainId: row.chain_id }));
@@ -228,17 +250,18 @@ export async function openClusterAuditLog(
       ].sort();
       let entries = 0;
       for (const id of chainIds) {
-        const found = await db.read<{ record: AuditRecord }>(
-          "reading an audit chain",
-          `SELECT record FROM ${records} WHERE chain_id = $1 ORDER BY idx`,
-          [id],
-        );
-        const chainRecords = found.rows.map((row) => row.record);
+        let first: AuditRecord | undefined;
         const head = expected[id];
-        const check = await verifyAuditRecords(key, chainRecords, {
-          hmac,
-          ...(head ? { expectedHead: head } : {}),
-        });
+        const check = await verifyAuditRecords(
+          key,
+          readChain(id, (record) => {
+            first ??= record;
+          }),
+          {
+            hmac,
+            ...(head ? { expectedHead: head } : {}),
+          },
+        );
         if (!check.ok) {
           return result({
             ok: false,
@@ -249,7 +272,6 @@ export async function openClusterAuditLog(
             reason: check.reason ?? "chain does not verify",
           });
         }
-        const first = chainRecords[0];
         if (first && (first.kind !== CHAIN_START || first.data.chainId !== id)) {
           return result({
             ok: false,

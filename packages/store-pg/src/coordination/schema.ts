@@ -106,9 +106,12 @@ export const COORDINATION_MIGRATIONS: readonly CoordinationMigration[] = [
       `CREATE TABLE ${q("audit_chain_records")} (
         chain_id text COLLATE "C" NOT NULL,
         idx bigint NOT NULL,
+        at bigint NOT NULL,
         record json NOT NULL,
         PRIMARY KEY (chain_id, idx)
       )`,
+      // The newest records across chains (audit.tail), newest first.
+      `CREATE INDEX audit_chain_records_recent ON ${q("audit_chain_records")} (at DESC, chain_id DESC, idx DESC)`,
       `CREATE TABLE ${q("audit_anchors")} (idx bigint PRIMARY KEY, record json NOT NULL)`,
 
       // Named leases (the timer leader): holder, expiry, and a term that grows on every takeover.
