@@ -48,6 +48,8 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
   let worker: RunningAgentWorker;
   let writer: AgentWorker;
   let config: Config;
+  /** The run of "main" that asked the lab a question (overview test), opened in the agents test. */
+  let askRunId = "";
   let operator: SwitchboardClient;
   let browser: Browser;
   let context: BrowserContext;
@@ -213,6 +215,9 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
       .first()
       .waitFor();
     await page.screenshot({ path: join(shots, "session.png"), fullPage: true });
+    await page.emulateMedia({ colorScheme: "dark" });
+    await page.screenshot({ path: join(shots, "session-dark.png"), fullPage: true });
+    await page.emulateMedia({ colorScheme: "light" });
 
     // The toggle that hides tool traffic is kept in the URL.
     await page.getByLabel("Show tool calls").uncheck();
@@ -277,17 +282,10 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
     await page.getByRole("alert").filter({ hasText: "Arguments: not valid JSON" }).waitFor();
   });
 
-  it("shows agents with their workers and the runs it saw", async () => {
-    await page.getByRole("navigation").getByRole("link", { name: "Agents and runs" }).click();
-    const mainRow = page.getByRole("row").filter({ has: page.getByRole("link", { name: "research" }) });
-    await mainRow.getByText("connected").waitFor();
-    await page.getByRole("heading", { name: "Recent runs" }).waitFor();
-    await page.screenshot({ path: join(shots, "agents.png"), fullPage: true });
-  });
-
   it("draws who talks to whom on the overview as the agents talk", async () => {
     await page.getByRole("navigation").getByRole("link", { name: "Overview" }).click();
     const { runId } = await operator.chat.send({ sessionKey: "main", message: `ask ${LAB} anything new?` });
+    askRunId = runId;
     const ended = await operator.agent.wait({ runId, timeoutMs: 10_000 });
     expect(ended.reply).toMatch(/^ok:/);
     const topology = page.getByRole("region", { name: "Topology of active chains" });
@@ -303,6 +301,21 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
       .first()
       .waitFor();
     await page.screenshot({ path: join(shots, "overview.png"), fullPage: true });
+  });
+
+  it("shows agents with their workers and the runs it saw", async () => {
+    await page.getByRole("navigation").getByRole("link", { name: "Agents and runs" }).click();
+    const mainRow = page.getByRole("row").filter({ has: page.getByRole("link", { name: "research" }) });
+    await mainRow.getByText("connected").waitFor();
+    const recent = page.getByRole("region", { name: "Recent runs" });
+    await recent.getByRole("link", { name: LAB }).first().waitFor();
+    await page.screenshot({ path: join(shots, "agents.png"), fullPage: true });
+    // A run's timeline: started, its tool calls, its end.
+    await recent.getByRole("link", { name: askRunId }).click();
+    const timeline = page.getByRole("region", { name: "Timeline" });
+    await timeline.getByText(/started on lane/).waitFor();
+    await timeline.getByText("tool call sessions_send").waitFor();
+    await timeline.getByText("ended ok").waitFor();
   });
 
   it("changes a session with confirmation for destructive steps, showing a refusal verbatim", async () => {
