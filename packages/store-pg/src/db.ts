@@ -1,6 +1,6 @@
 import { type Logger, SwitchboardError } from "@switchboard/core";
 import type pg from "pg";
-import { connectionFault, type ErrorContext, toStoreError } from "./errors";
+import { connectionFault, type ErrorContext, isDroppedConnection, toStoreError } from "./errors";
 
 /** The first failure of the current unhealthy stretch, for `health()`. */
 export interface Fault {
@@ -87,7 +87,7 @@ export class Db {
       this.succeeded();
       return result;
     } catch (error) {
-      if (connectionFault(error) === undefined || this.closed) throw this.fail(error, action);
+      if (!isDroppedConnection(error) || this.closed) throw this.fail(error, action);
       try {
         const result = await this.pool.query<R>(text, values);
         this.succeeded();

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { connectionFault, toStoreError } from "./errors";
+import { connectionFault, isDroppedConnection, toStoreError } from "./errors";
 import { describeTarget, redactUrl } from "./url";
 
 const where = { action: "reading a session", target: "db.example:5432/app", password: "hunter2" };
@@ -27,6 +27,22 @@ describe("driver errors", () => {
     expect(mapped.message).toContain("SQLSTATE 42601");
     expect(mapped.message).not.toContain("hunter2");
     expect(connectionFault(Object.assign(new Error("duplicate"), { code: "23505" }))).toBeUndefined();
+  });
+});
+
+describe("which failed reads are tried again", () => {
+  it("retries a dropped connection, never a timeout or a request error", () => {
+    const failure = (message: string, code?: string) =>
+      Object.assign(new Error(message), code ? { code } : {});
+    expect(isDroppedConnection(failure("Connection terminated unexpectedly"))).toBe(true);
+    expect(isDroppedConnection(failure("terminating connection due to administrator command", "57P01"))).toBe(
+      true,
+    );
+    expect(isDroppedConnection(failure("read ECONNRESET", "ECONNRESET"))).toBe(true);
+    expect(isDroppedConnection(failure("canceling statement due to statement timeout", "57014"))).toBe(false);
+    expect(isDroppedConnection(failure("Query read timeout"))).toBe(false);
+    expect(isDroppedConnection(failure("timeout exceeded when trying to connect"))).toBe(false);
+    expect(isDroppedConnection(failure("duplicate key", "23505"))).toBe(false);
   });
 });
 

@@ -115,6 +115,18 @@ export function toStoreError(error: unknown, context: ErrorContext): Switchboard
   );
 }
 
+/**
+ * Whether a statement failed because its connection was dropped (not because the server is slow):
+ * only then is a read worth trying again at once, on a new connection. A timeout is not retried, or
+ * a hung server would cost the caller twice the timeout.
+ */
+export function isDroppedConnection(error: unknown): boolean {
+  if (connectionFault(error) === undefined) return false;
+  const { code, message = "" } = (error ?? {}) as PgLikeError;
+  if (code === "57014" || code === "ETIMEDOUT") return false;
+  return !/timeout/i.test(message);
+}
+
 /** A unique-index violation (SQLSTATE 23505), optionally of one constraint. */
 export function isUniqueViolation(error: unknown, constraint?: string): boolean {
   const pg = error as { code?: string; constraint?: string } | undefined;
