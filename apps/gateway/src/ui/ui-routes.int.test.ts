@@ -3,8 +3,10 @@ import { createServer, request, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { parseConfig } from "@switchboard/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createUiRoutes, UI_CONTENT_SECURITY_POLICY } from "./ui-routes";
+import type { HttpRouteDeps } from "../http/routes";
+import { createUiRoutes, UI_CONTENT_SECURITY_POLICY, uiRoutes } from "./ui-routes";
 
 interface Answer {
   status: number;
@@ -141,5 +143,12 @@ describe("the UI routes", () => {
     } finally {
       missing.server.close();
     }
+  });
+
+  it("serves nothing with ui.enabled false, and the workspace build by default", () => {
+    const deps = (enabled: boolean) =>
+      ({ config: parseConfig({ ui: { enabled } }) }) as unknown as HttpRouteDeps;
+    expect(uiRoutes(deps(false))).toEqual([]);
+    expect(uiRoutes(deps(true)).map((route) => route.name)).toEqual(["ui"]);
   });
 });

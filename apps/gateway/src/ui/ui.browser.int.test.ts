@@ -39,6 +39,7 @@ const CAROL = "agent:main:webchat:dm:carol";
 const LAB = "agent:research:discord:group:lab";
 const MALLORY = "agent:main:webchat:dm:mallory";
 const MARKUP = "<img src=x onerror=alert(1)>";
+const CLIENT_TOKEN = "client-token-for-the-webchat-sessions";
 const STREAMED = ["Streaming ", "one ", "word ", "at ", "a ", "time."];
 
 describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }, () => {
@@ -68,6 +69,19 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
     config = {
       ...loaded.config,
       agents: { ...loaded.config.agents, list: [...loaded.config.agents.list, { id: "writer" }] },
+      // A client token that may act for the webchat conversations only.
+      auth: {
+        ...loaded.config.auth,
+        tokens: [
+          ...loaded.config.auth.tokens,
+          {
+            name: "webchat-viewer",
+            token: CLIENT_TOKEN,
+            role: "client" as const,
+            sessions: ["agent:main:webchat:*"],
+          },
+        ],
+      },
       logging: { ...loaded.config.logging, level: "silent" as const },
     };
     const launched = chromium.launch({
@@ -385,5 +399,25 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
     await page.getByRole("button", { name: "Sign out" }).click();
     await page.getByLabel("Token").waitFor();
     expect(await page.evaluate("sessionStorage.getItem('switchboard.token')")).toBeNull();
+  });
+
+  it("lets a client token read only the sessions it is allowed", async () => {
+    await page.getByLabel("Token").fill(CLIENT_TOKEN);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.getByRole("status").filter({ hasText: "Connected" }).waitFor();
+    // No Overview, Audit or Policy for a client: only what its token allows.
+    expect(await page.getByRole("navigation").getByRole("link").allTextContents()).toEqual(["Sessions"]);
+    await page.getByRole("navigation").getByRole("link", { name: "Sessions" }).click();
+    await page.getByRole("textbox", { name: "Session key" }).fill(CAROL);
+    await page.getByRole("button", { name: "Open" }).click();
+    await page.getByRole("log", { name: "Transcript entries" }).getByText("pong", { exact: true }).waitFor();
+
+    await page.goto(`${origin}/ui/sessions/${encodeURIComponent(LAB)}`);
+    await page
+      .getByRole("alert")
+      .filter({ hasText: `may not access session ${LAB}` })
+      .first()
+      .waitFor();
+    expect(await page.getByText("hello lab").count()).toBe(0);
   });
 });
