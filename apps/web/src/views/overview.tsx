@@ -180,14 +180,17 @@ function Topology({ running }: { running: RunInfo[] }) {
               const dy = b.y - a.y;
               const length = Math.hypot(dx, dy) || 1;
               const pad = 14;
+              // Shifted to the right of its direction, so a reply edge does not hide the send.
+              const nx = (-dy / length) * 5;
+              const ny = (dx / length) * 5;
               return (
                 <line
                   key={`${edge.kind}${edge.from}${edge.to}`}
                   class={`edge edge-${edge.kind}`}
-                  x1={a.x + (dx / length) * pad}
-                  y1={a.y + (dy / length) * pad}
-                  x2={b.x - (dx / length) * pad}
-                  y2={b.y - (dy / length) * pad}
+                  x1={a.x + (dx / length) * pad + nx}
+                  y1={a.y + (dy / length) * pad + ny}
+                  x2={b.x - (dx / length) * pad + nx}
+                  y2={b.y - (dy / length) * pad + ny}
                   marker-end="url(#arrow)"
                 />
               );
