@@ -217,6 +217,15 @@ export async function run(params) {
           },
         },
       },
+      {
+        // A page that is not full: `hidden` then counts every matching row (the contract), a scan.
+        name: "limit 50, sandboxed caller without children (hidden counts every row)",
+        query: { limit: LIMIT },
+        options: {
+          visibility: { selfKey: "agent:ops:lonely", maxTaint: "INTERNAL", agents: "all", sandboxed: true },
+        },
+        few: true,
+      },
     ];
     for (const list of lists) {
       const call = () => store.sessions.list(list.query, list.options);
