@@ -84,6 +84,27 @@ describe("startAgentWorker", () => {
     await worker.closed;
   });
 
+  it("runs with the model a run names (run.assigned.model): an object is built once, a name on a scripted agent keeps its own", async () => {
+    const config = parseConfig({ agents: { list: [{ id: "main", default: true }] } });
+    const worker = await startAgentWorker({
+      url: fake.url,
+      token: FAKE_TOKENS.agent,
+      config,
+      logger: silent,
+    });
+    try {
+      const named = { provider: "scripted" as const, rules: [{ when: "^(.+)$", reply: "child says $1" }] };
+      const first = fake.startRun("agent:main:subagent:a", "hi", undefined, { model: named });
+      const second = fake.startRun("agent:main:subagent:b", "again", undefined, { model: named });
+      const own = fake.startRun("agent:main:main", "ping", undefined, { model: "gpt-4o-mini" });
+      expect(await ended(first)).toMatchObject({ status: "ok", reply: "child says hi" });
+      expect(await ended(second)).toMatchObject({ status: "ok", reply: "child says again" });
+      expect(await ended(own)).toMatchObject({ status: "ok", reply: "pong" });
+    } finally {
+      await worker.stop();
+    }
+  });
+
   it("fails a run whose model has no matching rule with the model's error", async () => {
     const config = parseConfig({
       agents: {

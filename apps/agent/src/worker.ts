@@ -8,6 +8,7 @@ import {
   serve,
 } from "@switchboard/client";
 import {
+  type AgentModelConfigInput,
   type Config,
   defaultAgentId,
   defaultAgentModel,
@@ -79,9 +80,40 @@ export async function startAgentWorker(options: AgentWorkerOptions): Promise<Run
     providers.set(agentId, await providerFor(options, agentId, logger));
   }
 
+  // Models a run names (`run.assigned.model`, e.g. a sub-agent's `subagents.model`), built once each.
+  const runModels = new Map<string, Promise<ModelProvider>>();
+  const modelFor = (run: AssignedRun, own: ModelProvider): Promise<ModelProvider> => {
+    const wanted = (run as { model?: unknown }).model;
+    if (wanted === undefined) return Promise.resolve(own);
+    const index = options.config.agents.list.findIndex((agent) => agent.id === run.agentId);
+    const base = options.config.agents.list[index]?.model ?? defaultAgentModel();
+    let config: AgentModelConfigInput;
+    if (typeof wanted === "string") {
+      // A name picks a model on the agent's own provider; the scripted provider has no models to pick.
+      if (base.provider !== "openai" || base.model === wanted) return Promise.resolve(own);
+      config = { ...base, model: wanted };
+    } else config = wanted as AgentModelConfigInput;
+    const key = JSON.stringify(config);
+    let built = runModels.get(key);
+    if (!built) {
+      if (runModels.size >= 32) runModels.delete(runModels.keys().next().value as string);
+      built = createModelProvider(config, {
+        ...options.providerOptions,
+        ...(options.baseDir !== undefined ? { baseDir: options.baseDir } : {}),
+        where: `run.assigned.model of run ${run.runId}`,
+        ...(logger ? { logger } : {}),
+      });
+      // A model that cannot be built is not kept: the next run naming it tries again.
+      built.catch(() => runModels.delete(key));
+      runModels.set(key, built);
+    }
+    return built;
+  };
+
   const handler = async (run: AssignedRun, sdk: ClientRunContext): Promise<RunReply> => {
-    const model = providers.get(run.agentId);
-    if (!model) throw new SwitchboardError("NOT_FOUND", `this worker has no model for agent ${run.agentId}`);
+    const own = providers.get(run.agentId);
+    if (!own) throw new SwitchboardError("NOT_FOUND", `this worker has no model for agent ${run.agentId}`);
+    const model = await modelFor(run, own);
     const { signal, dispose } = runSignal(sdk.signal);
     const context: RunContext = {
       signal,

@@ -84,6 +84,8 @@ export interface FakeRun {
   attempt: number;
   assignedTo: string | undefined;
   deadline: number | undefined;
+  /** Sent as `run.assigned.model` (a model name or a model config object). */
+  model?: EventPayload<"run.assigned">["model"];
   reply?: string;
   error?: string;
   startedAt?: number;
@@ -288,9 +290,15 @@ export class FakeGateway {
   }
 
   /** Creates a run on a session as `chat.send` would, and assigns it to a worker if one serves its agent. */
-  startRun(sessionKey: string, message: string, timeoutSeconds?: number): FakeRun {
+  startRun(
+    sessionKey: string,
+    message: string,
+    timeoutSeconds?: number,
+    extra: { model?: EventPayload<"run.assigned">["model"] } = {},
+  ): FakeRun {
     this.nextRun += 1;
     const run: FakeRun = {
+      ...(extra.model !== undefined ? { model: extra.model } : {}),
       runId: `run-${this.nextRun}`,
       sessionKey,
       agentId: agentOf(sessionKey),
@@ -617,6 +625,7 @@ export class FakeGateway {
         tools: [],
         attempt: run.attempt,
         ...(run.deadline !== undefined ? { deadline: run.deadline } : {}),
+        ...(run.model !== undefined ? { model: run.model } : {}),
       },
       { to: worker.id },
     );
