@@ -15,7 +15,7 @@ const spec: CommandSpec = {
   name: "doctor",
   brief: "check the config and the data dir (--repair fixes what it can)",
   summary:
-    "Checks the config (as `up` loads it, scripted rules files included) and the data dir without changing anything: store format, locks, torn, damaged or orphan files, the sessions index, transcripts, runs waiting on a transcript that is gone, secret file permissions. Every error names the file and the fix. On a postgres store (store.kind \"postgres\") it checks the connection and the schema version instead of the store files. Safe while the gateway runs. With --repair (gateway stopped) it fixes what it can and keeps every replaced file. Exit 1 when something is still broken.",
+    'Checks the config (as `up` loads it, scripted rules files included) and the data dir without changing anything: store format, locks, torn, damaged or orphan files, the sessions index, transcripts, runs waiting on a transcript that is gone, secret file permissions. Every error names the file and the fix. On a postgres store (store.kind "postgres") it checks the connection and the schema version instead of the store files. Safe while the gateway runs. With --repair (gateway stopped) it fixes what it can and keeps every replaced file. Exit 1 when something is still broken.',
   positionals: { min: 0, max: 0 },
   options: {
     ...JSON_OPTION,
@@ -146,7 +146,8 @@ export const doctorCommand: Command = {
     // On a postgres store the data dir holds only the secrets: the store is checked in the database.
     const onPostgres = config.loaded?.config.store.kind === "postgres";
     if (onPostgres) {
-      if (args.values.repair) actions = ["nothing to repair on a postgres store (the database keeps its own consistency)"];
+      if (args.values.repair)
+        actions = ["nothing to repair on a postgres store (the database keeps its own consistency)"];
     } else if (args.values.repair) {
       try {
         const result = await withProgress(io, `repairing ${dataDir}`, () => repairDataDir(dataDir));
@@ -185,7 +186,8 @@ export const doctorCommand: Command = {
     io.out(`data dir:  ${dataDir}`);
     if (postgres.check) {
       const { target, schema, version, supported, estimatedRows: rows } = postgres.check;
-      const state = version === undefined ? "not created yet" : `version ${version} (this build: ${supported})`;
+      const state =
+        version === undefined ? "not created yet" : `version ${version} (this build: ${supported})`;
       io.out(`store:     PostgreSQL ${target}, schema ${schema} — ${state}`);
       if (rows)
         io.out(
