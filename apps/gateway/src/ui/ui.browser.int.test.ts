@@ -255,6 +255,16 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
     await expect.poll(() => log.getByText("writing…").count()).toBe(0);
   });
 
+  it("follows a session opened by its alias (main) live", async () => {
+    await page.goto(`${origin}/ui/sessions/main`);
+    await page.getByText("This session does not exist yet: sending a message creates it.").waitFor();
+    await page.getByRole("checkbox", { name: "Wait for the reply" }).uncheck();
+    await page.getByRole("textbox", { name: "Message" }).fill("ping");
+    await page.getByRole("button", { name: "Send", exact: true }).click();
+    // Without waiting on the run, the reply can only come from the events of agent:main:main.
+    await page.getByRole("log", { name: "Transcript entries" }).getByText("pong", { exact: true }).waitFor();
+  });
+
   it("shows markup from a transcript as text and runs none of it", async () => {
     await page.goto(`${origin}/ui/sessions/${encodeURIComponent(MALLORY)}`);
     const log = page.getByRole("log", { name: "Transcript entries" });

@@ -26,6 +26,8 @@ interface Transcript {
 
 export function SessionView({ sessionKey }: { sessionKey: string }) {
   const status = useLoad(() => api().sessions.status({ sessionKey }), [sessionKey]);
+  const canonicalKey = useRef<string | undefined>(undefined);
+  canonicalKey.current = status.data?.sessionKey;
   const refreshStatus = useThrottled(status.reload, 500);
   const [transcript, setTranscript] = useState<Transcript>({
     messages: [],
@@ -84,7 +86,8 @@ export function SessionView({ sessionKey }: { sessionKey: string }) {
   useEffect(() => {
     void loadLatest();
     const client = api();
-    const mine = (key: string | undefined) => key === sessionKey || key === status.data?.sessionKey;
+    // Events name the canonical key; the URL may hold an alias ("main") until the status names it.
+    const mine = (key: string | undefined) => key === sessionKey || key === canonicalKey.current;
     const offs = [
       client.on("run.progress", (event) => {
         const p = event.payload;
@@ -219,7 +222,14 @@ export function SessionView({ sessionKey }: { sessionKey: string }) {
               <p class="muted">No messages yet.</p>
             )}
           </div>
-          <SendBox sessionKey={sessionKey} />
+          <SendBox
+            sessionKey={sessionKey}
+            onSent={() => {
+              // A first message creates the session; its status names the canonical key events use.
+              status.reload();
+              refreshTranscript();
+            }}
+          />
         </section>
         <aside class="side">
           {status.data && <StatusPanel status={status.data} now={now} />}
@@ -281,7 +291,7 @@ function ToolEntry({ item }: { item: ToolCallItem }) {
   );
 }
 
-function SendBox({ sessionKey }: { sessionKey: string }) {
+function SendBox({ sessionKey, onSent }: { sessionKey: string; onSent: () => void }) {
   const [text, setText] = useState("");
   const [wait, setWait] = useState(true);
   const [busy, setBusy] = useState(false);
@@ -303,6 +313,7 @@ function SendBox({ sessionKey }: { sessionKey: string }) {
         try {
           const accepted = await api().chat.send({ sessionKey, message: text });
           setText("");
+          onSent();
           if (!wait) {
             setOutcome(`Sent (run ${accepted.runId}).`);
             return;
