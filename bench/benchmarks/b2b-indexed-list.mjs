@@ -17,8 +17,9 @@ export const definition = {
 
 const LIMIT = 50;
 const TARGET_MS = 5;
-/** How long after start the indexes are surely built (~0.3-0.6 s at 100k on a busy 2-core machine). */
-const SETTLE_MS = 2_000;
+const SETTLE_MS = 200;
+/** Distinct queries of each shape whose first calls are timed. */
+const FIRST_QUERIES = 7;
 
 export async function run(params) {
   const count = params.largestSessionCount;
@@ -38,21 +39,24 @@ export async function run(params) {
     const atStartMs = now() - atStart;
     if (early.sessions?.length !== 0)
       throw new Error(`search at start returned ${early.sessions?.length} rows`);
+    // That search returned once the indexes were built; let the process settle a moment.
     await sleep(SETTLE_MS);
-    // [name, method, request, expected rows, target]. The first call of each query is timed on its own.
+    // [name, method, request(n), expected rows, target]. request(n) gives distinct queries of one
+    // shape: the first call of each is timed on its own (a single call is at the mercy of the
+    // scheduler on a busy machine, so the figure is the median over FIRST_QUERIES of them).
     const cases = [
       // The 3 agents' main sessions among all rows.
       [
         "sessions.list limit 50, kinds [main] (3 rows)",
         "sessions.list",
-        { limit: LIMIT, kinds: ["main"] },
+        (n) => ({ limit: LIMIT - n, kinds: ["main"] }),
         3,
         true,
       ],
       [
         "sessions.list limit 50, search matching nothing",
         "sessions.list",
-        { limit: LIMIT, search: "no-such-session" },
+        (n) => ({ limit: LIMIT, search: `no-such-session-${n}` }),
         0,
         true,
       ],
@@ -60,23 +64,27 @@ export async function run(params) {
       [
         "tool sessions_list limit 50, kinds [main]",
         "tools.invoke",
-        tool({ limit: LIMIT, kinds: ["main"] }),
+        (n) => tool({ limit: LIMIT - n, kinds: ["main"] }),
         undefined,
         false,
       ],
     ];
     const firstCalls = [];
     for (const [name, method, request, rows] of cases) {
-      const first = now();
-      const sample = await peer.call(method, request);
-      firstCalls.push(now() - first);
-      const got =
-        sample.sessions?.length ?? sample.result?.sessions?.length ?? sample.details?.sessions?.length;
-      if (rows !== undefined && got !== undefined && got !== rows)
-        throw new Error(
-          `gateway ${name} returned ${got} rows, expected ${rows}: ${JSON.stringify(sample).slice(0, 200)}`,
-        );
-      sizes[name] = got;
+      const times = [];
+      for (let n = 0; n < FIRST_QUERIES; n++) {
+        const first = now();
+        const sample = await peer.call(method, request(n));
+        times.push(now() - first);
+        const got =
+          sample.sessions?.length ?? sample.result?.sessions?.length ?? sample.details?.sessions?.length;
+        if (rows !== undefined && got !== undefined && got !== rows)
+          throw new Error(
+            `gateway ${name} returned ${got} rows, expected ${rows}: ${JSON.stringify(sample).slice(0, 200)}`,
+          );
+        sizes[name] = got;
+      }
+      firstCalls.push({ median: median(times), max: Math.max(...times) });
     }
     const plain = () => peer.call("sessions.list", { limit: LIMIT });
     const baseline = await repeated(params.reps, async () =>
@@ -84,7 +92,7 @@ export async function run(params) {
     );
     for (const [index, [name, method, request, , targeted]] of cases.entries()) {
       const result = await repeated(params.reps, async () =>
-        median(await timeEach(() => peer.call(method, request), { count: listsPerRep, warmup: 10 })),
+        median(await timeEach(() => peer.call(method, request(0)), { count: listsPerRep, warmup: 10 })),
       );
       figures.push(
         figure({
@@ -99,9 +107,10 @@ export async function run(params) {
       );
       figures.push(
         figure({
-          label: `  first call of the query (2 s after ready): ${name}`,
-          value: firstCalls[index],
+          label: `  first call of a query (median of ${FIRST_QUERIES} distinct ones): ${name}`,
+          value: firstCalls[index].median,
           unit: "ms",
+          note: `slowest first call ${firstCalls[index].max.toFixed(2)} ms`,
           ...(targeted ? { target: { op: "<=", value: TARGET_MS } } : {}),
         }),
       );
@@ -123,7 +132,7 @@ export async function run(params) {
     sizes: { sessions: count, rowsReturned: sizes, listsPerRep },
     notes: [
       "the tool row is informational: the kinds list through sessions_list with the caller's visibility",
-      "first calls are single measurements, each the first of its query, sent 2 s after the gateway reported ready (after one search at start, which waited for the background index build)",
+      "first calls: each of 7 distinct queries of a shape sent once (nothing is cached per query), after one search at start that waited for the background index build",
     ],
   };
 }
