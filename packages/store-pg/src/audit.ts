@@ -24,6 +24,8 @@ export interface AuditTurn {
 
 export interface AuditLog {
   store: AuditStore;
+  /** Settles once every append made so far has been written or refused. */
+  idle(): Promise<void>;
   /** Takes the next place in call order now (see `AuditTurn`). */
   takeTurn(): AuditTurn;
 }
@@ -36,6 +38,7 @@ export function createAuditLog(db: Db, q: (table: string) => string): AuditLog {
   // (a taint rise's record) waits for the appends before it and holds back those after it.
   let queue: Queued[] = [];
   let draining = false;
+  let drained: Promise<void> = Promise.resolve();
 
   const flush = async (group: Extract<Queued, { kind: "append" }>[]): Promise<void> => {
     let last: number | undefined;
@@ -84,7 +87,7 @@ export function createAuditLog(db: Db, q: (table: string) => string): AuditLog {
   const drain = () => {
     if (draining) return;
     draining = true;
-    void (async () => {
+    drained = (async () => {
       while (queue.length > 0) {
         const items = queue;
         queue = [];
@@ -164,7 +167,10 @@ export function createAuditLog(db: Db, q: (table: string) => string): AuditLog {
       return toNumber(found.rows[0]?.count);
     },
   };
-  return { store, takeTurn };
+  const idle = async (): Promise<void> => {
+    while (draining) await drained;
+  };
+  return { store, takeTurn, idle };
 }
 
 /** The CONFLICT of an audit index another writer took first. */

@@ -1,11 +1,11 @@
 import { type MetaStore, validateMetaName, validateMetaValue } from "@switchboard/core";
 import type { Db } from "./db";
-import { KeyedSerializer } from "./serial";
+import type { KeyedSerializer } from "./serial";
 import { pgText } from "./versions";
 
-export function createMetaStore(db: Db, q: (table: string) => string): MetaStore {
+/** `inOrder` orders writes per name. */
+export function createMetaStore(db: Db, q: (table: string) => string, inOrder: KeyedSerializer): MetaStore {
   const table = q("meta");
-  const inOrder = new KeyedSerializer();
   return {
     async get(name) {
       const found = await db.read<{ value: string }>(

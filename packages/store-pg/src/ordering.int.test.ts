@@ -115,6 +115,24 @@ await describeWithPg("PostgreSQL store: one instance's writes in call order", ()
     }
   });
 
+  it("finishes writes already started when closed, and refuses later ones", async () => {
+    const first = await open();
+    const sessionId = randomUUID();
+    await first.transcripts.create({ sessionId, key: "agent:main:closing", createdAt: 1 });
+    const started = Array.from({ length: 20 }, (_, i) =>
+      first.transcripts.append(sessionId, [sampleMessage(`m${i}`)]),
+    );
+    const audit = sampleAuditRecords(0, 5).map((record) => first.audit.append([record]));
+    const meta = first.meta.set("eventSeq", "7");
+    await first.close();
+    await Promise.all([...started, ...audit, meta]);
+    await expect(first.meta.set("late", "x")).rejects.toMatchObject({ code: "UNAVAILABLE" });
+    store = await openPostgresStore({ url: TEST_PG_URL, schema: schema!, pool: { max: 2 } });
+    expect(await store.transcripts.lastSeq(sessionId)).toBe(20);
+    expect(await store.audit.count()).toBe(5);
+    expect(await store.meta.get("eventSeq")).toBe("7");
+  });
+
   it("keeps the last value of a meta name written back to back", async () => {
     const store = await open();
     await Promise.all(Array.from({ length: 50 }, (_, i) => store.meta.set("eventSeq", String(i))));

@@ -136,14 +136,16 @@ export async function openPostgresStore(input: PostgresStoreOptions): Promise<Po
   const sessionOrder = new KeyedSerializer();
   const transcriptOrder = new KeyedSerializer();
   const audit = createAuditLog(db, q);
+  const runOrder = new KeyedSerializer();
+  const metaOrder = new KeyedSerializer();
   return {
     schema: options.schema,
     migration,
     sessions: createSessionIndex(db, q, sessionOrder),
     transcripts: createTranscriptStore(db, q, options.schema, transcriptOrder, options.maxEntryBytes),
-    runs: createRunRegistry(db, q),
+    runs: createRunRegistry(db, q, runOrder),
     audit: audit.store,
-    meta: createMetaStore(db, q),
+    meta: createMetaStore(db, q, metaOrder),
     commitTaintRise: createTaintRiseCommit(
       db,
       q,
@@ -170,6 +172,16 @@ export async function openPostgresStore(input: PostgresStoreOptions): Promise<Po
       }
     },
     async close() {
+      // Writes already started finish (in their call order) before the connections go.
+      if (!db.isClosed) {
+        await Promise.all([
+          sessionOrder.idle(),
+          transcriptOrder.idle(),
+          audit.idle(),
+          runOrder.idle(),
+          metaOrder.idle(),
+        ]);
+      }
       await db.close();
     },
   };

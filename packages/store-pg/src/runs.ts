@@ -10,14 +10,18 @@ import {
 } from "@switchboard/core";
 import type { Db } from "./db";
 import { isUniqueViolation } from "./errors";
-import { KeyedSerializer } from "./serial";
+import type { KeyedSerializer } from "./serial";
 import { checkExpectedVersion, pgText, toNumber, versionConflict } from "./versions";
 
 const IDEMPOTENCY_CONSTRAINT = "runs_idempotency_key";
 
-export function createRunRegistry(db: Db, q: (table: string) => string): RunRegistryStore {
+/** `inOrder` orders writes per runId. */
+export function createRunRegistry(
+  db: Db,
+  q: (table: string) => string,
+  inOrder: KeyedSerializer,
+): RunRegistryStore {
   const table = q("runs");
-  const inOrder = new KeyedSerializer();
   const version = `nextval('${q("row_versions").replaceAll("'", "''")}')`;
   const columns = "run_id, idempotency_key, session_key, status, created_at, ended_at, pending_announce, row";
   const sets =

@@ -7,6 +7,11 @@
 export class KeyedSerializer {
   private readonly tails = new Map<string, Promise<unknown>>();
 
+  /** Settles once every call made so far has settled (for a close that finishes what was started). */
+  async idle(): Promise<void> {
+    while (this.tails.size > 0) await Promise.all([...this.tails.values()]);
+  }
+
   /** Runs `body` once every earlier call for `key` has settled; failures do not block later calls. */
   run<T>(key: string, body: () => Promise<T>): Promise<T> {
     const previous = this.tails.get(key);
