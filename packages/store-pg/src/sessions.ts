@@ -114,7 +114,7 @@ function globToLike(pattern: string): string {
 
 /** What the caller may see, as one SQL condition (see core's `compileSessionVisibility`). */
 function visibilityCondition(visibility: SessionVisibility, params: Params): string {
-  const self = params.add(visibility.selfKey);
+  const self = params.add(pgText(visibility.selfKey));
   const parts = [`taint_rank <= ${params.add(levelRank(visibility.maxTaint))}`];
   const { agents } = visibility;
   if (agents !== "all") {
