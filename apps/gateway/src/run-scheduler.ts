@@ -612,6 +612,11 @@ export class RunScheduler {
     return count;
   }
 
+  /** Every run of this process not ended yet (for `runs.list`). */
+  activeRecords(): RunRecord[] {
+    return this.active.all().map((active) => active.record);
+  }
+
   /** Runs of a session waiting in its lanes (for session_status: "queued, no worker"). */
   queuedFor(sessionKey: string): number {
     return this.lanes.queuedUnder(`${sessionKey}|`);

@@ -46,6 +46,7 @@ export const METHOD_SHORTCUTS = {
   "run.progress": ["run", "progress"],
   "run.complete": ["run", "complete"],
   "run.fail": ["run", "fail"],
+  "runs.list": ["run", "list"],
 } as const satisfies Record<Exclude<MethodName, "events.subscribe">, readonly [string, string]>;
 
 type Shortcuts = typeof METHOD_SHORTCUTS;
@@ -69,6 +70,7 @@ export const READ_ONLY_METHODS: ReadonlySet<MethodName> = new Set<MethodName>([
   "policy.simulate",
   "audit.tail",
   "audit.verify",
+  "runs.list",
 ]);
 
 type AnyCall = (method: MethodName, params?: unknown, options?: CallOptions) => Promise<unknown>;

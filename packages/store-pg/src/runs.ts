@@ -135,6 +135,7 @@ export function createRunRegistry(
       };
       if (query.statuses !== undefined) where.push(`status = ANY(${add([...query.statuses])}::text[])`);
       if (query.sessionKey !== undefined) where.push(`session_key = ${add(pgText(query.sessionKey))}`);
+      if (query.agentId !== undefined) where.push(`row->>'agentId' = ${add(pgText(query.agentId))}`);
       if (query.pendingAnnounce !== undefined) where.push(`pending_announce = ${add(query.pendingAnnounce)}`);
       const limit = query.limit === undefined ? "" : `LIMIT ${add(query.limit)}`;
       const found = await db.read<{ row: RunRecord }>(

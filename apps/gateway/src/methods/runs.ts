@@ -1,10 +1,17 @@
-import { type Level, SwitchboardError } from "@switchboard/core";
+import { type Level, type RunRecord, SwitchboardError } from "@switchboard/core";
 import type { Connection } from "../connection";
 import type { MethodDeps } from "./deps";
 import type { Handlers, ParsedParams } from "./handler";
 import { isSendCommand, sendCommand } from "./send-command";
 
-type RunMethods = "chat.send" | "agent" | "agent.wait" | "run.progress" | "run.complete" | "run.fail";
+type RunMethods =
+  | "chat.send"
+  | "agent"
+  | "agent.wait"
+  | "run.progress"
+  | "run.complete"
+  | "run.fail"
+  | "runs.list";
 
 /** Input into sessions (clients, operators) and the run lifecycle reported by workers. */
 export function runMethods({
@@ -104,6 +111,45 @@ export function runMethods({
     "run.fail": async (params, connection) => {
       await scheduler.fail(params.runId, connection, params.error);
       return {};
+    },
+    "runs.list": async (params) => {
+      const statuses = new Set(params.statuses ?? ["queued", "running"]);
+      const limit = params.limit ?? 50;
+      const sessionKey = params.sessionKey ? await sessions.resolveInput(params.sessionKey) : undefined;
+      const wanted = (run: RunRecord) =>
+        statuses.has(run.status) &&
+        (sessionKey === undefined || run.sessionKey === sessionKey) &&
+        (params.agentId === undefined || run.agentId === params.agentId);
+      // Runs not ended yet are this process's own (freshest); ended ones come from the store.
+      const byId = new Map<string, RunRecord>();
+      for (const run of scheduler.activeRecords()) if (wanted(run)) byId.set(run.runId, run);
+      const ended = [...statuses].filter((status) => status !== "queued" && status !== "running");
+      if (ended.length > 0) {
+        const stored = await store.runs.list({
+          statuses: ended as RunRecord["status"][],
+          ...(sessionKey ? { sessionKey } : {}),
+          ...(params.agentId !== undefined ? { agentId: params.agentId } : {}),
+          limit,
+        });
+        for (const run of stored) if (wanted(run) && !byId.has(run.runId)) byId.set(run.runId, run);
+      }
+      const runs = [...byId.values()]
+        .sort((a, b) => b.createdAt - a.createdAt || a.runId.localeCompare(b.runId))
+        .slice(0, limit)
+        .map((run) => ({
+          runId: run.runId,
+          sessionKey: run.sessionKey,
+          agentId: run.agentId,
+          lane: run.lane,
+          status: run.status,
+          origin: run.origin,
+          createdAt: run.createdAt,
+          attempts: run.attempts,
+          ...(run.startedAt !== undefined ? { startedAt: run.startedAt } : {}),
+          ...(run.endedAt !== undefined ? { endedAt: run.endedAt } : {}),
+          ...(run.error !== undefined ? { error: run.error } : {}),
+        }));
+      return { runs };
     },
   };
 }

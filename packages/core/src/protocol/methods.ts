@@ -2,7 +2,7 @@ import { z } from "zod";
 import { ERROR_CODES } from "../errors";
 import { LevelSchema } from "../labels/level";
 import { MAX_INPUT_MESSAGE_BYTES } from "../store/limits";
-import { LaneSchema, UsageSchema } from "../store/run-record";
+import { LaneSchema, RunStatusSchema, UsageSchema } from "../store/run-record";
 import { SessionEntrySchema } from "../store/session-entry";
 import {
   EvaluatedRuleSchema,
@@ -207,6 +207,33 @@ export const Methods = {
       endedAt: z.number().optional(),
     }),
   },
+  "runs.list": {
+    params: z.object({
+      /** Default: the runs not ended yet (queued and running). */
+      statuses: z.array(RunStatusSchema).min(1).max(5).optional(),
+      sessionKey: SessionKeyParam.optional(),
+      agentId: z.string().min(1).max(64).optional(),
+      limit: z.int().min(1).max(200).optional(),
+    }),
+    result: z.object({
+      /** Newest first. */
+      runs: z.array(
+        z.object({
+          runId: z.string(),
+          sessionKey: z.string(),
+          agentId: z.string(),
+          lane: LaneSchema,
+          status: RunStatusSchema,
+          origin: z.string(),
+          createdAt: z.number(),
+          startedAt: z.number().optional(),
+          endedAt: z.number().optional(),
+          attempts: z.number(),
+          error: z.string().optional(),
+        }),
+      ),
+    }),
+  },
   "agents.list": {
     params: Empty,
     result: z.object({
@@ -306,6 +333,7 @@ export const METHOD_ROLES: Record<MethodName, readonly Role[]> = {
   "policy.simulate": ["operator"],
   "audit.tail": ["operator"],
   "audit.verify": ["operator"],
+  "runs.list": ["operator"],
   "events.subscribe": ["operator", "agent", "client"],
   "run.progress": ["agent"],
   "run.complete": ["agent"],

@@ -1035,6 +1035,9 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
         expect(await ids({ sessionKey: "agent:main:a" })).toEqual(["r4", "r3", "r1"]);
         expect(await ids({ pendingAnnounce: true })).toEqual(["r2"]);
         expect(await ids({ pendingAnnounce: false, sessionKey: "agent:main:a", limit: 1 })).toEqual(["r4"]);
+        await store.runs.put(sampleRun({ runId: "r5", status: "ok", createdAt: 50, agentId: "research" }));
+        expect(await ids({ agentId: "research" })).toEqual(["r5"]);
+        expect(await ids({ agentId: "main", statuses: ["ok", "error"], limit: 1 })).toEqual(["r4"]);
       });
     });
 

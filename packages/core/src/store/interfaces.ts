@@ -136,6 +136,7 @@ export interface RunListQuery {
   /** Runs whose spawn announce is still `pending`. */
   pendingAnnounce?: boolean;
   sessionKey?: string;
+  agentId?: string;
   limit?: number;
 }
 

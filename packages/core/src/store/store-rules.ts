@@ -330,6 +330,7 @@ const RunListQuerySchema = z.object({
   statuses: z.array(z.string()).optional(),
   pendingAnnounce: z.boolean().optional(),
   sessionKey: z.string().optional(),
+  agentId: z.string().optional(),
   limit: z.number().int().positive().optional(),
 });
 
@@ -340,6 +341,7 @@ export function compileRunFilter(query: RunListQuery): (run: RunRecord) => boole
   return (run) => {
     if (statuses !== undefined && !statuses.has(run.status)) return false;
     if (query.sessionKey !== undefined && run.sessionKey !== query.sessionKey) return false;
+    if (query.agentId !== undefined && run.agentId !== query.agentId) return false;
     if (query.pendingAnnounce !== undefined) {
       const pending = run.spawn?.announce.status === "pending";
       if (pending !== query.pendingAnnounce) return false;
