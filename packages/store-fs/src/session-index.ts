@@ -340,7 +340,10 @@ export class FileSessionIndex implements SessionIndexStore {
     const { activeSince, limit } = query;
     const entries: SessionEntry[] = [];
     let hidden = 0;
-    let after: SessionEntry | undefined;
+    // A page of a paged list starts right after the previous page's last row (sources seek to it).
+    let after: SessionEntry | undefined = query.after
+      ? ({ updatedAt: query.after.updatedAt, key: query.after.key } as SessionEntry)
+      : undefined;
     for (;;) {
       const next = source.cursorAfter(after);
       for (let inSlice = 0; inSlice < VISIBLE_SLICE; inSlice++) {

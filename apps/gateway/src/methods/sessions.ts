@@ -49,10 +49,18 @@ export function sessionMethods({
         ...(params.spawnedBy
           ? { spawnedBy: await sessions.resolveInput(params.spawnedBy, undefined, "spawnedBy") }
           : {}),
+        ...(params.cursor !== undefined ? { after: decodeListCursor(params.cursor) } : {}),
       });
       const messageLimit = clampInteger(params.messageLimit, SESSIONS_LIST_MESSAGE_LIMIT);
       const rows = await backend.rowsWithMessages(result.entries, undefined, messageLimit);
-      return { status: "ok", count: rows.length, sessions: rows, hidden: result.hidden };
+      const last = result.entries.at(-1);
+      return {
+        status: "ok",
+        count: rows.length,
+        sessions: rows,
+        hidden: result.hidden,
+        ...(last && result.entries.length >= limit ? { nextCursor: encodeListCursor(last) } : {}),
+      };
     },
     "sessions.resolve": async (params) => {
       if (params.key !== undefined || params.sessionId !== undefined) {
@@ -198,4 +206,22 @@ export function sessionMethods({
       return { key, deleted: true };
     },
   };
+}
+
+/** An opaque page cursor: the position (updatedAt, stored key) of a page's last row. */
+function encodeListCursor(row: { updatedAt: number; key: string }): string {
+  return Buffer.from(JSON.stringify([row.updatedAt, row.key]), "utf8").toString("base64url");
+}
+
+function decodeListCursor(cursor: string): { updatedAt: number; key: string } {
+  try {
+    const [updatedAt, key] = JSON.parse(Buffer.from(cursor, "base64url").toString("utf8")) as unknown[];
+    if (typeof updatedAt === "number" && Number.isFinite(updatedAt) && typeof key === "string")
+      return { updatedAt, key };
+  } catch {
+    // Reported below.
+  }
+  throw new SwitchboardError("INVALID_REQUEST", "cursor: not a nextCursor from sessions.list", {
+    details: { field: "cursor" },
+  });
 }

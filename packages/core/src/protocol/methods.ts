@@ -107,12 +107,16 @@ export const Methods = {
       search: z.string().max(256).optional(),
       label: z.string().max(64).optional(),
       spawnedBy: z.string().optional(),
+      /** The `nextCursor` of the previous page, with the same filters. */
+      cursor: z.string().max(1024).optional(),
     }),
     result: z.object({
       status: z.literal("ok"),
       count: z.number(),
       sessions: z.array(SessionRowSchema),
       hidden: z.number(),
+      /** Present when the page is full: pass it as `cursor` for the next page. */
+      nextCursor: z.string().optional(),
     }),
   },
   "sessions.resolve": {

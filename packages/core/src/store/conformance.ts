@@ -1,6 +1,6 @@
 import { expect, describe as vitestDescribe, it as vitestIt } from "vitest";
 import type { AuditRecord } from "../audit/index";
-import type { SessionListOptions, Store } from "./interfaces";
+import type { SessionListOptions, SessionListQuery, Store } from "./interfaces";
 import { MAX_MESSAGE_BYTES } from "./limits";
 import type { RunRecord } from "./run-record";
 import type { SessionEntry } from "./session-entry";
@@ -518,6 +518,49 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
           "agent:main:home",
           "agent:main:cron:daily",
         ]);
+      });
+    });
+
+    it("pages with after: every matching row exactly once, in order, whatever the source", async () => {
+      await withStore(async (store) => {
+        const keys: string[] = [];
+        for (let index = 0; index < 23; index++) {
+          const key = `agent:${index % 2 ? "main" : "research"}:dm:${String(index).padStart(2, "0")}`;
+          keys.push(key);
+          // Pairs share an updatedAt, so the key decides their order.
+          await store.sessions.put(sampleSession({ key, updatedAt: 1_000 + Math.floor(index / 2) }));
+        }
+        const pageThrough = async (query: Omit<SessionListQuery, "limit" | "after">) => {
+          const seen: string[] = [];
+          let after: SessionListQuery["after"];
+          for (let pages = 0; pages < 30; pages++) {
+            const page = await store.sessions.list({ ...query, limit: 4, ...(after ? { after } : {}) });
+            seen.push(...page.entries.map((row) => row.key));
+            const last = page.entries.at(-1);
+            if (page.entries.length < 4 || !last) break;
+            after = { updatedAt: last.updatedAt, key: last.key };
+          }
+          return seen;
+        };
+        const all = (await store.sessions.list({ limit: 100 })).entries.map((row) => row.key);
+        expect(all).toHaveLength(23);
+        expect(await pageThrough({})).toEqual(all);
+        const mains = (await store.sessions.list({ limit: 100, agentId: "main" })).entries.map(
+          (row) => row.key,
+        );
+        expect(await pageThrough({ agentId: "main" })).toEqual(mains);
+        expect(await pageThrough({ search: "dm:1" })).toEqual(all.filter((key) => key.includes("dm:1")));
+        const last = (await store.sessions.get(all.at(-1)!))!;
+        expect(
+          (await store.sessions.list({ limit: 10, after: { updatedAt: last.updatedAt, key: last.key } }))
+            .entries,
+        ).toEqual([]);
+        await expect(
+          store.sessions.list({
+            limit: 1,
+            after: { updatedAt: "x", key: 1 } as unknown as SessionListQuery["after"],
+          }),
+        ).rejects.toEqual(code("INVALID_REQUEST"));
       });
     });
 

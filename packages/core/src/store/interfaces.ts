@@ -23,7 +23,18 @@ export interface SessionListQuery {
   /** Case-insensitive substring over key, displayName and label. */
   search?: string;
   includeArchived?: boolean;
+  /**
+   * Paging: only rows after this position in list order (`updatedAt` descending, then key), i.e. the
+   * last row of the previous page. A row updated meanwhile moves ahead and is not seen again.
+   */
+  after?: ListPosition;
   limit: number;
+}
+
+/** A position in a session list: the `updatedAt` and key of a row. */
+export interface ListPosition {
+  updatedAt: number;
+  key: string;
 }
 
 /**

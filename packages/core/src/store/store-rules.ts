@@ -2,6 +2,7 @@ import { z } from "zod";
 import { type AuditRecord, AuditRecordSchema } from "../audit/index";
 import { formatZodIssues, SwitchboardError } from "../errors";
 import type {
+  ListPosition,
   RunListQuery,
   RunPruneOptions,
   SessionListOptions,
@@ -265,6 +266,12 @@ export class TailCollector {
 }
 
 /** Newest first, ties by key ascending: the order of `sessions.list`. */
+/** Whether `entry` comes after `position` in list order (newer first, then by key). */
+export function isAfter(entry: Pick<SessionEntry, "updatedAt" | "key">, position: ListPosition): boolean {
+  if (entry.updatedAt !== position.updatedAt) return entry.updatedAt < position.updatedAt;
+  return entry.key > position.key;
+}
+
 export function compareSessionsByRecency(a: SessionEntry, b: SessionEntry): number {
   if (a.updatedAt !== b.updatedAt) return b.updatedAt - a.updatedAt;
   return a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
@@ -279,6 +286,7 @@ const SessionListQuerySchema = z.object({
   label: z.string().optional(),
   search: z.string().optional(),
   includeArchived: z.boolean().optional(),
+  after: z.object({ updatedAt: z.number(), key: z.string() }).optional(),
   limit: z.number().int().positive(),
 });
 
@@ -308,7 +316,9 @@ export function compileSessionFilter(
   const { agentId, activeSince, spawnedBy, label, includeArchived } = parsed.data;
   const kinds = parsed.data.kinds ? new Set(parsed.data.kinds) : undefined;
   const search = parsed.data.search?.toLowerCase();
+  const after = parsed.data.after;
   return (entry) => {
+    if (after !== undefined && !isAfter(entry, after)) return false;
     if (!includeArchived && entry.archivedAt !== undefined) return false;
     if (agentId !== undefined && entry.agentId !== agentId) return false;
     if (activeSince !== undefined && entry.updatedAt < activeSince) return false;
