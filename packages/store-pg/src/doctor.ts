@@ -84,7 +84,7 @@ export async function checkPostgresStore(options: {
         message: `schema "${options.schema}" is at version ${check.version}; the gateway migrates it to ${SCHEMA_VERSION} at start`,
       });
     }
-    if (names.has("sessions") && !names.has("sessions_search")) {
+    if (names.has("session_search") && !names.has("session_search_trgm")) {
       check.issues.push({
         severity: "warning",
         code: "search-index-missing",

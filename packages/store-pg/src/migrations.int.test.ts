@@ -75,7 +75,7 @@ await describeWithPg("PostgreSQL schema migrations", () => {
       expect(await opened[3]!.meta.get("probe")).toBe("from the first");
     });
 
-    it("upgrades a version-1 schema with data in it: the exact session count starts from its rows", async () => {
+    it("upgrades a version-1 schema with data in it: exact count from its rows, search text moved", async () => {
       const fresh = freshSchema();
       const old = new pg.Client({ connectionString: TEST_PG_URL });
       await old.connect();
@@ -96,6 +96,8 @@ await describeWithPg("PostgreSQL schema migrations", () => {
       const store = await open(fresh);
       expect(store.migration).toMatchObject({ from: 1, to: SCHEMA_VERSION });
       expect(await store.sessions.count()).toBe(3);
+      // Their search text moved to the side table (migration 3).
+      expect((await store.sessions.list({ limit: 5, search: "MAIN:S2" })).entries).toHaveLength(1);
       const row = sampleSession();
       await store.sessions.put(row);
       await store.sessions.put({ ...row, label: "again" });
@@ -154,6 +156,7 @@ await describeWithPg("PostgreSQL schema migrations", () => {
          FROM generate_series(1, 20000) AS i`,
       );
       await adminQuery(`ANALYZE "${schema}".sessions`);
+      await adminQuery(`ANALYZE "${schema}".session_search`);
       const plan = async (sql: string) =>
         JSON.stringify((await adminQuery(`EXPLAIN (FORMAT JSON) ${sql}`)).rows[0]);
       const list = (where: string) =>
@@ -164,9 +167,9 @@ await describeWithPg("PostgreSQL schema migrations", () => {
       expect(await plan(list("AND updated_at >= 19000"))).toContain("sessions_recent");
       // A substring search: at this size a scan is cheaper, so ask whether the index *can* serve the
       // condition's shape (at 200k rows the planner picks it by itself for a rare term).
-      const search = `SET enable_seqscan = off; SET enable_indexscan = off; EXPLAIN (FORMAT JSON) ${list("AND (key_lc LIKE '%s1234%' OR name_lc LIKE '%s1234%' OR label_lc LIKE '%s1234%')")}`;
+      const search = `SET enable_seqscan = off; SET enable_indexscan = off; EXPLAIN (FORMAT JSON) ${list(`AND EXISTS (SELECT 1 FROM "${schema}".session_search s WHERE s.key = "${schema}".sessions.key AND (s.key_lc LIKE '%s1234%' OR s.name_lc LIKE '%s1234%' OR s.label_lc LIKE '%s1234%'))`)}`;
       const results = (await adminQuery(search)) as unknown as { rows: unknown[] }[];
-      expect(JSON.stringify(results[2]!.rows[0])).toContain("sessions_search");
+      expect(JSON.stringify(results[2]!.rows[0])).toContain("session_search_trgm");
       expect(
         await plan(
           `SELECT seq, bytes, entry FROM "${schema}".transcript_entries WHERE transcript_id = 1 AND seq < 100 ORDER BY seq DESC LIMIT 50`,

@@ -77,9 +77,25 @@ class Params {
   }
 }
 
+/**
+ * Rows after a position in list order (`updatedAt` descending, then key). The plain bound on
+ * `updated_at` lets the index scan start at the position instead of filtering every newer row.
+ */
+function afterPosition(position: { updatedAt: number; key: string }, params: Params): string {
+  if (!Number.isInteger(position.updatedAt))
+    return `updated_at < ${params.add(Math.ceil(position.updatedAt))}`;
+  const at = params.add(position.updatedAt);
+  return `updated_at <= ${at} AND (updated_at < ${at} OR key > ${params.add(position.key)})`;
+}
+
 /** The plain filters of a list as SQL conditions (the same rules as core's `compileSessionFilter`). */
-function filterConditions(query: SessionListQuery, params: Params): string[] {
+function filterConditions(query: SessionListQuery, params: Params, q: (table: string) => string): string[] {
+  const sessionsTable = q("sessions");
+  const searchTable = q("session_search");
   const where: string[] = [];
+  // Paging (`after`, newer in core than some builds of this package: read without its type).
+  const after = (query as { after?: { updatedAt: number; key: string } }).after;
+  if (after !== undefined) where.push(afterPosition(after, params));
   if (!query.includeArchived) where.push("archived_at IS NULL");
   if (query.agentId !== undefined) where.push(`agent_id = ${params.add(pgText(query.agentId))}`);
   if (query.activeSince !== undefined)
@@ -88,7 +104,11 @@ function filterConditions(query: SessionListQuery, params: Params): string[] {
   if (query.label !== undefined) where.push(`label = ${params.add(pgText(query.label))}`);
   if (query.search !== undefined && query.search !== "") {
     const pattern = params.add(`%${escapeLike(pgText(query.search.toLowerCase()))}%`);
-    where.push(`(key_lc LIKE ${pattern} OR name_lc LIKE ${pattern} OR label_lc LIKE ${pattern})`);
+    // The planner either walks the recency order probing each row's search text (a common term) or
+    // starts from the trigram index on session_search (a rare one).
+    where.push(
+      `EXISTS (SELECT 1 FROM ${searchTable} s WHERE s.key = ${sessionsTable}.key AND (s.key_lc LIKE ${pattern} OR s.name_lc LIKE ${pattern} OR s.label_lc LIKE ${pattern}))`,
+    );
   }
   if (query.kinds !== undefined) {
     const isMain = `(key = 'global' OR rest = ${params.add(pgText(query.mainKey ?? "main"))})`;
@@ -259,7 +279,7 @@ export function createSessionIndex(
     compileListVisibility(options);
     const { visibility, residual } = options;
     const params = new Params();
-    const where = filterConditions(query, params);
+    const where = filterConditions(query, params, q);
     const limit = query.limit;
     if (visibility === undefined) {
       const found = await db.read<{ row: SessionEntry }>(
@@ -283,8 +303,7 @@ export function createSessionIndex(
       page.values.push(...baseValues);
       const conditions = [...base, `(${visible}) IS TRUE`];
       if (cursor !== undefined) {
-        const at = page.add(cursor.updatedAt);
-        conditions.push(`(updated_at < ${at} OR (updated_at = ${at} AND key > ${page.add(cursor.key)}))`);
+        conditions.push(afterPosition(cursor, page));
       }
       const want = limit - entries.length;
       const found = await db.read<{ row: SessionEntry }>(
@@ -312,7 +331,7 @@ export function createSessionIndex(
     const last = entries.length >= limit ? entries.at(-1) : undefined;
     if (last !== undefined) {
       const at = counted.add(last.updatedAt);
-      conditions.push(`(updated_at > ${at} OR (updated_at = ${at} AND key < ${counted.add(last.key)}))`);
+      conditions.push(`updated_at >= ${at} AND (updated_at > ${at} OR key < ${counted.add(last.key)})`);
     }
     const withheld = await db.read<{ count: string }>(
       "counting hidden sessions",
