@@ -375,6 +375,22 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
     expect(await page.getByRole("link", { name: MALLORY }).count()).toBe(0);
   });
 
+  it("pages through many sessions: the newest page first, older ones on demand", async () => {
+    for (let index = 0; index < 130; index++) {
+      await operator.sessions.create({ key: `agent:main:bulk:dm:${String(index).padStart(3, "0")}` });
+    }
+    await page.goto(`${origin}/ui/sessions?q=bulk`);
+    const rows = page.getByRole("table").getByRole("row");
+    await expect.poll(() => rows.count()).toBe(101); // the header row and the first page
+    await page.getByText(/The 100 most recently updated sessions/).waitFor();
+    await page.getByRole("link", { name: "agent:main:bulk:dm:129" }).waitFor();
+    await page.getByRole("button", { name: "Show 100 older sessions" }).click();
+    await expect.poll(() => rows.count()).toBe(131);
+    await page.getByRole("link", { name: "agent:main:bulk:dm:000" }).waitFor();
+    expect(await page.getByRole("button", { name: /older sessions/ }).count()).toBe(0);
+    await page.getByText("130 sessions.").waitFor();
+  });
+
   it("logged no console error and sent nothing beyond the gateway, the token in no URL", async () => {
     expect(consoleErrors).toEqual([]);
     const wsOrigin = origin.replace(/^http/, "ws");

@@ -6,8 +6,8 @@ import { liveRevision, runs } from "../lib/live";
 import { current, href, navigate, sessionHref } from "../lib/router";
 import { Ago, ErrorText, Level, SessionLink } from "./parts";
 
-/** `sessions.list` answers at most this many rows (the most recently updated first). */
-const PAGE = 200;
+/** Rows per page of `sessions.list` (newest first); older pages load on demand with its cursor. */
+const PAGE = 100;
 
 export function SessionsView() {
   if (role.value !== "operator") return <OpenByKey />;
@@ -46,17 +46,40 @@ function SessionsTable() {
   const now = useNow();
 
   const agents = useLoad(() => api().agents.list({}), []);
-  const list = useLoad(
-    () =>
-      api().sessions.list({
-        limit: PAGE,
-        ...(kind ? { kinds: [kind] } : {}),
-        ...(agent ? { agentId: agent } : {}),
-        ...(Number(active) > 0 ? { activeMinutes: Number(active) } : {}),
-        ...(search ? { search } : {}),
-      }),
-    [kind, agent, active, search],
-  );
+  const filters = {
+    limit: PAGE,
+    ...(kind ? { kinds: [kind] } : {}),
+    ...(agent ? { agentId: agent } : {}),
+    ...(Number(active) > 0 ? { activeMinutes: Number(active) } : {}),
+    ...(search ? { search } : {}),
+  };
+  const list = useLoad(() => api().sessions.list(filters), [kind, agent, active, search]);
+  // Older pages, appended on demand; the first page stays live (it is what changes).
+  const [older, setOlder] = useState<{ rows: SessionRow[]; hidden: number; cursor?: string | undefined }>({
+    rows: [],
+    hidden: 0,
+  });
+  const [loadingMore, setLoadingMore] = useState(false);
+  const [moreError, setMoreError] = useState<string | undefined>(undefined);
+  useEffect(() => setOlder({ rows: [], hidden: 0 }), [kind, agent, active, search]);
+  const cursor = older.rows.length > 0 ? older.cursor : list.data?.nextCursor;
+  async function loadMore(): Promise<void> {
+    if (!cursor) return;
+    setLoadingMore(true);
+    try {
+      const page = await api().sessions.list({ ...filters, cursor });
+      setOlder((previous) => ({
+        rows: [...previous.rows, ...page.sessions],
+        hidden: previous.hidden + page.hidden,
+        cursor: page.nextCursor,
+      }));
+      setMoreError(undefined);
+    } catch (failure) {
+      setMoreError(failure instanceof Error ? failure.message : String(failure));
+    } finally {
+      setLoadingMore(false);
+    }
+  }
 
   // Rows follow the gateway: any session change reloads the page of rows, at most once a second.
   const refresh = useThrottled(list.reload, 1000);
@@ -89,7 +112,15 @@ function SessionsTable() {
   const activeRuns = new Map<string, string>();
   for (const run of runs.values()) if (run.status === "running") activeRuns.set(run.sessionKey, run.runId);
 
-  const rows: SessionRow[] = list.data?.sessions ?? [];
+  // A row updated since its page loaded is in the first page now: it is shown once, there.
+  const shown = new Set<string>();
+  const rows: SessionRow[] = [];
+  for (const row of [...(list.data?.sessions ?? []), ...older.rows]) {
+    if (shown.has(row.key)) continue;
+    shown.add(row.key);
+    rows.push(row);
+  }
+  const hidden = (list.data?.hidden ?? 0) + older.hidden;
   return (
     <section>
       <h1>Sessions</h1>
@@ -148,9 +179,9 @@ function SessionsTable() {
       <ErrorText error={list.error} />
       <p class="summary" aria-live="polite">
         {list.data
-          ? `${rows.length === PAGE ? `The ${PAGE} most recently updated sessions` : `${rows.length} sessions`}${
-              list.data.hidden ? `, ${list.data.hidden} hidden by visibility rules` : ""
-            }${rows.length === PAGE ? " — narrow with the search or filters to find older ones." : "."}`
+          ? `${cursor ? `The ${rows.length} most recently updated sessions` : `${rows.length} sessions`}${
+              hidden ? `, ${hidden} hidden by visibility rules` : ""
+            }${cursor ? " — older ones below the table, or narrow with the search and filters." : "."}`
           : "Loading sessions…"}
       </p>
       <div class="table-wrap">
@@ -208,6 +239,14 @@ function SessionsTable() {
           </tbody>
         </table>
       </div>
+      <ErrorText error={moreError} />
+      {cursor && (
+        <p>
+          <button type="button" onClick={() => void loadMore()} disabled={loadingMore}>
+            {loadingMore ? "Loading…" : `Show ${PAGE} older sessions`}
+          </button>
+        </p>
+      )}
     </section>
   );
 }
