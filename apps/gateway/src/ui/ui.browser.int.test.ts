@@ -391,6 +391,14 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
     await page.getByText("130 sessions.").waitFor();
   });
 
+  it("shows runs that ended before the page was opened (runs.list), after a reload", async () => {
+    await page.goto(`${origin}/ui/agents`);
+    const recent = page.getByRole("region", { name: "Recent runs" });
+    // Nothing was seen live by this fresh page: these rows come from the gateway's run list.
+    await recent.getByRole("link", { name: LAB }).first().waitFor();
+    await recent.getByRole("link", { name: CAROL }).first().waitFor();
+  });
+
   it("logged no console error and sent nothing beyond the gateway, the token in no URL", async () => {
     expect(consoleErrors).toEqual([]);
     const wsOrigin = origin.replace(/^http/, "ws");

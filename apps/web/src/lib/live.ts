@@ -4,8 +4,8 @@ import type { Edge, HistoryMessage } from "./format";
 
 /**
  * What the page learns from the event stream (and one probe at sign-in): runs with their timelines,
- * blocked calls, who talks to whom. The protocol has no "list runs" method, so runs that started
- * before the page opened come from `sessions.status` of the recently active sessions.
+ * blocked calls, who talks to whom. Runs that started before the page opened (running, queued, and
+ * the last hour's ended ones) come from `runs.list`.
  */
 
 export interface RunEvent {
@@ -42,7 +42,7 @@ export const runs = new Map<string, RunInfo>();
 export const liveRevision = signal(0);
 export const blocked = signal<BlockedCall[]>([]);
 export const edges: Edge[] = [];
-/** Runs queued behind a session's lanes (from `sessions.status` at sign-in). */
+/** Runs queued behind a session's lanes (from `runs.list` at sign-in). */
 export const queued = new Map<string, number>();
 export const probed = signal(false);
 
@@ -203,34 +203,51 @@ export function ensureProbe(): void {
 async function probe(api: SwitchboardClient): Promise<void> {
   try {
     const hourAgo = Date.now() - 3_600_000;
-    const [list, audit] = await Promise.all([
-      api.sessions.list({ activeMinutes: 60, limit: 50 }),
+    const [active, recent, audit] = await Promise.all([
+      api.run.list({}),
+      api.run.list({ statuses: ["ok", "error", "timeout"], limit: 100 }),
       api.audit.tail({ limit: 500 }),
     ]);
-    const statuses = await Promise.all(
-      list.sessions.map((row) => api.sessions.status({ sessionKey: row.key }).catch(() => undefined)),
-    );
-    for (const status of statuses) {
-      if (!status) continue;
-      if (status.queuedRuns) queued.set(status.sessionKey, status.queuedRuns);
-      if (status.spawnedBy && status.activeRun)
-        addEdge({ from: status.spawnedBy, to: status.sessionKey, kind: "spawn" });
-      const active = status.activeRun;
-      if (!active || runs.has(active.runId)) continue;
-      runs.set(active.runId, {
-        runId: active.runId,
-        sessionKey: status.sessionKey,
-        agentId: status.agentId,
-        lane: active.lane,
-        startedAt: active.startedAt,
+    for (const run of active.runs) {
+      if (run.status === "queued") {
+        queued.set(run.sessionKey, (queued.get(run.sessionKey) ?? 0) + 1);
+        continue;
+      }
+      if (runs.has(run.runId)) continue;
+      const startedAt = run.startedAt ?? run.createdAt;
+      runs.set(run.runId, {
+        runId: run.runId,
+        sessionKey: run.sessionKey,
+        agentId: run.agentId,
+        lane: run.lane,
+        startedAt,
         status: "running",
+        timeline: [{ at: startedAt, text: `started on lane ${run.lane} (before this page opened)` }],
+        pendingTools: new Map(),
+      });
+      void enrich(api, run.sessionKey);
+    }
+    for (const run of recent.runs) {
+      if (runs.has(run.runId) || run.endedAt === undefined || run.endedAt < hourAgo) continue;
+      if (run.status === "queued" || run.status === "running") continue;
+      const startedAt = run.startedAt ?? run.createdAt;
+      runs.set(run.runId, {
+        runId: run.runId,
+        sessionKey: run.sessionKey,
+        agentId: run.agentId,
+        lane: run.lane,
+        startedAt,
+        endedAt: run.endedAt,
+        status: run.status,
+        ...(run.error !== undefined ? { error: run.error } : {}),
         timeline: [
-          { at: active.startedAt, text: `started on lane ${active.lane} (before this page opened)` },
+          { at: startedAt, text: `started on lane ${run.lane} (before this page opened)` },
+          { at: run.endedAt, text: `ended ${run.status}${run.error ? `: ${run.error}` : ""}` },
         ],
         pendingTools: new Map(),
       });
-      void enrich(api, status.sessionKey);
     }
+    trimEnded();
     const earlier: BlockedCall[] = [];
     for (const entry of audit.entries) {
       if (entry.kind !== "policy.blocked" || typeof entry.at !== "number" || entry.at < hourAgo) continue;

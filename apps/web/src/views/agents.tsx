@@ -86,7 +86,7 @@ export function AgentsView() {
       </Panel>
       <Panel title="Queued runs">
         {waitingSessions.length === 0 ? (
-          <p class="muted">No run is queued (as of sign-in; queues empty as workers take runs).</p>
+          <p class="muted">No run is queued.</p>
         ) : (
           <ul>
             {waitingSessions.map(([key, n]) => (
@@ -99,7 +99,7 @@ export function AgentsView() {
       </Panel>
       <Panel title="Recent runs">
         {ended.length === 0 ? (
-          <p class="muted">No run ended since this page opened.</p>
+          <p class="muted">No run ended in the last hour.</p>
         ) : (
           <table>
             <thead>
