@@ -86,6 +86,17 @@ export async function openPostgresStore(input: PostgresStoreOptions): Promise<Po
       "PostgreSQL connection lost",
     );
   });
+  // A checked-out connection (inside a transaction, between its statements) that dies emits `error` on
+  // the client, where the pool's listener is not: without one of its own it would crash the process.
+  // The statement in flight, or the next one, fails with UNAVAILABLE and the pool drops the client.
+  pool.on("connect", (client) => {
+    client.on("error", (error) => {
+      logger.warn(
+        { target, error: toStoreError(error, { ...where, action: "while in use" }).message },
+        "PostgreSQL connection lost",
+      );
+    });
+  });
   const db = new Db(pool, where, logger);
 
   // Migrations run on a connection of their own, without the statement timeouts: building an
