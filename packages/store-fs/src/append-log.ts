@@ -1,9 +1,26 @@
 import fs from "node:fs";
 import path from "node:path";
 import { SwitchboardError } from "@switchboard/core";
-import { closeFile, openFile, syncData, syncDirectory, truncateFile, writeAllAt } from "./fs-io";
+import {
+  closeFile,
+  DSYNC_FLAG,
+  openLogFile,
+  syncData,
+  syncDirectory,
+  syncedByWrite,
+  truncateFile,
+  writeAllAt,
+} from "./fs-io";
 import { storageError } from "./storage-errors";
 import type { StoreHealthTracker } from "./store-health";
+
+/**
+ * A durable log is opened O_DSYNC (where the platform has it), so each batch is one durable
+ * writev instead of a writev and an fdatasync: half the thread-pool round trips per commit.
+ */
+function dsyncFor(options: AppendLogOptions): boolean {
+  return options.durable && DSYNC_FLAG !== undefined;
+}
 
 interface PendingWrite {
   buffer: Buffer;
@@ -54,7 +71,7 @@ export class AppendLog {
   /** Opens an existing file for appending at `size` (its verified end). */
   static async openAt(filePath: string, size: number, options: AppendLogOptions): Promise<AppendLog> {
     try {
-      const fd = await openFile(filePath, "r+");
+      const fd = await openLogFile(filePath, "existing", dsyncFor(options));
       return new AppendLog(filePath, fd, size, options);
     } catch (error) {
       throw storageError(error, "opening", filePath);
@@ -68,7 +85,7 @@ export class AppendLog {
   static async create(filePath: string, firstLine: string, options: AppendLogOptions): Promise<AppendLog> {
     let fd: number;
     try {
-      fd = await openFile(filePath, "wx+");
+      fd = await openLogFile(filePath, "create", dsyncFor(options));
     } catch (error) {
       throw storageError(error, "creating", filePath);
     }
@@ -132,7 +149,8 @@ export class AppendLog {
           await writeAllAt(this.fd, buffers, this.size);
           // Until synced the batch is not acknowledged: a failed sync cuts it off again.
           this.needsRepair = true;
-          if (this.options.durable) await syncData(this.fd);
+          if (dsyncFor(this.options)) await syncedByWrite(this.fd);
+          else if (this.options.durable) await syncData(this.fd);
           this.needsRepair = false;
           this.size += total;
           this.batches++;

@@ -52,6 +52,39 @@ export function openFile(filePath: string, flags: string | number, mode = FILE_M
   });
 }
 
+/**
+ * O_DSYNC where the platform has it: a write on such a descriptor returns only once its data is
+ * durable, as if followed by fdatasync, in one syscall (one thread-pool round trip instead of two).
+ */
+export const DSYNC_FLAG: number | undefined = fs.constants.O_DSYNC;
+
+/**
+ * Opens an append log for writing (`create`: a new file, `existing`: an existing one), with
+ * O_DSYNC when `dsync`. Hookable like `openFile`'s writing opens.
+ */
+export function openLogFile(filePath: string, how: "create" | "existing", dsync: boolean): Promise<number> {
+  const fault = injected("open", filePath);
+  if (fault) return Promise.reject(fault);
+  const { O_RDWR, O_CREAT, O_EXCL } = fs.constants;
+  const flags = (how === "create" ? O_RDWR | O_CREAT | O_EXCL : O_RDWR) | (dsync ? (DSYNC_FLAG ?? 0) : 0);
+  return new Promise((resolve, reject) => {
+    fs.open(filePath, flags, FILE_MODE, (error, fd) => {
+      if (error) return reject(error);
+      descriptorPaths.set(fd, filePath);
+      resolve(fd);
+    });
+  });
+}
+
+/**
+ * The sync step of a write made on an O_DSYNC descriptor: nothing left to do, but the fault hook
+ * still sees a `sync`, so tests fail it exactly as they fail an fdatasync.
+ */
+export function syncedByWrite(fd: number): Promise<void> {
+  const fault = injected("sync", fd);
+  return fault ? Promise.reject(fault) : Promise.resolve();
+}
+
 export function closeFile(fd: number): Promise<void> {
   descriptorPaths.delete(fd);
   return new Promise((resolve, reject) => fs.close(fd, (error) => (error ? reject(error) : resolve())));
