@@ -1,4 +1,5 @@
 import { type AuditRecord, type AuditStore, type MetaStore, verifyAuditRecords } from "@switchboard/core";
+import type { ClusterAuditLog } from "@switchboard/store-pg";
 import { type AuditChainHead, type AuditEntry, InProcessAuditHead, nodeHmac } from "./ports/audit-head";
 import type { EventLog } from "./ports/event-log";
 
@@ -18,7 +19,36 @@ export class AuditService {
     private readonly head: AuditChainHead,
     private readonly key: Uint8Array,
     private readonly bus: EventLog,
+    /**
+     * Several instances: records go to this instance's chain of the cluster's audit chains (one
+     * chain per writer, anchored together by the leader), and `verify` checks every chain.
+     */
+    private readonly cluster?: ClusterAuditLog,
   ) {}
+
+  /**
+   * The audit of one instance of a cluster. The chain is in the database, so `appendWith` records
+   * the entry in this instance's chain first and then lets `persist` store the same record with its
+   * data (a taint rise): a failure between the two leaves an audit record of a write that did not
+   * happen, never a write without its record.
+   */
+  static forCluster(
+    cluster: ClusterAuditLog,
+    store: AuditStore,
+    key: Uint8Array,
+    bus: EventLog,
+  ): AuditService {
+    // The head lives in the cluster log (chains in the database, anchored by the leader's timer).
+    const head: AuditChainHead = {
+      next: () => Promise.reject(new Error("the cluster's audit chains are appended by the cluster log")),
+      stored: () => undefined,
+      resync: () => undefined,
+      anchor: () => Promise.resolve(),
+      anchorThrough: () => Promise.resolve(),
+      anchored: () => Promise.resolve(undefined),
+    };
+    return new AuditService(store, head, key, bus, cluster);
+  }
 
   static async open(
     store: AuditStore,
@@ -34,6 +64,9 @@ export class AuditService {
    * anchors its record before it resolves; this is for shutdown and bookkeeping.
    */
   anchor(): Promise<void> {
+    // In a cluster every instance anchors (every chain's head) on this same timer and at close, so
+    // a removed tail is noticed however the leader's own anchors are timed.
+    if (this.cluster) return this.cluster.anchor();
     return this.head.anchor();
   }
 
@@ -43,7 +76,7 @@ export class AuditService {
    * once the record is durable and anchored outside the log (see `appendWith`).
    */
   async append(input: AuditInput): Promise<AuditRecord> {
-    return (await this.appendWith(input, (record) => this.store.append([record]))).record;
+    return (await this.appendWith(input, this.storeOnly)).record;
   }
 
   /**
@@ -62,6 +95,7 @@ export class AuditService {
     const entry = { kind: input.kind, at: Date.now(), data: input.data } as AuditEntry;
     if (input.actor !== undefined) entry.actor = input.actor;
     if (input.sessionKey !== undefined) entry.sessionKey = input.sessionKey;
+    if (this.cluster) return this.appendToCluster(this.cluster, entry, persist);
     const stored = this.head.next(entry).then(async (record) => {
       let result: T;
       try {
@@ -92,12 +126,52 @@ export class AuditService {
     });
   }
 
+  private async appendToCluster<T>(
+    cluster: ClusterAuditLog,
+    entry: AuditEntry,
+    persist: (record: AuditRecord) => Promise<T>,
+  ): Promise<{ record: AuditRecord; result: T }> {
+    const record = await cluster.append(entry);
+    // The plain `append` stores nothing more: the chain's table is the cluster's audit log.
+    const result = persist === this.storeOnly ? (undefined as T) : await persist(record);
+    this.announce(record);
+    return { record, result };
+  }
+
+  /** `append`'s persist step, recognised so a cluster append does not store the record twice. */
+  private readonly storeOnly = (record: AuditRecord) => this.store.append([record]);
+
+  private announce(record: AuditRecord): void {
+    this.bus.publish(
+      "audit.appended",
+      {
+        index: record.index,
+        kind: record.kind,
+        ...(record.sessionKey ? { sessionKey: record.sessionKey } : {}),
+      },
+      record.sessionKey ? { sessionKey: record.sessionKey } : {},
+    );
+  }
+
   async tail(limit: number, after?: number): Promise<AuditRecord[]> {
+    // A cluster has one chain per writer and no global index: the newest records across chains.
+    if (this.cluster) return this.cluster.tail(limit);
     if (after !== undefined) return this.store.read({ after, limit });
     return this.store.tail(limit);
   }
 
   async verify(): Promise<{ ok: boolean; entries: number; firstBadIndex?: number; reason?: string }> {
+    if (this.cluster) {
+      const result = await this.cluster.verify();
+      return {
+        ok: result.ok,
+        entries: result.entries,
+        ...(result.firstBadIndex !== undefined ? { firstBadIndex: result.firstBadIndex } : {}),
+        ...(result.reason !== undefined
+          ? { reason: result.chainId ? `chain ${result.chainId}: ${result.reason}` : result.reason }
+          : {}),
+      };
+    }
     await this.persisted;
     const records = await this.store.read({});
     const expectedHead = await this.head.anchored();

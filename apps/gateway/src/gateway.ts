@@ -1,11 +1,15 @@
 import { randomUUID } from "node:crypto";
 import { resolve } from "node:path";
 import { type Config, EVENT_NAMES, methodsForRole, parseConfig, type Store } from "@switchboard/core";
+import type { Cluster } from "@switchboard/store-pg";
 import { createToolExecutor } from "@switchboard/tools";
 import pino, { type Logger } from "pino";
 import { Access } from "./access";
 import { AgentFlows } from "./agent-flows";
 import { AuditService } from "./audit-service";
+import { ClusterEventBus } from "./cluster/cluster-event-bus";
+import { ClusterRuns } from "./cluster/cluster-runs";
+import { openGatewayCluster } from "./cluster/open";
 import type { Connection } from "./connection";
 import { DataDirSecrets } from "./data-dir-secrets";
 import { EventBus } from "./event-bus";
@@ -15,6 +19,7 @@ import { OutputDelivery } from "./output-delivery";
 import { PolicyService } from "./policy-service";
 import { InProcessActiveRuns } from "./ports/active-runs";
 import { MemoryCallBudget } from "./ports/call-budget";
+import type { EventLog } from "./ports/event-log";
 import { InProcessRecentMessages } from "./ports/recent-messages";
 import { RefusalAudit } from "./ports/refusal-audit";
 import { InProcessRunLanes } from "./ports/run-lanes";
@@ -65,7 +70,8 @@ interface GatewayParts {
   log: Logger;
   operatorToken: string;
   instanceId: string;
-  bus: EventBus;
+  bus: EventLog;
+  cluster: Cluster | undefined;
   sessions: SessionsService;
   audit: AuditService;
   scheduler: RunScheduler;
@@ -89,7 +95,9 @@ export class Gateway {
   readonly log: Logger;
   readonly operatorToken: string;
   readonly instanceId: string;
-  readonly bus: EventBus;
+  readonly bus: EventLog;
+  /** Set when the store is PostgreSQL: this instance is one of a cluster on that database. */
+  readonly cluster: Cluster | undefined;
   readonly sessions: SessionsService;
   readonly audit: AuditService;
   readonly scheduler: RunScheduler;
@@ -112,6 +120,7 @@ export class Gateway {
     this.operatorToken = parts.operatorToken;
     this.instanceId = parts.instanceId;
     this.bus = parts.bus;
+    this.cluster = parts.cluster;
     this.sessions = parts.sessions;
     this.audit = parts.audit;
     this.scheduler = parts.scheduler;
@@ -159,16 +168,37 @@ export class Gateway {
       }));
     // Writes are timed at this boundary, so every store backend reports the same metrics.
     const store = telemetry.metrics ? telemetry.metrics.instrumentStore(opened) : opened;
+    let cluster: Cluster | undefined;
     try {
       const instanceId = randomUUID();
-      const secrets = options.secrets ?? new DataDirSecrets(dataDir);
+      // A postgres store makes this instance one of a cluster on that database (several instances
+      // act as one gateway); the file store keeps every port in process.
+      let clusterRuns: ClusterRuns | undefined;
+      if (config.store.kind === "postgres" && !options.store) {
+        cluster = await openGatewayCluster(config, {
+          instanceId,
+          logger: log,
+          onLostRuns: async (runs) => {
+            // Bound below; a sweep before the gateway is up finds the runs again on the next one.
+            if (!clusterRuns) throw new Error("the gateway is still starting");
+            await clusterRuns.lost(runs);
+          },
+        });
+      }
+      const secrets = options.secrets ?? cluster?.secrets ?? new DataDirSecrets(dataDir);
       const token = await secrets.operatorToken();
       const eventsLog = log.child({ component: "events" });
-      const bus = await EventBus.open(store.meta, {
-        onError: (error, pending) =>
-          eventsLog.error({ err: error, pending }, "could not reserve event seq numbers; events wait"),
-      });
-      const audit = await AuditService.open(store.audit, store.meta, await secrets.auditKey(), bus);
+      const bus: EventLog = cluster
+        ? new ClusterEventBus(cluster.events, (error, event) =>
+            eventsLog.error({ err: error, event }, "could not publish an event to the cluster's log"),
+          )
+        : await EventBus.open(store.meta, {
+            onError: (error, pending) =>
+              eventsLog.error({ err: error, pending }, "could not reserve event seq numbers; events wait"),
+          });
+      const audit = cluster
+        ? AuditService.forCluster(cluster.audit, store.audit, await secrets.auditKey(), bus)
+        : await AuditService.open(store.audit, store.meta, await secrets.auditKey(), bus);
       const sessions = new SessionsService(
         store,
         config,
@@ -192,6 +222,13 @@ export class Gateway {
         new InProcessWorkerRegistry(),
         telemetry.runs,
       );
+      if (cluster) {
+        const runs = new ClusterRuns(cluster.lanes, store, bus, log.child({ component: "cluster-runs" }));
+        clusterRuns = runs;
+        scheduler.useCluster(runs);
+        // First listener: the lane is free for other instances before flows react to the end.
+        scheduler.onRunEnded((record) => runs.release(record));
+      }
       const output = new OutputDelivery(sessions, policy, audit, bus);
       const flows = new AgentFlows(
         config,
@@ -257,9 +294,13 @@ export class Gateway {
       );
       const storeHealth = new StoreHealthMonitor(store, log.child({ component: "store-health" }));
       const retention = new Retention(store, config, log.child({ component: "retention" }));
-      await scheduler.recover();
-      await flows.resumePendingAnnounces();
-      flows.startArchiver();
+      if (!cluster) {
+        // A single process owns every unfinished run in the store. In a cluster the others' runs
+        // are theirs; a dead instance's are ended by the leader's sweep (ClusterRuns.lost).
+        await scheduler.recover();
+        await flows.resumePendingAnnounces();
+        flows.startArchiver();
+      }
       const transport = await startTransport({
         host: options.host ?? config.gateway.host,
         port: options.port ?? config.gateway.port,
@@ -270,7 +311,7 @@ export class Gateway {
             const role = connection.identity!.role;
             return {
               protocol: 1,
-              server: { name: "switchboard", version: VERSION, instanceId },
+              server: { name: "switchboard", version: VERSION, instanceId, epoch: bus.epoch ?? instanceId },
               connectionId: connection.id,
               role,
               methods: methodsForRole(role),
@@ -330,6 +371,7 @@ export class Gateway {
         operatorToken: token,
         instanceId,
         bus,
+        cluster,
         sessions,
         audit,
         scheduler,
@@ -341,6 +383,7 @@ export class Gateway {
       });
     } catch (error) {
       await telemetry.shutdown();
+      await cluster?.close().catch(() => undefined);
       if (!options.store) await store.close().catch(() => undefined);
       throw error;
     }
@@ -358,6 +401,10 @@ export class Gateway {
       this.transport.closeAll(1001, "gateway shutting down");
       this.bus.stop();
       await this.audit.anchor().catch(() => undefined);
+      // Leaves the membership and hands the leader lease over: no instance waits for a lease to expire.
+      await this.cluster
+        ?.close()
+        .catch((error) => this.log.warn({ err: error }, "leaving the cluster failed"));
       if (this.ownsStore) await this.store.close();
       await this.telemetry.shutdown();
     })();

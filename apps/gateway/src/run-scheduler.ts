@@ -54,6 +54,14 @@ export interface WaitResult {
 
 type ActiveRun = ActiveRunOf<Connection>;
 
+/** What the scheduler asks of the cluster (apps/gateway/src/cluster/cluster-runs.ts). */
+export interface ClusterRunHooks {
+  /** Takes the run's lane cluster-wide; resolves once it is this instance's (or the run ended). */
+  claim(record: RunRecord): Promise<void>;
+  /** Waits for a run this instance does not hold. */
+  wait(runId: string, timeoutMs: number, signal?: AbortSignal): Promise<WaitResult>;
+}
+
 export type RunEndedListener = (record: RunRecord) => void | Promise<void>;
 
 /**
@@ -66,6 +74,7 @@ export class RunScheduler {
   /** Inputs still being written of runs already handed to their worker (settle after any rollback). */
   private readonly inputsPending = new Map<string, Promise<void>>();
   private stopping = false;
+  private cluster: ClusterRunHooks | undefined;
   /** Retries writing ended runs whose final record the store refused (disk full). */
   private unsavedTimer: NodeJS.Timeout | undefined;
 
@@ -86,6 +95,16 @@ export class RunScheduler {
     /** Metrics and traces of runs; undefined when telemetry is off. */
     private readonly telemetry?: RunObserver,
   ) {}
+
+  /**
+   * Several instances on one database: runs are claimed cluster-wide before their worker gets
+   * them (one active run per lane across instances), and waits for runs not held here are
+   * answered from the cluster's event log. The claim is released by an ended listener the caller
+   * registers (first, before any other).
+   */
+  useCluster(cluster: ClusterRunHooks): void {
+    this.cluster = cluster;
+  }
 
   onRunEnded(listener: RunEndedListener): void {
     this.endedListeners.push(listener);
@@ -421,6 +440,11 @@ export class RunScheduler {
   /** The run is stored `running`: announce it and hand it to its worker. */
   private async started(active: ActiveRun, worker: Connection): Promise<void> {
     const record = active.record;
+    if (this.cluster) {
+      await this.cluster.claim(record);
+      // Ended (timed out) while another instance's run held the lane.
+      if (TERMINAL_RUN_STATUSES.includes(record.status)) return;
+    }
     this.telemetry?.started(record);
     this.bus.publish(
       "run.started",
@@ -594,6 +618,8 @@ export class RunScheduler {
       const stored = this.active.unsaved(runId) ?? (await this.store.runs.get(runId));
       if (!stored) throw new SwitchboardError("NOT_FOUND", `run not found: ${runId}`, { details: { runId } });
       if (!TERMINAL_RUN_STATUSES.includes(stored.status)) {
+        // Held by another instance (or queued there): its end comes through the cluster's events.
+        if (this.cluster) return this.cluster.wait(runId, timeoutMs, signal);
         // Ended between the two lookups, or not yet active after recovery: poll once via the store.
         return { runId, status: "timeout", error: "run has not ended yet" };
       }

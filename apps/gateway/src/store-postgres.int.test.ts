@@ -88,8 +88,10 @@ describe.skipIf(unavailable !== undefined && process.env.SWITCHBOARD_REQUIRE_PG 
       for (const key of ["cron:a", "cron:b", "cron:c"]) await op.call("sessions.create", { key });
       expect(await op.call("audit.verify", {})).toMatchObject({ ok: true });
       await gw.restart(async () => {
+        // A postgres store makes the gateway a cluster member: its records are in its own chain.
         await adminQuery(
-          `DELETE FROM "${schema}".audit_records WHERE idx = (SELECT max(idx) FROM "${schema}".audit_records)`,
+          `DELETE FROM "${schema}".audit_chain_records WHERE (chain_id, idx) =
+             (SELECT chain_id, idx FROM "${schema}".audit_chain_records ORDER BY at DESC, idx DESC LIMIT 1)`,
         );
       });
       const after = await gw.operator();

@@ -537,8 +537,11 @@ export class SwitchboardClient {
   private async onHandshake(session: SocketSession, result: ConnectResult): Promise<void> {
     clearTimeout(session.connectTimer);
     const reconnected = this.everOpened;
-    const previousEpoch = this.handshakeResult?.server.instanceId;
-    const newEpoch = previousEpoch !== undefined && previousEpoch !== result.server.instanceId;
+    // A cluster's instances share one event stream (`epoch`): failing over to another instance
+    // resumes from the cursor; only a single process's instance id changes with its numbering.
+    const epochOf = (connected: ConnectResult) => connected.server.epoch ?? connected.server.instanceId;
+    const previousEpoch = this.handshakeResult ? epochOf(this.handshakeResult) : undefined;
+    const newEpoch = previousEpoch !== undefined && previousEpoch !== epochOf(result);
     this.handshakeResult = result;
     this.attempt = 0;
     this.everOpened = true;

@@ -20,6 +20,18 @@ function eventFilter(
   };
 }
 
+/**
+ * Live events held back per connection while an asynchronous replay (the cluster's, read from the
+ * database) is being sent: sent after it, so the client sees one increasing order.
+ */
+const heldDuringReplay = new WeakMap<Connection, BusEvent[]>();
+
+function send(connection: Connection, event: BusEvent): void {
+  if (event.seq <= connection.lastEventSeq) return;
+  connection.lastEventSeq = event.seq;
+  connection.send({ type: "event", event: event.event, seq: event.seq, payload: event.payload });
+}
+
 /** Live events, with replay from a cursor. */
 export function eventMethods({
   sessions,
@@ -40,20 +52,30 @@ export function eventMethods({
         const unsubscribe = bus.subscribe({
           accepts: (event) => connection.subscriptionFilter?.(event) ?? false,
           deliver: (event) => {
-            if (event.seq <= connection.lastEventSeq) return;
-            connection.lastEventSeq = event.seq;
-            connection.send({ type: "event", event: event.event, seq: event.seq, payload: event.payload });
+            const held = heldDuringReplay.get(connection);
+            if (held) held.push(event);
+            else send(connection, event);
           },
         });
         connection.onClosed(unsubscribe);
       }
       connection.subscriptionFilter = accepts;
       if (params.after !== undefined) {
-        // Replay synchronously: no live event can interleave, so order and uniqueness hold.
-        for (const event of bus.replay(params.after, accepts)) {
-          if (event.seq <= connection.lastEventSeq) continue;
-          connection.lastEventSeq = event.seq;
-          connection.send({ type: "event", event: event.event, seq: event.seq, payload: event.payload });
+        const replayed = bus.replay(params.after, accepts);
+        if (Array.isArray(replayed)) {
+          // Replayed synchronously: no live event can interleave, so order and uniqueness hold.
+          for (const event of replayed) send(connection, event);
+        } else {
+          // The replay covers up to `seq` (the position at the call); what arrives live meanwhile
+          // is above it and waits until the replay is out.
+          const held = heldDuringReplay.get(connection) ?? [];
+          heldDuringReplay.set(connection, held);
+          try {
+            for (const event of await replayed) send(connection, event);
+          } finally {
+            heldDuringReplay.delete(connection);
+            for (const event of held) send(connection, event);
+          }
         }
       } else {
         connection.lastEventSeq = Math.max(connection.lastEventSeq, seq);

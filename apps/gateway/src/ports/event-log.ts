@@ -39,9 +39,18 @@ export interface EventLog {
    * in order with published events.
    */
   withSeq(send: (seq: number) => void): void;
-  /** Events with `seq > after` still in the window, oldest first. */
-  replay(after: number, accepts: (event: BusEvent) => boolean): BusEvent[];
+  /**
+   * Events with `seq > after` still in the window, oldest first, up to `currentSeq` at the call.
+   * The in-process bus answers synchronously; the cluster log reads the database (a promise): the
+   * caller subscribes first and holds live events until the replay is sent.
+   */
+  replay(after: number, accepts: (event: BusEvent) => boolean): BusEvent[] | Promise<BusEvent[]>;
   subscribe(subscriber: EventSubscriber): () => void;
+  /**
+   * What a client resumes by (connect result `server.epoch`): the cluster's stream id, shared by
+   * every instance; undefined for the in-process bus (the gateway sends its instance id).
+   */
+  readonly epoch?: string;
   /** Stops background work (shutdown). */
   stop(): void;
 }

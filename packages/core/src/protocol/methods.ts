@@ -60,6 +60,13 @@ export const ConnectResultSchema = z.object({
      * the new epoch's window rather than trusting a cursor from the old one.
      */
     instanceId: z.string(),
+    /**
+     * The event stream's epoch: what a client resumes by. Several instances on one database share
+     * one stream (one seq order, replay from the database), so they send the same epoch while their
+     * instance ids differ; a single process sends its instance id. Absent: older gateways, use
+     * `instanceId`.
+     */
+    epoch: z.string().optional(),
   }),
   connectionId: z.string(),
   role: RoleSchema,

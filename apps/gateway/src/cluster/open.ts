@@ -1,0 +1,41 @@
+import type { Config } from "@switchboard/core";
+import { type Cluster, type LostRun, openCluster } from "@switchboard/store-pg";
+import type { Logger } from "pino";
+import { postgresUrl } from "../store-open";
+
+export interface GatewayClusterOptions {
+  /** This instance's id (other instances name it, e.g. in a lost run's error). */
+  instanceId: string;
+  logger: Logger;
+  /** Where `store.urlEnv` is looked up (default `process.env`). */
+  env?: Record<string, string | undefined>;
+  /** Runs of lost instances found by the leader's sweep (bound once the gateway's parts exist). */
+  onLostRuns: (runs: { requeued: LostRun[]; failed: LostRun[] }) => Promise<void>;
+}
+
+/**
+ * The coordination of one gateway instance on the postgres store's database and schema: every
+ * instance started with the same `store` section joins the same cluster. Its pool is separate from
+ * the store's (lease renewals never queue behind requests); the pool size is the coordination's
+ * default (4).
+ */
+export function openGatewayCluster(config: Config, options: GatewayClusterOptions): Promise<Cluster> {
+  const store = config.store;
+  if (store.kind !== "postgres") throw new Error("a cluster needs the postgres store");
+  const log = options.logger;
+  return openCluster({
+    url: postgresUrl(store, options.env),
+    schema: store.schema,
+    instanceId: options.instanceId,
+    logger: log, // the coordination names its component and instance
+    onLostRuns: options.onLostRuns,
+    onLost: () =>
+      log.error(
+        { instanceId: options.instanceId },
+        "this instance was declared lost by the cluster (its lease expired): its runs were ended elsewhere",
+      ),
+    events: {
+      onError: (error) => log.warn({ err: error }, "event log reader failed; retrying"),
+    },
+  });
+}
