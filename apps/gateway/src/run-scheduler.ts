@@ -170,6 +170,14 @@ export class RunScheduler {
       this.active.startCreating(spec.idempotencyKey, creating);
       try {
         return { record: await creating, existing: false };
+      } catch (error) {
+        // Another gateway instance stored a run with this key between the lookup and our write
+        // (the store's unique key refused ours before anything else was written): that run it is.
+        const details = error instanceof SwitchboardError ? (error.details as { field?: string }) : undefined;
+        if (details?.field !== "idempotencyKey") throw error;
+        const winner = await this.store.runs.getByIdempotencyKey(spec.idempotencyKey);
+        if (!winner) throw error;
+        return { record: winner, existing: true };
       } finally {
         this.active.doneCreating(spec.idempotencyKey);
       }
