@@ -252,7 +252,16 @@ export class SessionsService {
       });
       if (options.clearance) draft.clearancePinned = true;
       await this.store.transcripts.create({ sessionId: draft.sessionId, key, createdAt: now });
-      await this.store.sessions.put(draft);
+      // Insert only: another gateway instance on the same database may create this key at the same
+      // moment (the key's lock is per process); the row that got in first is the session.
+      try {
+        await this.store.sessions.put(draft, { expectedVersion: 0 });
+      } catch (error) {
+        if (!(error instanceof SwitchboardError) || error.code !== "CONFLICT") throw error;
+        const winner = await this.store.sessions.get(key);
+        if (!winner) throw error;
+        return { entry: winner, created: false };
+      }
       this.bus.publish(
         "session.updated",
         { key, sessionId: draft.sessionId, reason: "created" },

@@ -1,0 +1,262 @@
+import type { ChildProcess } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import {
+  adminQuery,
+  dropTestSchema,
+  pgUnavailableReason,
+  testPgUrl,
+  testSchemaName,
+} from "@switchboard/store-pg/testing";
+import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { type ChildGateway, startChildGateway } from "../testing/child-gateway";
+import { TestWorker } from "../testing/test-gateway";
+import { type EventFrame, TestPeer } from "../testing/test-peer";
+
+/**
+ * Scale-out (spec scale-out.md): 2–3 real gateway processes on one PostgreSQL schema act as one
+ * gateway — shared secrets, one event order with resume on another instance, sessions and audit
+ * across instances, one active run per lane cluster-wide, idempotency keys, waits answered on any
+ * instance, and kill -9 of an instance (its runs end within 10 s, waits elsewhere answer, nothing
+ * acknowledged is lost). Each test has a schema of its own, dropped afterwards.
+ */
+
+const gatewayRoot = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
+const childScript = join(gatewayRoot, "test", "cluster-gateway.mjs");
+const distEntry = join(gatewayRoot, "dist", "index.js");
+const built = existsSync(distEntry) && readFileSync(distEntry, "utf8").includes("Gateway");
+const unavailable = await pgUnavailableReason();
+const requirePg = process.env.SWITCHBOARD_REQUIRE_PG === "1";
+if (unavailable !== undefined && !requirePg)
+  console.warn(`[cluster.int.test] skipped: no PostgreSQL (${unavailable}); set SWITCHBOARD_TEST_PG_URL`);
+if (!built) console.warn(`[cluster.int.test] skipped: ${distEntry} is missing; build the gateway first`);
+
+const WORKER_TOKEN = "cluster-worker-token-0123456789";
+
+const children = new Set<ChildProcess>();
+let schemas: string[] = [];
+afterAll(() => {
+  for (const child of children) child.kill("SIGKILL");
+});
+afterEach(async () => {
+  for (const child of children) {
+    child.kill("SIGTERM");
+    await new Promise((done) => child.once("exit", done));
+  }
+  for (const schema of schemas) await dropTestSchema(schema);
+  schemas = [];
+});
+
+/** Instances on one fresh schema; started one after the other (the first creates the schema). */
+async function startCluster(count: number): Promise<ChildGateway[]> {
+  const schema = testSchemaName("sbgwclu");
+  schemas.push(schema);
+  const started: ChildGateway[] = [];
+  for (let i = 0; i < count; i++)
+    started.push(await startChildGateway(childScript, [testPgUrl(), schema, WORKER_TOKEN], children));
+  return started;
+}
+
+interface Connected {
+  peer: TestPeer;
+  server: { instanceId: string; epoch?: string };
+}
+
+async function operator(gateway: ChildGateway): Promise<Connected> {
+  const peer = await TestPeer.open(gateway.url);
+  const response = await peer.request("connect", {
+    protocol: 1,
+    client: { name: "cluster-test", version: "0" },
+    auth: { token: gateway.token },
+    role: "operator",
+  });
+  if (!response.ok) throw new Error(`connect failed: ${response.error?.message}`);
+  return { peer, server: (response.result as { server: Connected["server"] }).server };
+}
+
+const sleep = (ms: number) => new Promise((done) => setTimeout(done, ms));
+
+describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
+  "gateway instances on one database",
+  () => {
+    it("share secrets, sessions, one event order (resumed on another instance) and the audit chains", async () => {
+      if (unavailable !== undefined)
+        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
+      const [a, b] = await startCluster(2);
+      // The operator token comes from the database: the same on every instance.
+      expect(b!.token).toBe(a!.token);
+      const opA = await operator(a!);
+      const opB = await operator(b!);
+      expect(opA.server.instanceId).not.toBe(opB.server.instanceId);
+      expect(opA.server.epoch).toBeDefined();
+      expect(opA.server.epoch).toBe(opB.server.epoch);
+
+      const { seq: start } = await opB.peer.call<{ seq: number }>("events.subscribe", {});
+      // Creating one key on both instances at once gives one session.
+      const [onA, onB] = await Promise.all([
+        opA.peer.call<{ sessionId: string }>("sessions.create", { key: "agent:main:cron:same" }),
+        opB.peer.call<{ sessionId: string }>("sessions.create", { key: "agent:main:cron:same" }),
+      ]);
+      expect(onA.sessionId).toBeDefined();
+      expect(onB.sessionId).toBe(onA.sessionId);
+      for (let i = 0; i < 5; i++) {
+        await Promise.all([
+          opA.peer.call("sessions.create", { key: `agent:main:cron:a${i}` }),
+          opB.peer.call("sessions.create", { key: `agent:main:cron:b${i}` }),
+        ]);
+      }
+      // B's subscriber gets A's events too, in one increasing order.
+      const keyOf = (event: EventFrame) => (event.payload as { key?: string }).key;
+      for (const key of ["agent:main:cron:a4", "agent:main:cron:b4"]) {
+        await opB.peer.waitForEvent((event) => event.event === "session.updated" && keyOf(event) === key);
+      }
+      const seen = opB.peer.events.map((event) => event.seq);
+      expect(seen.every((seq, i) => i === 0 || seq > seen[i - 1]!)).toBe(true);
+
+      // Resuming on the other instance from B's first cursor gives the same events: none lost,
+      // none repeated, same order.
+      const last = seen.at(-1)!;
+      const resumed = await operator(a!);
+      await resumed.peer.call("events.subscribe", { after: start });
+      await resumed.peer.waitForEvent((event) => event.seq === last);
+      const replayed = resumed.peer.events.filter((event) => event.seq <= last);
+      expect(replayed.map((event) => [event.seq, event.event])).toEqual(
+        opB.peer.events.filter((event) => event.seq <= last).map((event) => [event.seq, event.event]),
+      );
+
+      // The audit covers both instances' records and notices an edited one.
+      const sessionsAudited = async (op: Connected) =>
+        (await op.peer.call<{ entries: Array<{ kind: string }> }>("audit.tail", { limit: 100 })).entries
+          .length;
+      expect(await sessionsAudited(opA)).toBeGreaterThanOrEqual(11);
+      const verdict = await opA.peer.call<{ ok: boolean; entries: number }>("audit.verify", {});
+      expect(verdict).toMatchObject({ ok: true });
+      expect(verdict.entries).toBeGreaterThanOrEqual(11);
+      await opB.peer.call("audit.verify", {}).then((result) => expect(result).toMatchObject({ ok: true }));
+      const schema = schemas[0]!;
+      await adminQuery(
+        `UPDATE "${schema}".audit_chain_records SET record = jsonb_set(record::jsonb, '{kind}', '"edited"')::json
+       WHERE (chain_id, idx) = (SELECT chain_id, idx FROM "${schema}".audit_chain_records ORDER BY at, idx LIMIT 1 OFFSET 3)`,
+      );
+      expect(await opB.peer.call("audit.verify", {})).toMatchObject({ ok: false });
+    }, 20_000);
+
+    it("keeps one active run per session lane across instances; waits and idempotency keys work anywhere", async () => {
+      if (unavailable !== undefined)
+        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
+      const [a, b] = await startCluster(2);
+      let running = 0;
+      let overlap = 0;
+      const slow = async (context: { run: { input: { message: string } } }) => {
+        running += 1;
+        overlap = Math.max(overlap, running);
+        await sleep(150);
+        running -= 1;
+        return `done: ${context.run.input.message}`;
+      };
+      const workers = [
+        await TestWorker.start(a!.url, WORKER_TOKEN, ["main"], slow),
+        await TestWorker.start(b!.url, WORKER_TOKEN, ["main"], slow),
+      ];
+      const opA = await operator(a!);
+      const opB = await operator(b!);
+      // Four runs on one session, accepted by both instances at once: they never run together.
+      const sends = await Promise.all(
+        [opA, opB, opA, opB].map((op, i) =>
+          op.peer.call<{ runId: string }>("chat.send", { sessionKey: "main", message: `m${i}` }),
+        ),
+      );
+      // Each wait is answered by the instance that did not accept the run.
+      const results = await Promise.all(
+        sends.map(({ runId }, i) =>
+          (i % 2 === 0 ? opB : opA).peer.call<{ status: string; reply?: string }>("agent.wait", {
+            runId,
+            timeoutMs: 10_000,
+          }),
+        ),
+      );
+      expect(results.map((result) => result.status)).toEqual(["ok", "ok", "ok", "ok"]);
+      expect(results.map((result) => result.reply)).toEqual(["done: m0", "done: m1", "done: m2", "done: m3"]);
+      expect(overlap).toBe(1);
+      expect(workers[0]!.runs.length).toBeGreaterThan(0);
+      expect(workers[1]!.runs.length).toBeGreaterThan(0);
+
+      // The same idempotency key on both instances at once: one run.
+      const [first, second] = await Promise.all(
+        [opA, opB].map((op) =>
+          op.peer.call<{ runId: string }>("chat.send", {
+            sessionKey: "agent:main:cron:idem",
+            message: "once",
+            idempotencyKey: "cluster-idem-1",
+          }),
+        ),
+      );
+      expect(second!.runId).toBe(first!.runId);
+      expect(await opB.peer.call("agent.wait", { runId: first!.runId, timeoutMs: 10_000 })).toMatchObject({
+        status: "ok",
+      });
+      for (const worker of workers) worker.close();
+    }, 20_000);
+
+    it("ends the runs of an instance killed with SIGKILL within 10 s; waits elsewhere answer; nothing acknowledged is lost", async () => {
+      if (unavailable !== undefined)
+        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
+      const [a, b] = await startCluster(2);
+      // A worker on A that never finishes: its runs are held by A when A dies.
+      const stuck = await TestWorker.start(
+        a!.url,
+        WORKER_TOKEN,
+        ["main"],
+        () => new Promise<never>(() => undefined),
+      );
+      const opA = await operator(a!);
+      const opB = await operator(b!);
+      const acknowledged: string[] = [];
+      for (let i = 0; i < 10; i++) {
+        const key = `agent:main:cron:kept${i}`;
+        await opA.peer.call("sessions.create", { key });
+        acknowledged.push(key);
+      }
+      const runIds: string[] = [];
+      for (let i = 0; i < 5; i++) {
+        const { runId } = await opA.peer.call<{ runId: string }>("chat.send", {
+          sessionKey: `agent:main:cron:kept${i}`,
+          message: `held ${i}`,
+        });
+        runIds.push(runId);
+      }
+      await sleep(200);
+      expect(stuck.runs.length).toBe(5);
+      const waits = runIds.map((runId) =>
+        opB.peer.call<{ status: string; error?: string }>("agent.wait", { runId, timeoutMs: 20_000 }),
+      );
+      const killedAt = Date.now();
+      a!.process.kill("SIGKILL");
+      const results = await Promise.all(waits);
+      const elapsed = Date.now() - killedAt;
+      expect(elapsed).toBeLessThan(10_000);
+      for (const result of results) {
+        expect(result.status).toBe("error");
+        expect(result.error).toContain(opA.server.instanceId);
+      }
+      // Everything A acknowledged is there, read through B.
+      const listed = await opB.peer.call<{ sessions: Array<{ key: string }> }>("sessions.list", {
+        limit: 100,
+      });
+      const keys = new Set(listed.sessions.map((row) => row.key));
+      for (const key of acknowledged) expect(keys.has(key)).toBe(true);
+      expect(await opB.peer.call("audit.verify", {})).toMatchObject({ ok: true });
+      // The lanes are free again: a worker on B runs a new message on the same session.
+      await TestWorker.start(b!.url, WORKER_TOKEN, ["main"], () => "after the failover");
+      const { runId } = await opB.peer.call<{ runId: string }>("chat.send", {
+        sessionKey: "agent:main:cron:kept0",
+        message: "again",
+      });
+      expect(await opB.peer.call("agent.wait", { runId, timeoutMs: 10_000 })).toMatchObject({
+        status: "ok",
+        reply: "after the failover",
+      });
+    }, 30_000);
+  },
+);
