@@ -9,6 +9,7 @@ import { AgentFlows } from "./agent-flows";
 import { AuditService } from "./audit-service";
 import { ClusterEventBus } from "./cluster/cluster-event-bus";
 import { ClusterRuns } from "./cluster/cluster-runs";
+import { startLeaderTimers } from "./cluster/leader-timers";
 import { openGatewayCluster } from "./cluster/open";
 import type { Connection } from "./connection";
 import { DataDirSecrets } from "./data-dir-secrets";
@@ -72,6 +73,8 @@ interface GatewayParts {
   instanceId: string;
   bus: EventLog;
   cluster: Cluster | undefined;
+  stopLeaderTimers: (() => void) | undefined;
+  clusterRuns: ClusterRuns | undefined;
   sessions: SessionsService;
   audit: AuditService;
   scheduler: RunScheduler;
@@ -110,6 +113,8 @@ export class Gateway {
   private readonly ownsStore: boolean;
   private readonly anchorTimer: NodeJS.Timeout;
   private closing: Promise<void> | undefined;
+  private readonly stopLeaderTimers: (() => void) | undefined;
+  private readonly clusterRuns: ClusterRuns | undefined;
 
   private constructor(parts: GatewayParts) {
     this.config = parts.config;
@@ -121,6 +126,8 @@ export class Gateway {
     this.instanceId = parts.instanceId;
     this.bus = parts.bus;
     this.cluster = parts.cluster;
+    this.stopLeaderTimers = parts.stopLeaderTimers;
+    this.clusterRuns = parts.clusterRuns;
     this.sessions = parts.sessions;
     this.audit = parts.audit;
     this.scheduler = parts.scheduler;
@@ -223,9 +230,10 @@ export class Gateway {
         telemetry.runs,
       );
       if (cluster) {
-        const runs = new ClusterRuns(cluster.lanes, store, bus, log.child({ component: "cluster-runs" }));
+        const runs = new ClusterRuns(cluster, store, bus, log.child({ component: "cluster-runs" }));
         clusterRuns = runs;
         scheduler.useCluster(runs);
+        await runs.start(scheduler);
         // First listener: the lane is free for other instances before flows react to the end.
         scheduler.onRunEnded((record) => runs.release(record));
       }
@@ -294,11 +302,18 @@ export class Gateway {
       );
       const storeHealth = new StoreHealthMonitor(store, log.child({ component: "store-health" }));
       const retention = new Retention(store, config, log.child({ component: "retention" }));
-      if (!cluster) {
-        // A single process owns every unfinished run in the store. In a cluster the others' runs
-        // are theirs; a dead instance's are ended by the leader's sweep (ClusterRuns.lost).
+      // A single process owns every unfinished run in the store, and so does the only live
+      // instance of a cluster (what it finds was left by dead processes). Otherwise the other
+      // instances' runs are theirs; a dead instance's are ended by the leader's sweep.
+      const alone = !cluster || (await cluster.membership.alive()).every((id) => id === instanceId);
+      if (alone) {
         await scheduler.recover();
         await flows.resumePendingAnnounces();
+      }
+      let stopLeaderTimers: (() => void) | undefined;
+      if (cluster) {
+        stopLeaderTimers = startLeaderTimers(cluster, config, flows, log.child({ component: "cluster" }));
+      } else {
         flows.startArchiver();
       }
       const transport = await startTransport({
@@ -322,8 +337,11 @@ export class Gateway {
           handle: dispatch,
           onReady: (connection) => {
             const identity = connection.identity!;
-            if (identity.role === "agent")
+            if (identity.role === "agent") {
               scheduler.addWorker(connection, identity.agents, access.workerConcurrency(connection));
+              // Runs waiting in the cluster's queue for a worker of these agents.
+              clusterRuns?.pull();
+            }
           },
           onClose: (connection) => {
             if (connection.identity?.role !== "agent") return;
@@ -372,6 +390,8 @@ export class Gateway {
         instanceId,
         bus,
         cluster,
+        stopLeaderTimers,
+        clusterRuns,
         sessions,
         audit,
         scheduler,
@@ -393,6 +413,8 @@ export class Gateway {
   close(): Promise<void> {
     this.closing ??= (async () => {
       clearInterval(this.anchorTimer);
+      this.stopLeaderTimers?.();
+      this.clusterRuns?.stop();
       this.storeHealth.stop();
       this.retention.stop();
       await this.transport.stopAccepting();

@@ -58,6 +58,8 @@ type ActiveRun = ActiveRunOf<Connection>;
 export interface ClusterRunHooks {
   /** Takes the run's lane cluster-wide; resolves once it is this instance's (or the run ended). */
   claim(record: RunRecord): Promise<void>;
+  /** Puts a run no worker here can take into the cluster's queue. */
+  handOff(record: RunRecord): Promise<void>;
   /** Waits for a run this instance does not hold. */
   wait(runId: string, timeoutMs: number, signal?: AbortSignal): Promise<WaitResult>;
 }
@@ -401,11 +403,51 @@ export class RunScheduler {
     }
     const worker = this.pickWorker(active.record.agentId);
     if (!worker) {
+      if (this.cluster && this.workers.count(active.record.agentId) === 0) {
+        this.handOff(laneKey, active);
+        return;
+      }
       this.workers.starve(active.record.agentId, laneKey);
       return;
     }
     this.lanes.claim(laneKey, runId);
     void this.dispatch(active, worker).catch((error) => this.dispatchFailed(active, error));
+  }
+
+  /**
+   * No worker of the run's agent is connected here: the run leaves this instance and waits in the
+   * cluster's queue for a worker on any instance (which adopts it). Waits for it here are answered
+   * from the cluster's events.
+   */
+  private handOff(laneKey: string, active: ActiveRun): void {
+    this.lanes.skip(laneKey);
+    this.active.delete(active.record.runId);
+    if (active.timer) clearTimeout(active.timer);
+    void this.cluster!.handOff(active.record).catch((error) => this.dispatchFailed(active, error));
+    this.pump(laneKey);
+  }
+
+  /**
+   * A run from the cluster's queue, claimed for this instance: handed to a free local worker of its
+   * agent. False when none is free any more or its lane is busy here (the caller hands it back).
+   */
+  adopt(record: RunRecord): boolean {
+    if (this.stopping || TERMINAL_RUN_STATUSES.includes(record.status)) return false;
+    const laneKey = laneKeyOf(record);
+    if (this.lanes.holder(laneKey) !== undefined || this.active.get(record.runId)) return false;
+    const worker = this.pickWorker(record.agentId);
+    if (!worker) return false;
+    const active: ActiveRun = { record };
+    this.active.add(active);
+    this.armTimeout(active);
+    this.lanes.claim(laneKey, record.runId);
+    void this.dispatch(active, worker).catch((error) => this.dispatchFailed(active, error));
+    return true;
+  }
+
+  /** Agents with a worker slot free here (what this instance may adopt from the cluster's queue). */
+  agentsWithFreeSlot(): string[] {
+    return this.workers.agentIds().filter((agentId) => this.pickWorker(agentId) !== undefined);
   }
 
   private dispatchFailed(active: ActiveRun, error: unknown): void {

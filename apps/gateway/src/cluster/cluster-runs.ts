@@ -1,11 +1,26 @@
+import { createHash } from "node:crypto";
 import { type RunRecord, type Store, SwitchboardError, TERMINAL_RUN_STATUSES } from "@switchboard/core";
-import type { ClusterRunLanes, LostRun } from "@switchboard/store-pg";
+import type { Cluster, ClusterRunLanes, LostRun } from "@switchboard/store-pg";
 import type { Logger } from "pino";
 import type { EventLog } from "../ports/event-log";
 import type { WaitResult } from "../run-scheduler";
 
 /** How often a run waiting for its lane (held by another instance) tries the claim again. */
 const CLAIM_RETRY_MS = 25;
+/** Safety-net poll of the cluster's queue (a wake-up lost with a half-open listener connection). */
+const PULL_POLL_MS = 1000;
+const RELISTEN_MS = 250;
+
+/** What the cluster asks of this instance's scheduler. */
+export interface LocalRuns {
+  agentsWithFreeSlot(): string[];
+  adopt(record: RunRecord): boolean;
+}
+
+/** The LISTEN channel on which instances are told a run waits in the cluster's queue. */
+function runChannel(schema: string): string {
+  return `sb_runs_${createHash("sha256").update(schema).digest("hex").slice(0, 24)}`;
+}
 
 /** Lane key of a run, as the scheduler forms it (summaries have a lane of their own). */
 export function clusterLaneKey(record: Pick<RunRecord, "sessionKey" | "lane" | "origin">): string {
@@ -27,29 +42,145 @@ export function clusterLaneKey(record: Pick<RunRecord, "sessionKey" | "lane" | "
  *   (`run.ended`), with the store as the source of truth before and after subscribing.
  */
 export class ClusterRuns {
+  private readonly lanes: ClusterRunLanes;
+  private local: LocalRuns | undefined;
+  private pulling = false;
+  private pullAgain = false;
+  private listener: Awaited<ReturnType<Cluster["coordination"]["connect"]>> | undefined;
+  private stopped = false;
+  private readonly poll: NodeJS.Timeout;
+  private relisten: NodeJS.Timeout | undefined;
+
   constructor(
-    private readonly lanes: ClusterRunLanes,
+    private readonly cluster: Cluster,
     private readonly store: Pick<Store, "runs">,
     private readonly bus: EventLog,
     private readonly log: Logger,
-  ) {}
+  ) {
+    this.lanes = cluster.lanes;
+    this.poll = setInterval(() => this.pull(), PULL_POLL_MS);
+    this.poll.unref();
+  }
+
+  /** Binds the scheduler and starts listening for runs handed to the cluster's queue. */
+  async start(local: LocalRuns): Promise<void> {
+    this.local = local;
+    await this.listen().catch((error: unknown) => {
+      this.log.warn({ err: error }, "could not listen for queued runs; polling until it can");
+      this.scheduleRelisten();
+    });
+    this.pull();
+  }
+
+  stop(): void {
+    this.stopped = true;
+    clearInterval(this.poll);
+    clearTimeout(this.relisten);
+    void this.listener?.end().catch(() => undefined);
+  }
+
+  private async listen(): Promise<void> {
+    if (this.stopped) return;
+    const client = await this.cluster.coordination.connect("run wake-ups");
+    const lost = () => {
+      if (this.listener !== client) return;
+      this.listener = undefined;
+      void client.end().catch(() => undefined);
+      this.scheduleRelisten();
+    };
+    client.on("error", lost);
+    client.on("end", lost);
+    client.on("notification", () => this.pull());
+    await client.query(`LISTEN ${runChannel(this.cluster.coordination.schema)}`);
+    this.listener = client;
+    if (this.stopped) void client.end().catch(() => undefined);
+  }
+
+  private scheduleRelisten(): void {
+    if (this.stopped || this.relisten) return;
+    this.relisten = setTimeout(() => {
+      this.relisten = undefined;
+      void this.listen()
+        .then(() => this.pull())
+        .catch(() => this.scheduleRelisten());
+    }, RELISTEN_MS);
+    this.relisten.unref();
+  }
 
   /** Takes the run's lane for this instance; waits while another instance's run holds it. */
   async claim(record: RunRecord): Promise<void> {
     const laneKey = clusterLaneKey(record);
     for (;;) {
       if (TERMINAL_RUN_STATUSES.includes(record.status)) return;
-      if (await this.lanes.claim(laneKey, record.runId, record.agentId)) return;
       const holder = await this.lanes.holder(laneKey);
-      // Claimed by this very run earlier (a reassignment to another worker here): still ours.
-      if (holder?.runId === record.runId) return;
+      if (holder?.runId === record.runId) {
+        // Adopted from the queue (claimed by `claimNext`), or reassigned to another worker here.
+        if (holder.instanceId === this.cluster.instanceId) return;
+        throw new Error(`run ${record.runId} is held by gateway instance ${holder.instanceId}`);
+      }
+      if (holder === undefined && (await this.lanes.claim(laneKey, record.runId, record.agentId))) return;
       await new Promise((resolve) => setTimeout(resolve, CLAIM_RETRY_MS));
+    }
+  }
+
+  /** No worker of the agent on this instance: the run waits in the cluster's queue for any. */
+  async handOff(record: RunRecord): Promise<void> {
+    await this.lanes.enqueue(clusterLaneKey(record), record.runId, { agentId: record.agentId });
+    await this.cluster.coordination.db.query("announcing a queued run", "SELECT pg_notify($1, '')", [
+      runChannel(this.cluster.coordination.schema),
+    ]);
+  }
+
+  /**
+   * Adopts runs from the cluster's queue while this instance has free worker slots for their
+   * agents (called on a wake-up, a worker connecting, a slot freed, and every second).
+   */
+  pull(): void {
+    if (this.pulling) {
+      this.pullAgain = true;
+      return;
+    }
+    this.pulling = true;
+    void this.drain()
+      .catch((error: unknown) =>
+        this.log.warn({ err: error }, "could not take runs from the cluster's queue"),
+      )
+      .finally(() => {
+        this.pulling = false;
+        if (this.pullAgain) {
+          this.pullAgain = false;
+          this.pull();
+        }
+      });
+  }
+
+  private async drain(): Promise<void> {
+    const local = this.local;
+    if (!local || this.stopped) return;
+    for (;;) {
+      const agents = local.agentsWithFreeSlot();
+      if (agents.length === 0) return;
+      const claim = await this.lanes.claimNext(agents);
+      if (!claim) return;
+      const record = await this.store.runs.get(claim.runId);
+      if (!record || TERMINAL_RUN_STATUSES.includes(record.status)) {
+        await this.lanes.release(claim.laneKey, claim.runId);
+        continue;
+      }
+      if (!local.adopt(record)) {
+        // Taken meanwhile here: back to the head of its lane for the next free worker anywhere.
+        await this.lanes.release(claim.laneKey, claim.runId);
+        await this.lanes.enqueue(claim.laneKey, claim.runId, { agentId: claim.agentId, front: true });
+        return;
+      }
     }
   }
 
   /** The run ended: its lane is free for any instance. */
   async release(record: RunRecord): Promise<void> {
     await this.lanes.release(clusterLaneKey(record), record.runId);
+    // A slot came free here, and the lane is free for any instance: take what waits.
+    this.pull();
   }
 
   /**

@@ -199,6 +199,59 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
       for (const worker of workers) worker.close();
     }, 20_000);
 
+    it("runs a message accepted on one instance on a worker of another, also one that connects later", async () => {
+      if (unavailable !== undefined)
+        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
+      const [a, b, c] = await startCluster(3);
+      const opA = await operator(a!);
+      const opC = await operator(c!);
+      // No worker anywhere yet: the run waits in the cluster's queue.
+      const early = await opA.peer.call<{ runId: string }>("chat.send", {
+        sessionKey: "main",
+        message: "early",
+      });
+      await sleep(100);
+      const worker = await TestWorker.start(
+        b!.url,
+        WORKER_TOKEN,
+        ["main"],
+        (context) => `b: ${context.run.input.message}`,
+      );
+      expect(await opC.peer.call("agent.wait", { runId: early.runId, timeoutMs: 10_000 })).toMatchObject({
+        status: "ok",
+        reply: "b: early",
+      });
+      // With the worker connected: sends on A and C are executed on B, in order per session.
+      const sent = [];
+      for (let i = 0; i < 6; i++) {
+        const op = i % 2 === 0 ? opA : opC;
+        sent.push(
+          await op.peer.call<{ runId: string }>("chat.send", { sessionKey: "main", message: `n${i}` }),
+        );
+      }
+      const results = await Promise.all(
+        sent.map(({ runId }) =>
+          opA.peer.call<{ reply?: string }>("agent.wait", { runId, timeoutMs: 10_000 }),
+        ),
+      );
+      expect(results.map((result) => result.reply)).toEqual([0, 1, 2, 3, 4, 5].map((i) => `b: n${i}`));
+      expect(worker.runs.map((run) => run.input.message)).toEqual([
+        "early",
+        "n0",
+        "n1",
+        "n2",
+        "n3",
+        "n4",
+        "n5",
+      ]);
+      const history = await opC.peer.call<{ messages: Array<{ role: string }> }>("sessions.history", {
+        sessionKey: "main",
+        limit: 50,
+      });
+      expect(history.messages.filter((message) => message.role === "assistant")).toHaveLength(7);
+      worker.close();
+    }, 20_000);
+
     it("ends the runs of an instance killed with SIGKILL within 10 s; waits elsewhere answer; nothing acknowledged is lost", async () => {
       if (unavailable !== undefined)
         throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);

@@ -12,6 +12,8 @@ export interface WorkerRegistry<W extends { readonly isOpen: boolean }> {
   count(agentId: string): number;
   /** The agents a worker serves, or undefined once it is removed. */
   agentsOf(worker: W): Iterable<string> | undefined;
+  /** Agents with at least one worker connected here. */
+  agentIds(): string[];
   /** The open worker of the agent with a free slot and the lowest load. */
   pick(agentId: string): W | undefined;
   /** The worker takes a slot for `runId`. */
@@ -62,6 +64,10 @@ export class InProcessWorkerRegistry<W extends { readonly isOpen: boolean }> imp
 
   agentsOf(worker: W): Iterable<string> | undefined {
     return this.agents.get(worker);
+  }
+
+  agentIds(): string[] {
+    return [...this.workers].filter(([, set]) => set.size > 0).map(([agentId]) => agentId);
   }
 
   pick(agentId: string): W | undefined {
