@@ -14,6 +14,8 @@ import * as b5 from "./benchmarks/b5-send.mjs";
 import * as b6 from "./benchmarks/b6-memory.mjs";
 import * as b7 from "./benchmarks/b7-stalls.mjs";
 import * as b8 from "./benchmarks/b8-pg.mjs";
+import * as b9 from "./benchmarks/b9-cluster-send.mjs";
+import * as b10 from "./benchmarks/b10-failover.mjs";
 import * as b11 from "./benchmarks/b11-ui.mjs";
 import { DATA_ROOT } from "./lib/dataset.mjs";
 import { BENCH_DIR, setting } from "./lib/modules.mjs";
@@ -21,11 +23,11 @@ import { printResult } from "./lib/report.mjs";
 import { resolveScale, SCALES } from "./lib/scale.mjs";
 import { now } from "./lib/stats.mjs";
 
-const BENCHMARKS = [b1, b2, b2b, b3, b4, b5, b6, b7, b8, b11];
+const BENCHMARKS = [b1, b2, b2b, b3, b4, b5, b6, b7, b8, b9, b10, b11];
 
 function usage() {
   return [
-    "usage: node bench/run.mjs [B1 B2 B2b ... B8] [--scale=small|default|full]",
+    "usage: node bench/run.mjs [B1 B2 B2b ... B11] [--scale=small|default|full]",
     "  no ids: run all; scale also from BENCH_SCALE (default: default)",
     "  single sizes can be overridden by env, e.g. BENCH_REPS=5 BENCH_B7_SECONDS=120 (see bench/README.md)",
     "  BENCH_STRICT=1: exit with status 1 when a target is missed",
@@ -42,7 +44,7 @@ function parseArgs(argv) {
       process.exit(0);
     } else if (arg.startsWith("--scale=")) scale = arg.slice("--scale=".length);
     else if (arg === "--scale") scale = argv[++index];
-    else if (/^b(?:[1-8]|2b|11)$/i.test(arg)) ids.push(arg.toUpperCase());
+    else if (/^b(?:[1-9]|2b|10|11)$/i.test(arg)) ids.push(arg.toUpperCase());
     else {
       console.error(`unknown argument "${arg}"\n${usage()}`);
       process.exit(2);
