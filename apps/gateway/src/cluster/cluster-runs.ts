@@ -45,6 +45,11 @@ export class ClusterRuns {
   private readonly lanes: ClusterRunLanes;
   private local: LocalRuns | undefined;
   private pulling = false;
+  /**
+   * False once a pull found the cluster's queue empty for this instance's agents, until a wake-up
+   * says a run was queued: a run ending here then frees its lane without asking the queue.
+   */
+  private queueMayHoldRuns = true;
   private pullAgain = false;
   private listener: Awaited<ReturnType<Cluster["coordination"]["connect"]>> | undefined;
   private stopped = false;
@@ -58,7 +63,10 @@ export class ClusterRuns {
     private readonly log: Logger,
   ) {
     this.lanes = cluster.lanes;
-    this.poll = setInterval(() => this.pull(), PULL_POLL_MS);
+    this.poll = setInterval(() => {
+      this.queueMayHoldRuns = true;
+      this.pull();
+    }, PULL_POLL_MS);
     this.poll.unref();
   }
 
@@ -90,7 +98,10 @@ export class ClusterRuns {
     };
     client.on("error", lost);
     client.on("end", lost);
-    client.on("notification", () => this.pull());
+    client.on("notification", () => {
+      this.queueMayHoldRuns = true;
+      this.pull();
+    });
     await client.query(`LISTEN ${runChannel(this.cluster.coordination.schema)}`);
     this.listener = client;
     if (this.stopped) void client.end().catch(() => undefined);
@@ -112,13 +123,14 @@ export class ClusterRuns {
     const laneKey = clusterLaneKey(record);
     for (;;) {
       if (TERMINAL_RUN_STATUSES.includes(record.status)) return;
+      // One statement in the common case (the lane is free); a refusal says who holds it.
+      if (await this.lanes.claim(laneKey, record.runId, record.agentId)) return;
       const holder = await this.lanes.holder(laneKey);
       if (holder?.runId === record.runId) {
         // Adopted from the queue (claimed by `claimNext`), or reassigned to another worker here.
         if (holder.instanceId === this.cluster.instanceId) return;
         throw new Error(`run ${record.runId} is held by gateway instance ${holder.instanceId}`);
       }
-      if (holder === undefined && (await this.lanes.claim(laneKey, record.runId, record.agentId))) return;
       await new Promise((resolve) => setTimeout(resolve, CLAIM_RETRY_MS));
     }
   }
@@ -161,7 +173,10 @@ export class ClusterRuns {
       const agents = local.agentsWithFreeSlot();
       if (agents.length === 0) return;
       const claim = await this.lanes.claimNext(agents);
-      if (!claim) return;
+      if (!claim) {
+        this.queueMayHoldRuns = false;
+        return;
+      }
       const record = await this.store.runs.get(claim.runId);
       if (!record || TERMINAL_RUN_STATUSES.includes(record.status)) {
         await this.lanes.release(claim.laneKey, claim.runId);
@@ -180,7 +195,7 @@ export class ClusterRuns {
   async release(record: RunRecord): Promise<void> {
     await this.lanes.release(clusterLaneKey(record), record.runId);
     // A slot came free here, and the lane is free for any instance: take what waits.
-    this.pull();
+    if (this.queueMayHoldRuns) this.pull();
   }
 
   /**

@@ -16,8 +16,8 @@ export interface GatewayClusterOptions {
 /**
  * The coordination of one gateway instance on the postgres store's database and schema: every
  * instance started with the same `store` section joins the same cluster. Its pool is separate from
- * the store's (lease renewals never queue behind requests); the pool size is the coordination's
- * default (4).
+ * the store's (lease renewals never queue behind requests) and as large as the store's (at least
+ * 4): every run takes a lane claim and every event a publish on it.
  */
 export function openGatewayCluster(config: Config, options: GatewayClusterOptions): Promise<Cluster> {
   const store = config.store;
@@ -26,6 +26,7 @@ export function openGatewayCluster(config: Config, options: GatewayClusterOption
   return openCluster({
     url: postgresUrl(store, options.env),
     schema: store.schema,
+    pool: { max: Math.max(4, store.pool.max) },
     instanceId: options.instanceId,
     logger: log, // the coordination names its component and instance
     onLostRuns: options.onLostRuns,
