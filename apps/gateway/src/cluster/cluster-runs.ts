@@ -193,9 +193,10 @@ export class ClusterRuns {
 
   /** The run ended: its lane is free for any instance. */
   async release(record: RunRecord): Promise<void> {
-    await this.lanes.release(clusterLaneKey(record), record.runId);
-    // A slot came free here, and the lane is free for any instance: take what waits.
-    if (this.queueMayHoldRuns) this.pull();
+    const laneEmpty = await this.lanes.release(clusterLaneKey(record), record.runId);
+    // A slot came free here, and the lane is free for any instance: take what waits (the lane's
+    // next run first of all; instances elsewhere hear of it on their next poll).
+    if (!laneEmpty || this.queueMayHoldRuns) this.pull();
   }
 
   /**
