@@ -13,6 +13,7 @@ import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { type ChildGateway, startChildGateway } from "../testing/child-gateway";
 import { TestWorker } from "../testing/test-gateway";
 import { type EventFrame, TestPeer } from "../testing/test-peer";
+import { TcpProxy } from "./tcp-proxy";
 
 /**
  * Scale-out (spec scale-out.md): 2–3 real gateway processes on one PostgreSQL schema act as one
@@ -49,12 +50,12 @@ afterEach(async () => {
 });
 
 /** Instances on one fresh schema; started one after the other (the first creates the schema). */
-async function startCluster(count: number): Promise<ChildGateway[]> {
+async function startCluster(count: number, url = testPgUrl()): Promise<ChildGateway[]> {
   const schema = testSchemaName("sbgwclu");
   schemas.push(schema);
   const started: ChildGateway[] = [];
   for (let i = 0; i < count; i++)
-    started.push(await startChildGateway(childScript, [testPgUrl(), schema, WORKER_TOKEN], children));
+    started.push(await startChildGateway(childScript, [url, schema, WORKER_TOKEN], children));
   return started;
 }
 
@@ -251,6 +252,66 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
       expect(history.messages.filter((message) => message.role === "assistant")).toHaveLength(7);
       worker.close();
     }, 20_000);
+
+    it("answers UNAVAILABLE while PostgreSQL is unreachable, loses nothing acknowledged and recovers", async () => {
+      if (unavailable !== undefined)
+        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
+      const target = new URL(testPgUrl());
+      const proxy = new TcpProxy(target.hostname, Number(target.port || 5432));
+      await proxy.start();
+      try {
+        const [a, b] = await startCluster(2, proxy.urlFor(testPgUrl()));
+        const ops = [await operator(a!), await operator(b!)];
+        const acknowledged: string[] = [];
+        const failures = new Map<string, number>();
+        let stop = false;
+        let n = 0;
+        const load = ops.map(async (op, side) => {
+          while (!stop) {
+            const key = `agent:main:cron:load-${side}-${n++}`;
+            const response = await op.peer.request("sessions.create", { key });
+            if (response.ok) acknowledged.push(key);
+            else {
+              const code = response.error?.code ?? "?";
+              failures.set(code, (failures.get(code) ?? 0) + 1);
+              await sleep(20);
+            }
+          }
+        });
+        await sleep(300);
+        const before = acknowledged.length;
+        await proxy.stop();
+        await sleep(1500);
+        // Cut off: requests fail, and only with UNAVAILABLE.
+        expect([...failures.keys()]).toEqual(["UNAVAILABLE"]);
+        const during = acknowledged.length;
+        await proxy.start();
+        // Back: both instances serve again by themselves.
+        const until = Date.now() + 10_000;
+        while (acknowledged.length < during + 20 && Date.now() < until) await sleep(50);
+        stop = true;
+        await Promise.all(load);
+        expect(before).toBeGreaterThan(0);
+        expect(acknowledged.length).toBeGreaterThanOrEqual(during + 20);
+        expect([...failures.keys()]).toEqual(["UNAVAILABLE"]);
+        // Every acknowledged create is there, seen from either instance.
+        const listed = await ops[1]!.peer.call<{ sessions: Array<{ key: string }> }>("sessions.list", {
+          limit: 1000,
+        });
+        const keys = new Set(listed.sessions.map((row) => row.key));
+        for (const key of acknowledged) expect(keys.has(key)).toBe(true);
+        // Events flow across instances again.
+        await ops[1]!.peer.call("events.subscribe", {});
+        await ops[0]!.peer.call("sessions.create", { key: "agent:main:cron:after-outage" });
+        await ops[1]!.peer.waitForEvent(
+          (event) =>
+            event.event === "session.updated" &&
+            (event.payload as { key?: string }).key === "agent:main:cron:after-outage",
+        );
+      } finally {
+        await proxy.stop();
+      }
+    }, 30_000);
 
     it("ends the runs of an instance killed with SIGKILL within 10 s; waits elsewhere answer; nothing acknowledged is lost", async () => {
       if (unavailable !== undefined)

@@ -1,0 +1,58 @@
+import net from "node:net";
+
+/**
+ * Test helper (as store-pg's test/tcp-proxy.ts): a TCP forwarder in front of the test server, to
+ * make "the database went away" happen for gateway processes without touching the real server
+ * (other suites share it): `stop` closes the port and cuts every open
+ * connection, `start` listens on the same port again.
+ */
+export class TcpProxy {
+  private server: net.Server | undefined;
+  private readonly sockets = new Set<net.Socket>();
+  port = 0;
+
+  constructor(
+    private readonly targetHost: string,
+    private readonly targetPort: number,
+  ) {}
+
+  async start(): Promise<number> {
+    const server = net.createServer((inbound) => {
+      const outbound = net.connect(this.targetPort, this.targetHost);
+      for (const socket of [inbound, outbound]) {
+        this.sockets.add(socket);
+        socket.on("close", () => this.sockets.delete(socket));
+        socket.on("error", () => {
+          inbound.destroy();
+          outbound.destroy();
+        });
+      }
+      inbound.pipe(outbound);
+      outbound.pipe(inbound);
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(this.port, "127.0.0.1", () => resolve());
+    });
+    this.server = server;
+    this.port = (server.address() as net.AddressInfo).port;
+    return this.port;
+  }
+
+  /** Refuses new connections and resets the open ones, as a server that died would. */
+  async stop(): Promise<void> {
+    const server = this.server;
+    this.server = undefined;
+    for (const socket of this.sockets) socket.resetAndDestroy();
+    this.sockets.clear();
+    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+
+  /** The URL of `url` pointed at this proxy. */
+  urlFor(url: string): string {
+    const parsed = new URL(url);
+    parsed.hostname = "127.0.0.1";
+    parsed.port = String(this.port);
+    return parsed.toString();
+  }
+}
