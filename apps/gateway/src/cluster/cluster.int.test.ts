@@ -2,6 +2,7 @@ import type { ChildProcess } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { connect, serve } from "@switchboard/client";
 import {
   adminQuery,
   dropTestSchema,
@@ -252,6 +253,67 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
       expect(history.messages.filter((message) => message.role === "assistant")).toHaveLength(7);
       worker.close();
     }, 20_000);
+
+    it("moves SDK clients and workers of a killed instance to another URL; the event stream resumes without loss", async () => {
+      if (unavailable !== undefined)
+        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
+      const [a, b] = await startCluster(2);
+      const urls = [a!.url, b!.url];
+      const reconnect = { initialDelayMs: 20, maxDelayMs: 100 };
+      const worker = await serve(
+        { url: urls, token: WORKER_TOKEN, reconnect, requestTimeoutMs: 5_000 },
+        ["main"],
+        async (run) => ({ reply: `served: ${run.input.message}` }),
+      );
+      const subscriber = await connect({ url: urls, token: a!.token, role: "operator", reconnect });
+      const seen: Array<{ seq: number; key?: string }> = [];
+      void (async () => {
+        for await (const event of subscriber.events({ highWaterMark: 100_000 })) {
+          if (event.event !== "session.updated") continue;
+          seen.push({ seq: event.seq, key: (event.payload as { key?: string }).key });
+        }
+      })().catch(() => undefined);
+      await subscriber.subscribe();
+      try {
+        // Writes keep coming through B while A (where both SDK peers are) is killed.
+        const opB = await operator(b!);
+        const created: string[] = [];
+        let writing = true;
+        const writer = (async () => {
+          for (let i = 0; writing; i++) {
+            const key = `agent:main:cron:stream-${i}`;
+            await opB.peer.call("sessions.create", { key });
+            created.push(key);
+          }
+        })();
+        await sleep(300);
+        a!.process.kill("SIGKILL");
+        await sleep(1000);
+        writing = false;
+        await writer;
+        const deadline = Date.now() + 10_000;
+        const wanted = new Set(created);
+        while (seen.filter((event) => event.key && wanted.has(event.key)).length < wanted.size) {
+          if (Date.now() > deadline) throw new Error("the resumed stream misses events");
+          await sleep(50);
+        }
+        const keys = seen.map((event) => event.key);
+        expect(new Set(keys).size).toBe(keys.length);
+        expect(seen.every((event, i) => i === 0 || event.seq > seen[i - 1]!.seq)).toBe(true);
+        // The worker moved to B too: a new message is served.
+        const { runId } = await opB.peer.call<{ runId: string }>("chat.send", {
+          sessionKey: "main",
+          message: "hi",
+        });
+        expect(await opB.peer.call("agent.wait", { runId, timeoutMs: 10_000 })).toMatchObject({
+          status: "ok",
+          reply: "served: hi",
+        });
+      } finally {
+        await subscriber.close();
+        await worker.stop();
+      }
+    }, 30_000);
 
     it("answers UNAVAILABLE while PostgreSQL is unreachable, loses nothing acknowledged and recovers", async () => {
       if (unavailable !== undefined)
