@@ -311,8 +311,15 @@ export class Gateway {
         await flows.resumePendingAnnounces();
       }
       let stopLeaderTimers: (() => void) | undefined;
-      if (cluster) {
-        stopLeaderTimers = startLeaderTimers(cluster, config, flows, log.child({ component: "cluster" }));
+      if (cluster && clusterRuns) {
+        const runs = clusterRuns;
+        stopLeaderTimers = startLeaderTimers(
+          cluster,
+          config,
+          flows,
+          runs,
+          log.child({ component: "cluster" }),
+        );
       } else {
         flows.startArchiver();
       }

@@ -229,6 +229,44 @@ export class ClusterRuns {
     }
   }
 
+  /**
+   * The leader's timer: runs waiting in the cluster's queue past their `timeoutSeconds` end
+   * `timeout` (their instance let go of them, timer included, when it handed them off). A run is
+   * taken out of the queue by one conditional delete first, so one that an instance adopts at the
+   * same moment is either adopted or timed out, never both.
+   */
+  async expireQueued(): Promise<number> {
+    const { db, q } = this.cluster.coordination;
+    const queued = await db.read<{ run_id: string; lane_key: string }>(
+      "listing queued runs",
+      `SELECT run_id, lane_key FROM ${q("run_queue")} ORDER BY position LIMIT 1000`,
+    );
+    let expired = 0;
+    for (const row of queued.rows) {
+      const record = await this.store.runs.get(row.run_id);
+      const seconds = record?.timeoutSeconds;
+      if (!record || !seconds || record.createdAt + seconds * 1000 > Date.now()) continue;
+      const taken = await db.query(
+        "taking an expired run out of the queue",
+        `DELETE FROM ${q("run_queue")} WHERE run_id = $1 RETURNING run_id`,
+        [row.run_id],
+      );
+      if (taken.rowCount === 0 || TERMINAL_RUN_STATUSES.includes(record.status)) continue;
+      const error = `run timed out after ${seconds}s`;
+      record.status = "timeout";
+      record.error = error;
+      record.endedAt = Date.now();
+      await this.store.runs.put(record);
+      this.bus.publish(
+        "run.ended",
+        { runId: record.runId, sessionKey: record.sessionKey, status: "timeout", error },
+        { sessionKey: record.sessionKey, agentId: record.agentId },
+      );
+      expired += 1;
+    }
+    return expired;
+  }
+
   /** Waits for a run held by another instance (or not started yet) to end, up to `timeoutMs`. */
   async wait(runId: string, timeoutMs: number, signal?: AbortSignal): Promise<WaitResult> {
     let finish: (record: RunRecord | undefined) => void = () => undefined;

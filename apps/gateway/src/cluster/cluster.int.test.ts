@@ -207,6 +207,12 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
       const [a, b, c] = await startCluster(3);
       const opA = await operator(a!);
       const opC = await operator(c!);
+      // A run nobody serves, with a timeout: it ends `timeout` although it left its instance.
+      const unserved = await opA.peer.call<{ runId: string }>("agent", {
+        sessionKey: "agent:helper:cron:unserved",
+        message: "nobody",
+        timeoutSeconds: 1,
+      });
       // No worker anywhere yet: the run waits in the cluster's queue.
       const early = await opA.peer.call<{ runId: string }>("chat.send", {
         sessionKey: "main",
@@ -251,6 +257,10 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
         limit: 50,
       });
       expect(history.messages.filter((message) => message.role === "assistant")).toHaveLength(7);
+      expect(await opC.peer.call("agent.wait", { runId: unserved.runId, timeoutMs: 10_000 })).toMatchObject({
+        status: "timeout",
+        error: "run timed out after 1s",
+      });
       worker.close();
     }, 20_000);
 

@@ -2,10 +2,12 @@ import type { Config } from "@switchboard/core";
 import type { Cluster } from "@switchboard/store-pg";
 import type { Logger } from "pino";
 import type { AgentFlows } from "../agent-flows";
+import type { ClusterRuns } from "./cluster-runs";
 
 /**
  * Timers of the gateway that only one instance of a cluster runs at a time: the sub-agent
- * archiver (archiving a session twice, from two instances, would race on its transcript). Each
+ * archiver (archiving a session twice, from two instances, would race on its transcript) and the
+ * timeouts of runs waiting in the cluster's queue (every second). Each
  * tick checks the leader lease, so the timers move to another instance within the lease when the
  * leader dies. Returns a stop function.
  */
@@ -13,26 +15,28 @@ export function startLeaderTimers(
   cluster: Cluster,
   config: Config,
   flows: AgentFlows,
+  runs: ClusterRuns,
   log: Logger,
   archiveEveryMs = 60_000,
 ): () => void {
   const timers: NodeJS.Timeout[] = [];
-  const minutes = config.agents.defaults.subagents.archiveAfterMinutes;
-  if (minutes > 0) {
+  const every = (ms: number, what: string, task: () => Promise<unknown>) => {
     let running = false;
     const timer = setInterval(() => {
       if (running || !cluster.leader.isLeader) return;
       running = true;
-      flows
-        .archiveSweep(Date.now() - minutes * 60_000)
-        .catch((error: unknown) => log.warn({ err: error }, "archive sweep failed"))
+      task()
+        .catch((error: unknown) => log.warn({ err: error, task: what }, "cluster timer failed"))
         .finally(() => {
           running = false;
         });
-    }, archiveEveryMs);
+    }, ms);
     timer.unref();
     timers.push(timer);
-  }
+  };
+  const minutes = config.agents.defaults.subagents.archiveAfterMinutes;
+  if (minutes > 0) every(archiveEveryMs, "archive", () => flows.archiveSweep(Date.now() - minutes * 60_000));
+  every(1000, "queued run timeouts", () => runs.expireQueued());
   return () => {
     for (const timer of timers) clearInterval(timer);
   };
