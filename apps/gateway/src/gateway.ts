@@ -234,8 +234,6 @@ export class Gateway {
         clusterRuns = runs;
         scheduler.useCluster(runs);
         await runs.start(scheduler);
-        // First listener: the lane is free for other instances before flows react to the end.
-        scheduler.onRunEnded((record) => runs.release(record));
       }
       const output = new OutputDelivery(sessions, policy, audit, bus);
       const flows = new AgentFlows(

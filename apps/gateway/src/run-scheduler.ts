@@ -60,6 +60,8 @@ export interface ClusterRunHooks {
   claim(record: RunRecord): Promise<void>;
   /** Puts a run no worker here can take into the cluster's queue. */
   handOff(record: RunRecord): Promise<void>;
+  /** The run ended: its lane is free for any instance. */
+  release(record: RunRecord): Promise<void>;
   /** Waits for a run this instance does not hold. */
   wait(runId: string, timeoutMs: number, signal?: AbortSignal): Promise<WaitResult>;
 }
@@ -101,8 +103,8 @@ export class RunScheduler {
   /**
    * Several instances on one database: runs are claimed cluster-wide before their worker gets
    * them (one active run per lane across instances), and waits for runs not held here are
-   * answered from the cluster's event log. The claim is released by an ended listener the caller
-   * registers (first, before any other).
+   * answered from the cluster's event log. A run's claim is released when it ends, before its
+   * lane's next run is started.
    */
   useCluster(cluster: ClusterRunHooks): void {
     this.cluster = cluster;
@@ -586,6 +588,13 @@ export class RunScheduler {
       { sessionKey: record.sessionKey, agentId: record.agentId },
     );
     this.waiters.ended(record);
+    // The lane is free cluster-wide before its next run here claims it (no claim retry).
+    if (this.cluster)
+      await this.cluster
+        .release(record)
+        .catch((error) =>
+          this.log.warn({ err: error, runId: record.runId }, "could not release a run's lane"),
+        );
     this.pump(laneKey);
     if (freedWorker) this.pumpStarved(this.workers.agentsOf(freedWorker) ?? [record.agentId]);
     if (this.telemetry) await this.telemetry.ended(record, () => this.notifyEnded(record));

@@ -10,6 +10,7 @@ const CLAIM_RETRY_MS = 25;
 /** Safety-net poll of the cluster's queue (a wake-up lost with a half-open listener connection). */
 const PULL_POLL_MS = 1000;
 const RELISTEN_MS = 250;
+const PARALLEL_DRAINS = 4;
 
 /** What the cluster asks of this instance's scheduler. */
 export interface LocalRuns {
@@ -44,7 +45,8 @@ export function clusterLaneKey(record: Pick<RunRecord, "sessionKey" | "lane" | "
 export class ClusterRuns {
   private readonly lanes: ClusterRunLanes;
   private local: LocalRuns | undefined;
-  private pulling = false;
+  /** Drain loops running: a few at once, since each claim is a few round trips (SKIP LOCKED keeps them apart). */
+  private pulling = 0;
   /**
    * False once a pull found the cluster's queue empty for this instance's agents, until a wake-up
    * says a run was queued: a run ending here then frees its lane without asking the queue.
@@ -148,17 +150,17 @@ export class ClusterRuns {
    * agents (called on a wake-up, a worker connecting, a slot freed, and every second).
    */
   pull(): void {
-    if (this.pulling) {
+    if (this.pulling >= PARALLEL_DRAINS) {
       this.pullAgain = true;
       return;
     }
-    this.pulling = true;
+    this.pulling += 1;
     void this.drain()
       .catch((error: unknown) =>
         this.log.warn({ err: error }, "could not take runs from the cluster's queue"),
       )
       .finally(() => {
-        this.pulling = false;
+        this.pulling -= 1;
         if (this.pullAgain) {
           this.pullAgain = false;
           this.pull();
