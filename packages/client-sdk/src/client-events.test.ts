@@ -231,6 +231,26 @@ describe("events", () => {
     expect(client.lastEventSeq).toBe(2);
   });
 
+  it("resumes by the cluster's epoch: another instance of the same stream is not a new epoch", async () => {
+    fixture.gateway.epoch = "cluster-stream-1";
+    const client = await fixture.connect("operator");
+    const events = collect(client);
+    await client.subscribe();
+    for (const reason of ["a", "b", "c"]) emitUpdate(fixture.gateway, reason);
+    await events.until(3);
+
+    fixture.gateway.dropConnections();
+    // Another instance answers (its own instance id), same stream: nothing is replayed from the
+    // start of a window, as it would be for a new epoch.
+    fixture.gateway.resetEventLog({ newEpoch: true });
+    emitUpdate(fixture.gateway, "not a new epoch");
+    await untilState(client, "reconnecting");
+    await client.ready();
+    emitUpdate(fixture.gateway, "live");
+    await events.until(4);
+    expect(events.seen.slice(3)).toEqual([{ seq: 2, reason: "live" }]);
+  });
+
   it("delivers run.assigned whatever its seq: it is addressed to the connection, not resumed", async () => {
     const worker = await fixture.connect("agent", { agents: ["alpha"] });
     const assigned: string[] = [];

@@ -124,6 +124,8 @@ export class FakeGateway {
   readonly url: string;
   /** The epoch: a new id after {@link resetEventLog} with `newEpoch`, like a restarted gateway. */
   instanceId = newInstanceId();
+  /** When set, sent as `server.epoch` (a cluster's stream id, shared by its instances). */
+  epoch: string | undefined;
   /** Every request received after a handshake, in arrival order. */
   readonly requests: FakeRequest[] = [];
   readonly runs = new Map<string, FakeRun>();
@@ -473,7 +475,12 @@ export class FakeGateway {
     state.connection = connection;
     const result: ConnectResult = {
       protocol: 1,
-      server: { name: "switchboard", version: "0.0.0-fake", instanceId: this.instanceId },
+      server: {
+        name: "switchboard",
+        version: "0.0.0-fake",
+        instanceId: this.instanceId,
+        ...(this.epoch !== undefined ? { epoch: this.epoch } : {}),
+      },
       connectionId: connection.id,
       role: connection.role,
       methods: methodsForRole(connection.role),
