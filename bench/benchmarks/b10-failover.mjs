@@ -88,7 +88,7 @@ export async function run() {
       sizes: { runs: RUNS, statuses },
       notes: [
         "two gateway instances on one schema; the worker is connected to A, the waits to B",
-        "a lost instance is noticed when its membership lease (5 s) runs out, by the leader's sweep (every 1 s)",
+        "a lost instance is noticed when its membership lease (4 s) runs out, by the leader's sweep (every 1 s); its runs then get 1.5 s to be adopted by another worker (there is none here) before they fail",
       ],
     };
   } finally {

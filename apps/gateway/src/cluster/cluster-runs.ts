@@ -11,6 +11,8 @@ const CLAIM_RETRY_MS = 25;
 const PULL_POLL_MS = 1000;
 const RELISTEN_MS = 250;
 const PARALLEL_DRAINS = 4;
+/** How long a run of a lost instance waits in the queue for another worker before it fails. */
+const REASSIGN_WAIT_MS = 1500;
 
 /** What the cluster asks of this instance's scheduler. */
 export interface LocalRuns {
@@ -140,6 +142,11 @@ export class ClusterRuns {
   /** No worker of the agent on this instance: the run waits in the cluster's queue for any. */
   async handOff(record: RunRecord): Promise<void> {
     await this.lanes.enqueue(clusterLaneKey(record), record.runId, { agentId: record.agentId });
+    await this.notifyQueued();
+  }
+
+  /** Wakes every instance: a run waits in the cluster's queue. */
+  private async notifyQueued(): Promise<void> {
     await this.cluster.coordination.db.query("announcing a queued run", "SELECT pg_notify($1, '')", [
       runChannel(this.cluster.coordination.schema),
     ]);
@@ -202,33 +209,77 @@ export class ClusterRuns {
   }
 
   /**
-   * The leader's sweep found runs of lost instances. The worker that executed them was connected
-   * to the lost instance (its connection died with it), so each run ends `error` naming the
-   * instance; its claim or queue entry is then dropped. Idempotent: a run already ended is only
-   * acknowledged.
+   * The leader's sweep found runs of lost instances. A run lost for the first time is reassigned
+   * once: the sweep put it back at the head of its lane, its record goes back to `queued`, and an
+   * instance with a free worker of its agent adopts it (the workers of the lost instance reconnect
+   * elsewhere). If none takes it within `REASSIGN_WAIT_MS` it ends `error` naming the instance, so a
+   * wait still answers within the spec's 10 s. A run lost again (`failed`) ends `error` at once.
+   * Idempotent: a run already ended is only released and acknowledged.
    */
   async lost(runs: { requeued: LostRun[]; failed: LostRun[] }): Promise<void> {
-    for (const lost of [...runs.requeued, ...runs.failed]) {
-      const reason = lost.reason ?? `gateway instance ${lost.lostInstance} was lost while running the run`;
-      const record = await this.store.runs.get(lost.runId);
-      if (record && !TERMINAL_RUN_STATUSES.includes(record.status)) {
-        record.status = "error";
-        record.error = reason;
-        record.endedAt = Date.now();
-        await this.store.runs.put(record);
-        this.bus.publish(
-          "run.ended",
-          { runId: record.runId, sessionKey: record.sessionKey, status: "error", error: reason },
-          { sessionKey: record.sessionKey, agentId: record.agentId },
-        );
-        this.log.warn(
-          { runId: record.runId, lostInstance: lost.lostInstance },
-          "run of a lost instance ended",
-        );
-      }
+    for (const lost of runs.failed) {
+      await this.endLost(
+        lost,
+        lost.reason ?? `gateway instance ${lost.lostInstance} was lost while running the run`,
+      );
       await this.lanes.release(lost.laneKey, lost.runId);
-      if (runs.failed.includes(lost)) await this.lanes.acknowledgeFailure(lost.runId);
+      await this.lanes.acknowledgeFailure(lost.runId);
     }
+    let requeued = 0;
+    for (const lost of runs.requeued) {
+      const record = await this.store.runs.get(lost.runId);
+      if (!record || TERMINAL_RUN_STATUSES.includes(record.status)) {
+        await this.lanes.release(lost.laneKey, lost.runId);
+        continue;
+      }
+      record.status = "queued";
+      await this.store.runs.put(record);
+      requeued += 1;
+      this.log.info(
+        { runId: record.runId, lostInstance: lost.lostInstance },
+        "run of a lost instance reassigned",
+      );
+      const timer = setTimeout(() => {
+        void this.failUnadopted(lost).catch((error: unknown) =>
+          this.log.warn(
+            { err: error, runId: lost.runId },
+            "could not end an unadopted run of a lost instance",
+          ),
+        );
+      }, REASSIGN_WAIT_MS);
+      timer.unref();
+    }
+    if (requeued > 0) await this.notifyQueued();
+  }
+
+  /** Still in the queue after the reassignment window: no worker anywhere took it. */
+  private async failUnadopted(lost: LostRun): Promise<void> {
+    const { db, q } = this.cluster.coordination;
+    const taken = await db.query(
+      "taking an unadopted run out of the queue",
+      `DELETE FROM ${q("run_queue")} WHERE run_id = $1 RETURNING run_id`,
+      [lost.runId],
+    );
+    if (taken.rowCount === 0) return;
+    await this.endLost(
+      lost,
+      `gateway instance ${lost.lostInstance} was lost while running the run, and no other worker of agent ${lost.agentId} took it within ${REASSIGN_WAIT_MS / 1000} s`,
+    );
+  }
+
+  private async endLost(lost: LostRun, reason: string): Promise<void> {
+    const record = await this.store.runs.get(lost.runId);
+    if (!record || TERMINAL_RUN_STATUSES.includes(record.status)) return;
+    record.status = "error";
+    record.error = reason;
+    record.endedAt = Date.now();
+    await this.store.runs.put(record);
+    this.bus.publish(
+      "run.ended",
+      { runId: record.runId, sessionKey: record.sessionKey, status: "error", error: reason },
+      { sessionKey: record.sessionKey, agentId: record.agentId },
+    );
+    this.log.warn({ runId: record.runId, lostInstance: lost.lostInstance }, "run of a lost instance ended");
   }
 
   /**

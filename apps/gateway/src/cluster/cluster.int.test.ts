@@ -385,7 +385,7 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
       }
     }, 30_000);
 
-    it("ends the runs of an instance killed with SIGKILL within 10 s; waits elsewhere answer; nothing acknowledged is lost", async () => {
+    it("reassigns the runs of an instance killed with SIGKILL once, or ends them, within 10 s; waits elsewhere answer; nothing acknowledged is lost", async () => {
       if (unavailable !== undefined)
         throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
       const [a, b] = await startCluster(2);
@@ -393,8 +393,15 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
       const stuck = await TestWorker.start(
         a!.url,
         WORKER_TOKEN,
-        ["main"],
+        ["main", "helper"],
         () => new Promise<never>(() => undefined),
+      );
+      // Agent main also has a worker on B; agent helper has none elsewhere.
+      const other = await TestWorker.start(
+        b!.url,
+        WORKER_TOKEN,
+        ["main"],
+        (context) => `reassigned: ${context.run.input.message}`,
       );
       const opA = await operator(a!);
       const opB = await operator(b!);
@@ -404,25 +411,42 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
         await opA.peer.call("sessions.create", { key });
         acknowledged.push(key);
       }
-      const runIds: string[] = [];
+      const mainRuns: string[] = [];
+      const helperRuns: string[] = [];
       for (let i = 0; i < 5; i++) {
-        const { runId } = await opA.peer.call<{ runId: string }>("chat.send", {
+        const sent = await opA.peer.call<{ runId: string }>("chat.send", {
           sessionKey: `agent:main:cron:kept${i}`,
           message: `held ${i}`,
         });
-        runIds.push(runId);
+        mainRuns.push(sent.runId);
+      }
+      for (let i = 0; i < 3; i++) {
+        const sent = await opA.peer.call<{ runId: string }>("chat.send", {
+          sessionKey: `agent:helper:cron:lost${i}`,
+          message: `lost ${i}`,
+        });
+        helperRuns.push(sent.runId);
       }
       await sleep(200);
-      expect(stuck.runs.length).toBe(5);
-      const waits = runIds.map((runId) =>
-        opB.peer.call<{ status: string; error?: string }>("agent.wait", { runId, timeoutMs: 20_000 }),
-      );
+      expect(stuck.runs.length).toBe(8);
+      expect(other.runs.length).toBe(0);
+      const wait = (runId: string) =>
+        opB.peer.call<{ status: string; reply?: string; error?: string }>("agent.wait", {
+          runId,
+          timeoutMs: 20_000,
+        });
+      const waits = [...mainRuns, ...helperRuns].map(wait);
       const killedAt = Date.now();
       a!.process.kill("SIGKILL");
       const results = await Promise.all(waits);
       const elapsed = Date.now() - killedAt;
       expect(elapsed).toBeLessThan(10_000);
-      for (const result of results) {
+      // Reassigned once to the worker on B.
+      expect(results.slice(0, 5)).toEqual(
+        [0, 1, 2, 3, 4].map((i) => expect.objectContaining({ status: "ok", reply: `reassigned: held ${i}` })),
+      );
+      // No other worker of helper: ended, naming the lost instance.
+      for (const result of results.slice(5)) {
         expect(result.status).toBe("error");
         expect(result.error).toContain(opA.server.instanceId);
       }
@@ -433,15 +457,14 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
       const keys = new Set(listed.sessions.map((row) => row.key));
       for (const key of acknowledged) expect(keys.has(key)).toBe(true);
       expect(await opB.peer.call("audit.verify", {})).toMatchObject({ ok: true });
-      // The lanes are free again: a worker on B runs a new message on the same session.
-      await TestWorker.start(b!.url, WORKER_TOKEN, ["main"], () => "after the failover");
+      // The lanes are free again: the worker on B runs a new message on the same session.
       const { runId } = await opB.peer.call<{ runId: string }>("chat.send", {
         sessionKey: "agent:main:cron:kept0",
         message: "again",
       });
       expect(await opB.peer.call("agent.wait", { runId, timeoutMs: 10_000 })).toMatchObject({
         status: "ok",
-        reply: "after the failover",
+        reply: "reassigned: again",
       });
     }, 30_000);
   },

@@ -27,6 +27,9 @@ export function openGatewayCluster(config: Config, options: GatewayClusterOption
     url: postgresUrl(store, options.env),
     schema: store.schema,
     pool: { max: Math.max(4, store.pool.max) },
+    // A lost instance is noticed within the lease plus one sweep (1 s); its runs then get 1.5 s to be
+    // adopted by another worker before they fail: ≈ 6.5 s, inside the spec's 10 s with room for load.
+    leaseMs: 4000,
     instanceId: options.instanceId,
     logger: log, // the coordination names its component and instance
     onLostRuns: options.onLostRuns,
