@@ -8,6 +8,7 @@ import { Access } from "./access";
 import { AgentFlows } from "./agent-flows";
 import { AuditService } from "./audit-service";
 import { ClusterEventBus } from "./cluster/cluster-event-bus";
+import { ClusterCallBudgetView, ClusterWaitGraphView } from "./cluster/cluster-limits";
 import { ClusterRuns } from "./cluster/cluster-runs";
 import { startLeaderTimers } from "./cluster/leader-timers";
 import { openGatewayCluster } from "./cluster/open";
@@ -236,6 +237,9 @@ export class Gateway {
         await runs.start(scheduler);
       }
       const output = new OutputDelivery(sessions, policy, audit, bus);
+      const clusterLog = log.child({ component: "cluster" });
+      const budget = cluster ? new ClusterCallBudgetView(cluster, clusterLog) : new MemoryCallBudget();
+      const waitGraph = cluster ? new ClusterWaitGraphView(cluster, clusterLog) : new InProcessWaitGraph();
       const flows = new AgentFlows(
         config,
         store,
@@ -245,8 +249,8 @@ export class Gateway {
         output,
         audit,
         log.child({ component: "flows" }),
-        new MemoryCallBudget(),
-        new InProcessWaitGraph(),
+        budget,
+        waitGraph,
       );
       const backend = new SessionToolsBackend(
         config,
@@ -258,6 +262,14 @@ export class Gateway {
         output,
         (agentId) => scheduler.hasWorker(agentId),
         tools.gate,
+        budget instanceof ClusterCallBudgetView && waitGraph instanceof ClusterWaitGraphView
+          ? async (callerKey, targetKey) => {
+              await Promise.all([
+                budget.refresh(callerKey, targetKey === undefined ? ["spawn"] : ["send"]),
+                targetKey === undefined ? undefined : waitGraph.refresh(callerKey, targetKey),
+              ]);
+            }
+          : undefined,
       );
       const executor = createToolExecutor(backend, {
         logger: log,

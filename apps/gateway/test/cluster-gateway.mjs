@@ -19,6 +19,8 @@ const config = parseConfig({
     ],
   },
   agents: { list: [{ id: "main", default: true }, { id: "helper" }] },
+  // Small enough for the cluster tests to reach across instances.
+  session: { agentToAgent: { budgetPerMinute: 4 } },
 });
 const gateway = await Gateway.start({ config, port: 0, host: "127.0.0.1" });
 process.stdout.write(

@@ -325,6 +325,27 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
       }
     }, 30_000);
 
+    it("counts a session's send budget across instances", async () => {
+      if (unavailable !== undefined)
+        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
+      const [a, b] = await startCluster(2);
+      const ops = [await operator(a!), await operator(b!)];
+      await ops[0]!.peer.call("sessions.create", { key: "agent:main:cron:caller" });
+      await ops[0]!.peer.call("sessions.create", { key: "agent:main:cron:callee" });
+      const statuses: string[] = [];
+      // budgetPerMinute is 4 (test/cluster-gateway.mjs): sends alternate between the instances.
+      for (let i = 0; i < 6; i++) {
+        const result = await ops[i % 2]!.peer.call<{ status: string }>("tools.invoke", {
+          tool: "sessions_send",
+          args: { sessionKey: "agent:main:cron:callee", message: `m${i}`, timeoutSeconds: 0 },
+          as: "agent:main:cron:caller",
+        });
+        statuses.push(result.status);
+      }
+      expect(statuses.slice(4)).toEqual(["forbidden", "forbidden"]);
+      expect(statuses.slice(0, 4).every((status) => status !== "forbidden")).toBe(true);
+    }, 20_000);
+
     it("answers UNAVAILABLE while PostgreSQL is unreachable, loses nothing acknowledged and recovers", async () => {
       if (unavailable !== undefined)
         throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
