@@ -266,7 +266,9 @@ export class Gateway {
           ? async (callerKey, targetKey) => {
               await Promise.all([
                 budget.refresh(callerKey, targetKey === undefined ? ["spawn"] : ["send"]),
-                targetKey === undefined ? undefined : waitGraph.refresh(callerKey, targetKey),
+                targetKey === undefined
+                  ? clusterRuns?.refreshSpawns(callerKey)
+                  : waitGraph.refresh(callerKey, targetKey),
               ]);
             }
           : undefined,

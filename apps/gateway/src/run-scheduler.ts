@@ -62,6 +62,8 @@ export interface ClusterRunHooks {
   handOff(record: RunRecord): Promise<void>;
   /** The run ended: its lane is free for any instance. */
   release(record: RunRecord): Promise<void>;
+  /** Children of a requester not ended yet, cluster-wide, as last read. */
+  spawnsOf(requesterKey: string): number;
   /** Waits for a run this instance does not hold. */
   wait(runId: string, timeoutMs: number, signal?: AbortSignal): Promise<WaitResult>;
 }
@@ -694,7 +696,8 @@ export class RunScheduler {
     let count = 0;
     for (const active of this.active.all())
       if (active.record.spawn?.requesterKey === requesterKey) count += 1;
-    return count;
+    // Children running or queued on other instances count too (read just before a spawn is decided).
+    return this.cluster ? Math.max(count, this.cluster.spawnsOf(requesterKey)) : count;
   }
 
   /** Every run of this process not ended yet (for `runs.list`). */

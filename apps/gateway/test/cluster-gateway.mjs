@@ -18,7 +18,10 @@ const config = parseConfig({
       { name: "client", token: "cluster-client-token-0123456789", role: "client", sessions: ["*"] },
     ],
   },
-  agents: { list: [{ id: "main", default: true }, { id: "helper" }] },
+  agents: {
+    list: [{ id: "main", default: true }, { id: "helper" }],
+    defaults: { subagents: { maxChildren: 3 } },
+  },
   // Small enough for the cluster tests to reach across instances.
   session: { agentToAgent: { budgetPerMinute: 4 } },
 });

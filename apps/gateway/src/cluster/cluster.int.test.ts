@@ -346,6 +346,26 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
       expect(statuses.slice(0, 4).every((status) => status !== "forbidden")).toBe(true);
     }, 20_000);
 
+    it("counts a requester's children across instances for maxChildren", async () => {
+      if (unavailable !== undefined)
+        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
+      const [a, b] = await startCluster(2);
+      const ops = [await operator(a!), await operator(b!)];
+      await ops[0]!.peer.call("sessions.create", { key: "agent:main:cron:parent" });
+      const statuses: string[] = [];
+      // maxChildren is 3 (test/cluster-gateway.mjs); no worker, so every child stays queued (active).
+      for (let i = 0; i < 4; i++) {
+        const result = await ops[i % 2]!.peer.call<{ status: string; error?: string }>("tools.invoke", {
+          tool: "sessions_spawn",
+          args: { task: `child ${i}` },
+          as: "agent:main:cron:parent",
+        });
+        statuses.push(result.status);
+      }
+      expect(statuses.slice(0, 3).every((status) => status !== "forbidden")).toBe(true);
+      expect(statuses[3]).toBe("forbidden");
+    }, 20_000);
+
     it("answers UNAVAILABLE while PostgreSQL is unreachable, loses nothing acknowledged and recovers", async () => {
       if (unavailable !== undefined)
         throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
