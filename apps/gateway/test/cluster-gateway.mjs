@@ -20,8 +20,9 @@ const config = parseConfig({
   },
   agents: {
     list: [{ id: "main", default: true }, { id: "helper" }],
-    defaults: { subagents: { maxChildren: 3 } },
+    defaults: { subagents: { maxChildren: 3 }, sandbox: { sessionToolsVisibility: "all" } },
   },
+  tools: { agentToAgent: { enabled: true, allow: ["*"] } },
   // Small enough for the cluster tests to reach across instances.
   session: { agentToAgent: { budgetPerMinute: 4 } },
 });

@@ -346,6 +346,49 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
       expect(statuses.slice(0, 4).every((status) => status !== "forbidden")).toBe(true);
     }, 20_000);
 
+    it("refuses a wait cycle whose sends pass through different instances", async () => {
+      if (unavailable !== undefined)
+        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
+      const [a, b] = await startCluster(2);
+      const first = "agent:main:cron:ring";
+      const second = "agent:helper:cron:ring";
+      // main's worker (on A) asks helper and waits; helper's worker (on B) asks main back and waits.
+      let answerBack: Record<string, unknown> | undefined;
+      await TestWorker.start(a!.url, WORKER_TOKEN, ["main"], async (context) => {
+        if (context.run.sessionKey !== first || context.run.input.message !== "start") return "ack";
+        const result = await context.invokeTool("sessions_send", {
+          sessionKey: second,
+          message: "your turn",
+          timeoutSeconds: 15,
+        });
+        return `helper said: ${String(result.reply ?? result.status)}`;
+      });
+      await TestWorker.start(b!.url, WORKER_TOKEN, ["helper"], async (context) => {
+        if (context.run.sessionKey !== second) return "ack";
+        answerBack = await context.invokeTool("sessions_send", {
+          sessionKey: first,
+          message: "and yours",
+          timeoutSeconds: 15,
+        });
+        return `back: ${String(answerBack.status)}`;
+      });
+      const opA = await operator(a!);
+      await opA.peer.call("sessions.create", { key: first });
+      await opA.peer.call("sessions.create", { key: second });
+      const { runId } = await opA.peer.call<{ runId: string }>("chat.send", {
+        sessionKey: first,
+        message: "start",
+      });
+      const result = await opA.peer.call<{ status: string; reply?: string }>("agent.wait", {
+        runId,
+        timeoutMs: 15_000,
+      });
+      // Refused at once (a cycle), not left to time out.
+      expect(answerBack).toMatchObject({ status: "forbidden" });
+      expect(String(answerBack!.error)).toContain("cycle");
+      expect(result).toMatchObject({ status: "ok", reply: "helper said: back: forbidden" });
+    }, 30_000);
+
     it("counts a requester's children across instances for maxChildren", async () => {
       if (unavailable !== undefined)
         throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
