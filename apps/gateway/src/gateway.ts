@@ -360,13 +360,15 @@ export class Gateway {
               scheduler.addWorker(connection, identity.agents, access.workerConcurrency(connection));
               // Runs waiting in the cluster's queue for a worker of these agents.
               clusterRuns?.pull();
+              clusterRuns?.workersChanged();
             }
           },
           onClose: (connection) => {
             if (connection.identity?.role !== "agent") return;
             void scheduler
               .removeWorker(connection)
-              .catch((error) => log.error({ err: error }, "worker cleanup failed"));
+              .catch((error) => log.error({ err: error }, "worker cleanup failed"))
+              .finally(() => clusterRuns?.workersChanged());
           },
           health: () => ({ ...storeHealth.report(), instanceId, version: VERSION }),
           onOversizedReport: (connection, runId, bytes) => {

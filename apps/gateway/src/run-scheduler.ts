@@ -64,6 +64,8 @@ export interface ClusterRunHooks {
   release(record: RunRecord): Promise<void>;
   /** Children of a requester not ended yet, cluster-wide, as last read. */
   spawnsOf(requesterKey: string): number;
+  /** A worker of the agent is connected to another live instance (as last read, within a second). */
+  hasRemoteWorker(agentId: string): boolean;
   /** Waits for a run this instance does not hold. */
   wait(runId: string, timeoutMs: number, signal?: AbortSignal): Promise<WaitResult>;
 }
@@ -344,7 +346,8 @@ export class RunScheduler {
 
   /** True when a worker serving this agent is connected. */
   hasWorker(agentId: string): boolean {
-    return this.workers.count(agentId) > 0;
+    // A worker on another instance counts: a run queued here is handed to it.
+    return this.workers.count(agentId) > 0 || (this.cluster?.hasRemoteWorker(agentId) ?? false);
   }
 
   workerCount(agentId: string): number {
@@ -447,6 +450,11 @@ export class RunScheduler {
     this.lanes.claim(laneKey, record.runId);
     void this.dispatch(active, worker).catch((error) => this.dispatchFailed(active, error));
     return true;
+  }
+
+  /** Agents with a worker connected here. */
+  connectedAgents(): string[] {
+    return this.workers.agentIds();
   }
 
   /** Agents with a worker slot free here (what this instance may adopt from the cluster's queue). */

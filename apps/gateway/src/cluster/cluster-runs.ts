@@ -17,6 +17,7 @@ const REASSIGN_WAIT_MS = 1500;
 /** What the cluster asks of this instance's scheduler. */
 export interface LocalRuns {
   agentsWithFreeSlot(): string[];
+  connectedAgents(): string[];
   adopt(record: RunRecord): boolean;
 }
 
@@ -70,6 +71,9 @@ export class ClusterRuns {
     this.poll = setInterval(() => {
       this.queueMayHoldRuns = true;
       this.pull();
+      void this.refreshPresence().catch((error: unknown) =>
+        this.log.warn({ err: error }, "could not read which agents have workers elsewhere"),
+      );
     }, PULL_POLL_MS);
     this.poll.unref();
   }
@@ -77,6 +81,9 @@ export class ClusterRuns {
   /** Binds the scheduler and starts listening for runs handed to the cluster's queue. */
   async start(local: LocalRuns): Promise<void> {
     this.local = local;
+    await this.refreshPresence().catch((error: unknown) =>
+      this.log.warn({ err: error }, "could not read which agents have workers elsewhere"),
+    );
     await this.listen().catch((error: unknown) => {
       this.log.warn({ err: error }, "could not listen for queued runs; polling until it can");
       this.scheduleRelisten();
@@ -120,6 +127,68 @@ export class ClusterRuns {
         .catch(() => this.scheduleRelisten());
     }, RELISTEN_MS);
     this.relisten.unref();
+  }
+
+  /** Agents with a worker on another live instance (read every second). */
+  private remoteAgents = new Set<string>();
+  private presenceWrite: Promise<void> = Promise.resolve();
+
+  hasRemoteWorker(agentId: string): boolean {
+    return this.remoteAgents.has(agentId);
+  }
+
+  /**
+   * This instance's workers changed: its row in `cluster_meta` (`workers.<instanceId>`) names the
+   * agents it has workers of, for other instances' `delivery.status` and `agents.list`.
+   */
+  workersChanged(): void {
+    const agents = JSON.stringify(this.local?.connectedAgents().sort() ?? []);
+    const { db, q } = this.cluster.coordination;
+    this.presenceWrite = this.presenceWrite
+      .then(() =>
+        db.query(
+          "recording this instance's workers",
+          `INSERT INTO ${q("cluster_meta")} (name, value) VALUES ($1, $2)
+           ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value`,
+          [`workers.${this.cluster.instanceId}`, agents],
+        ),
+      )
+      .then(
+        () => undefined,
+        (error: unknown) => this.log.warn({ err: error }, "could not record this instance's workers"),
+      );
+  }
+
+  private async refreshPresence(): Promise<void> {
+    const { db, q } = this.cluster.coordination;
+    const [rows, alive] = await Promise.all([
+      db.read<{ name: string; value: string }>(
+        "reading which agents have workers",
+        `SELECT name, value FROM ${q("cluster_meta")} WHERE name LIKE 'workers.%'`,
+      ),
+      this.cluster.membership.alive(),
+    ]);
+    const live = new Set(alive);
+    const remote = new Set<string>();
+    const gone: string[] = [];
+    for (const row of rows.rows) {
+      const instanceId = row.name.slice("workers.".length);
+      if (instanceId === this.cluster.instanceId) continue;
+      if (!live.has(instanceId)) {
+        gone.push(row.name);
+        continue;
+      }
+      for (const agentId of JSON.parse(row.value) as string[]) remote.add(agentId);
+    }
+    this.remoteAgents = remote;
+    // Rows of instances that are gone are removed by the leader.
+    if (gone.length > 0 && this.cluster.leader.isLeader) {
+      await db.query(
+        "forgetting the workers of lost instances",
+        `DELETE FROM ${q("cluster_meta")} WHERE name = ANY($1::text[])`,
+        [gone],
+      );
+    }
   }
 
   /** Takes the run's lane for this instance; waits while another instance's run holds it. */

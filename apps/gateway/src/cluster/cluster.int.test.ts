@@ -207,6 +207,11 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
       const [a, b, c] = await startCluster(3);
       const opA = await operator(a!);
       const opC = await operator(c!);
+      const connectedOn = async (op: Connected) =>
+        (
+          await op.peer.call<{ agents: Array<{ id: string; connected: boolean }> }>("agents.list", {})
+        ).agents.find((agent) => agent.id === "main")?.connected;
+      expect(await connectedOn(opA)).toBe(false);
       // A run nobody serves, with a timeout: it ends `timeout` although it left its instance.
       const unserved = await opA.peer.call<{ runId: string }>("agent", {
         sessionKey: "agent:helper:cron:unserved",
@@ -225,6 +230,11 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
         ["main"],
         (context) => `b: ${context.run.input.message}`,
       );
+      // A worker on B counts as connected on A and C too (presence read every second).
+      const seenBy = Date.now() + 5000;
+      while (!((await connectedOn(opA)) && (await connectedOn(opC))) && Date.now() < seenBy) await sleep(100);
+      expect(await connectedOn(opA)).toBe(true);
+      expect(await connectedOn(opC)).toBe(true);
       expect(await opC.peer.call("agent.wait", { runId: early.runId, timeoutMs: 10_000 })).toMatchObject({
         status: "ok",
         reply: "b: early",
