@@ -215,14 +215,15 @@ export async function openClusterEventLog(
       batch.push({ ...item, resolve, reject });
       if (flushScheduled) return;
       flushScheduled = true;
-      // Everything published in this tick goes in one transaction; batches leave in order.
+      // Group commit: everything published in this tick, and everything published while the
+      // previous transaction was in flight, goes in the next one (one lock and one commit for all
+      // of it, instead of one transaction per tick queued behind each other). Batches leave in order.
       setImmediate(() => {
-        flushScheduled = false;
-        // Bounded transactions: a burst of thousands of events goes in several, still in order.
-        while (batch.length > 0) {
-          const items = batch.splice(0, MAX_BATCH);
-          flushing = flushing.then(() => flush(items));
-        }
+        flushing = flushing.then(async () => {
+          flushScheduled = false;
+          // Bounded transactions: a burst of thousands of events goes in several, still in order.
+          while (batch.length > 0) await flush(batch.splice(0, MAX_BATCH));
+        });
       });
     });
   };
