@@ -25,7 +25,7 @@ export class ClusterCallBudgetView implements CallBudget {
   async refresh(sessionKey: string, kinds: readonly BudgetKind[]): Promise<void> {
     const counts = await Promise.all(kinds.map((kind) => this.cluster.budget.used(sessionKey, kind)));
     if (this.counts.size > MAX_ENTRIES) this.counts.clear();
-    kinds.forEach((kind, i) => this.counts.set(`${kind}\0${sessionKey}`, counts[i]!));
+    for (const [i, kind] of kinds.entries()) this.counts.set(`${kind}\0${sessionKey}`, counts[i]!);
   }
 
   used(sessionKey: string, kind: BudgetKind): number {
