@@ -12,6 +12,7 @@ import { ClusterCallBudgetView, ClusterWaitGraphView } from "./cluster/cluster-l
 import { ClusterRuns } from "./cluster/cluster-runs";
 import { startLeaderTimers } from "./cluster/leader-timers";
 import { openGatewayCluster } from "./cluster/open";
+import { writeOperatorTokenCopy } from "./cluster/token-copy";
 import type { Connection } from "./connection";
 import { DataDirSecrets } from "./data-dir-secrets";
 import { EventBus } from "./event-bus";
@@ -195,6 +196,14 @@ export class Gateway {
       }
       const secrets = options.secrets ?? cluster?.secrets ?? new DataDirSecrets(dataDir);
       const token = await secrets.operatorToken();
+      if (cluster && !options.secrets) {
+        await writeOperatorTokenCopy(dataDir, token).catch((error: unknown) =>
+          log.warn(
+            { err: error, dataDir },
+            "could not copy the operator token into the data dir; CLI commands here need --token",
+          ),
+        );
+      }
       const eventsLog = log.child({ component: "events" });
       const bus: EventLog = cluster
         ? new ClusterEventBus(cluster.events, (error, event) =>
