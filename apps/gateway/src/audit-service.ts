@@ -26,6 +26,11 @@ export class AuditService {
     private readonly cluster?: ClusterAuditLog,
   ) {}
 
+  /** Records go to a cluster's audit chains (not the store's audit log). */
+  get clustered(): boolean {
+    return this.cluster !== undefined;
+  }
+
   /**
    * The audit of one instance of a cluster. The chain is in the database, so `appendWith` records
    * the entry in this instance's chain first and then lets `persist` store the same record with its
