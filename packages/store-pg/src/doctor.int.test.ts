@@ -1,9 +1,9 @@
 import { afterEach, expect, it } from "vitest";
 import { adminQuery, describeWithPg, dropSchema, TEST_PG_URL, testSchemaName } from "../test/pg-harness";
-import { closedPort } from "../test/tcp-proxy";
 import { checkPostgresStore } from "./doctor";
 import { SCHEMA_VERSION } from "./migrations";
 import { openPostgresStore } from "./pg-store";
+import { closedPort } from "./tcp-proxy";
 
 const schemas: string[] = [];
 afterEach(async () => {

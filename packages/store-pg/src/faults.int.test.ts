@@ -4,8 +4,8 @@ import { sampleMessage, sampleSession } from "@switchboard/core/testing";
 import pg from "pg";
 import { afterEach, describe, expect, it } from "vitest";
 import { adminQuery, describeWithPg, dropSchema, TEST_PG_URL, testSchemaName } from "../test/pg-harness";
-import { closedPort, TcpProxy } from "../test/tcp-proxy";
 import { openPostgresStore, type PostgresStore } from "./pg-store";
+import { closedPort, TcpProxy } from "./tcp-proxy";
 
 const cleanups: (() => Promise<unknown>)[] = [];
 afterEach(async () => {

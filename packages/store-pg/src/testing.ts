@@ -57,3 +57,5 @@ export async function dropTestSchema(schema: string, url = testPgUrl()): Promise
   if (!/^[a-z_][a-z0-9_]{0,62}$/.test(schema)) throw new Error(`not a schema name: ${schema}`);
   await adminQuery(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`, [], url);
 }
+
+export { closedPort, TcpProxy } from "./tcp-proxy";

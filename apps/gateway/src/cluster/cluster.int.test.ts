@@ -7,6 +7,7 @@ import {
   adminQuery,
   dropTestSchema,
   pgUnavailableReason,
+  TcpProxy,
   testPgUrl,
   testSchemaName,
 } from "@switchboard/store-pg/testing";
@@ -14,7 +15,6 @@ import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { type ChildGateway, startChildGateway } from "../testing/child-gateway";
 import { TestWorker } from "../testing/test-gateway";
 import { type EventFrame, TestPeer } from "../testing/test-peer";
-import { TcpProxy } from "./tcp-proxy";
 
 /**
  * Scale-out (spec scale-out.md): 2–3 real gateway processes on one PostgreSQL schema act as one

@@ -1,6 +1,6 @@
 import { expect, it } from "vitest";
 import { describeWithPg, TEST_PG_URL } from "../../test/pg-harness";
-import { TcpProxy } from "../../test/tcp-proxy";
+import { TcpProxy } from "../tcp-proxy";
 import { type ClusterEvent, openClusterEventLog } from "./event-log";
 import { openLeaderLease } from "./leader-lease";
 import { openMembership } from "./membership";

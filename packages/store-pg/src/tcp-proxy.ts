@@ -1,10 +1,10 @@
 import net from "node:net";
 
 /**
- * Test helper (as store-pg's test/tcp-proxy.ts): a TCP forwarder in front of the test server, to
- * make "the database went away" happen for gateway processes without touching the real server
- * (other suites share it): `stop` closes the port and cuts every open
- * connection, `start` listens on the same port again.
+ * Test helper (this package's fault suites and the gateway's cluster tests): a TCP forwarder in front
+ * of the test server, to make "the database went away" happen without touching the real server
+ * (other suites share it): `stop` closes the port and cuts every open connection, `start` listens on
+ * the same port again.
  */
 export class TcpProxy {
   private server: net.Server | undefined;
@@ -55,4 +55,13 @@ export class TcpProxy {
     parsed.port = String(this.port);
     return parsed.toString();
   }
+}
+
+/** A local port nobody listens on (bound, then released). */
+export async function closedPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", () => resolve()));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
 }
