@@ -9,6 +9,8 @@ export interface Migration {
   version: number;
   name: string;
   statements: (q: (table: string) => string) => string[];
+  /** Work beyond fixed SQL (values known only when it runs), in the same transaction. */
+  run?: (client: pg.ClientBase, q: (table: string) => string) => Promise<unknown>;
 }
 
 export const MIGRATIONS: readonly Migration[] = [
@@ -198,33 +200,63 @@ export async function migrate(
   /** Tests pass a prefix of `MIGRATIONS`, to build an older schema and upgrade it. */
   migrations: readonly Migration[] = MIGRATIONS,
 ): Promise<MigrationResult> {
+  const result = await applyMigrations(
+    client,
+    schema,
+    {
+      table: "schema_migrations",
+      migrations,
+      supported: SCHEMA_VERSION,
+      what: `PostgreSQL schema "${schema}"`,
+    },
+    (q) => ensureSearchIndex(client, schema, q, logger),
+    (migration) =>
+      logger.info({ schema, version: migration.version, name: migration.name }, "schema migrated"),
+  );
+  return { from: result.from, to: result.to, searchIndex: result.locked };
+}
+
+/**
+ * One numbered list of migrations recorded in `table` of `schema` (the store's, and the coordination
+ * tables'), applied under the one migration lock: each commits with its version row; a version newer
+ * than `supported` is refused naming both. `whileLocked` runs before the lock is released.
+ */
+export async function applyMigrations<T>(
+  client: pg.ClientBase,
+  schema: string,
+  options: { table: string; migrations: readonly Migration[]; supported: number; what: string },
+  whileLocked: (q: (table: string) => string) => Promise<T>,
+  applied?: (migration: Migration) => void,
+): Promise<{ from: number; to: number; locked: T }> {
   const q = (table: string) => `${quoteIdent(schema)}.${table}`;
+  const versions = q(options.table);
   await client.query("SELECT pg_advisory_lock($1, hashtext($2))", [MIGRATION_LOCK_CLASS, schema]);
   try {
     const exists = await client.query("SELECT 1 FROM pg_namespace WHERE nspname = $1", [schema]);
     if (exists.rowCount === 0) await client.query(`CREATE SCHEMA ${quoteIdent(schema)}`);
-    await client.query(`CREATE TABLE IF NOT EXISTS ${q("schema_migrations")} (
+    await client.query(`CREATE TABLE IF NOT EXISTS ${versions} (
       version integer PRIMARY KEY,
       name text NOT NULL,
       applied_at timestamptz NOT NULL DEFAULT now()
     )`);
     const found = await client.query<{ version: number }>(
-      `SELECT coalesce(max(version), 0)::int AS version FROM ${q("schema_migrations")}`,
+      `SELECT coalesce(max(version), 0)::int AS version FROM ${versions}`,
     );
     const from = found.rows[0]?.version ?? 0;
-    if (from > SCHEMA_VERSION) {
+    if (from > options.supported) {
       throw new SwitchboardError(
         "UNAVAILABLE",
-        `PostgreSQL schema "${schema}" is at version ${from}, newer than this Switchboard supports (${SCHEMA_VERSION}); upgrade Switchboard or configure another schema`,
-        { details: { schema, version: from, supported: SCHEMA_VERSION } },
+        `${options.what} is at version ${from}, newer than this Switchboard supports (${options.supported}); upgrade Switchboard or configure another schema`,
+        { details: { schema, version: from, supported: options.supported } },
       );
     }
-    for (const migration of migrations) {
+    for (const migration of options.migrations) {
       if (migration.version <= from) continue;
       await client.query("BEGIN");
       try {
         for (const statement of migration.statements(q)) await client.query(statement);
-        await client.query(`INSERT INTO ${q("schema_migrations")} (version, name) VALUES ($1, $2)`, [
+        await migration.run?.(client, q);
+        await client.query(`INSERT INTO ${versions} (version, name) VALUES ($1, $2)`, [
           migration.version,
           migration.name,
         ]);
@@ -233,10 +265,10 @@ export async function migrate(
         await client.query("ROLLBACK").catch(() => undefined);
         throw error;
       }
-      logger.info({ schema, version: migration.version, name: migration.name }, "schema migrated");
+      applied?.(migration);
     }
-    const searchIndex = await ensureSearchIndex(client, schema, q, logger);
-    return { from, to: migrations.at(-1)?.version ?? from, searchIndex };
+    const locked = await whileLocked(q);
+    return { from, to: options.migrations.at(-1)?.version ?? from, locked };
   } finally {
     await client.query("SELECT pg_advisory_unlock($1, hashtext($2))", [MIGRATION_LOCK_CLASS, schema]);
   }

@@ -129,7 +129,7 @@ export async function openCoordination(input: CoordinationOptions): Promise<Coor
   try {
     const client = await connect("creating the coordination tables");
     try {
-      await ensureCoordinationSchema(client, options.schema, q);
+      await ensureCoordinationSchema(client, options.schema);
     } catch (error) {
       throw fail(error, `creating the coordination tables in schema ${options.schema}`);
     } finally {

@@ -1,19 +1,12 @@
-import { SwitchboardError } from "@switchboard/core";
 import type pg from "pg";
-import { quoteIdent } from "../migrations";
+import { applyMigrations, type Migration } from "../migrations";
 
 /**
  * The coordination tables, numbered like the store's migrations and never edited once released.
  * They are kept apart from the store's list (`../migrations.ts`) so that the store stays usable
  * without a cluster; both share the schema and the migration advisory lock.
  */
-interface CoordinationMigration {
-  version: number;
-  name: string;
-  statements: (q: (table: string) => string) => string[];
-}
-
-export const COORDINATION_MIGRATIONS: readonly CoordinationMigration[] = [
+export const COORDINATION_MIGRATIONS: readonly Migration[] = [
   {
     version: 1,
     name: "events, run claims, cluster secrets, waits, call budget, audit chains, leases",
@@ -122,59 +115,24 @@ export const COORDINATION_MIGRATIONS: readonly CoordinationMigration[] = [
         lease_until timestamptz NOT NULL
       )`,
     ],
+    // Above any seq a single-instance gateway handed out (its floor is the clock, too).
+    run: (client, q) => client.query("SELECT setval($1::regclass, $2)", [q("event_seq"), Date.now()]),
   },
 ];
 
 export const COORDINATION_VERSION = COORDINATION_MIGRATIONS.at(-1)!.version;
 
-/** The store's migration lock (`migrations.ts`): coordination tables are created under it too. */
-const MIGRATION_LOCK_CLASS = 0x5357_4244;
-
-/** Creates or upgrades the coordination tables, one instance at a time. */
-export async function ensureCoordinationSchema(
-  client: pg.ClientBase,
-  schema: string,
-  q: (table: string) => string,
-): Promise<void> {
-  await client.query("SELECT pg_advisory_lock($1, hashtext($2))", [MIGRATION_LOCK_CLASS, schema]);
-  try {
-    await client.query(`CREATE SCHEMA IF NOT EXISTS ${quoteIdent(schema)}`);
-    await client.query(`CREATE TABLE IF NOT EXISTS ${q("coordination_migrations")} (
-      version integer PRIMARY KEY,
-      name text NOT NULL,
-      applied_at timestamptz NOT NULL DEFAULT now()
-    )`);
-    const found = await client.query<{ version: number }>(
-      `SELECT coalesce(max(version), 0)::int AS version FROM ${q("coordination_migrations")}`,
-    );
-    const from = found.rows[0]?.version ?? 0;
-    if (from > COORDINATION_VERSION) {
-      throw new SwitchboardError(
-        "UNAVAILABLE",
-        `coordination tables of PostgreSQL schema "${schema}" are at version ${from}, newer than this Switchboard supports (${COORDINATION_VERSION}); upgrade Switchboard or configure another schema`,
-        { details: { schema, version: from, supported: COORDINATION_VERSION } },
-      );
-    }
-    for (const migration of COORDINATION_MIGRATIONS) {
-      if (migration.version <= from) continue;
-      await client.query("BEGIN");
-      try {
-        for (const statement of migration.statements(q)) await client.query(statement);
-        if (migration.version === 1) {
-          // Above any seq a single-instance gateway handed out (its floor is the clock, too).
-          await client.query("SELECT setval($1::regclass, $2)", [q("event_seq"), Date.now()]);
-        }
-        await client.query(`INSERT INTO ${q("coordination_migrations")} (version, name) VALUES ($1, $2)`, [
-          migration.version,
-          migration.name,
-        ]);
-        await client.query("COMMIT");
-      } catch (error) {
-        await client.query("ROLLBACK").catch(() => undefined);
-        throw error;
-      }
-    }
-  } finally {
-    await client.query("SELECT pg_advisory_unlock($1, hashtext($2))", [MIGRATION_LOCK_CLASS, schema]);
-  }
+/** Creates or upgrades the coordination tables, one instance at a time (the store's migration lock). */
+export async function ensureCoordinationSchema(client: pg.ClientBase, schema: string): Promise<void> {
+  await applyMigrations(
+    client,
+    schema,
+    {
+      table: "coordination_migrations",
+      migrations: COORDINATION_MIGRATIONS,
+      supported: COORDINATION_VERSION,
+      what: `coordination tables of PostgreSQL schema "${schema}"`,
+    },
+    async () => undefined,
+  );
 }
