@@ -1,8 +1,7 @@
-import { spawn } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { bundleChild } from "../test/bundle-child";
+import { bundleChild, runChildUntilKilled } from "../test/bundle-child";
 import { tempDir } from "../test/helpers";
 import { checkDataDir } from "./doctor";
 import { openFileStore } from "./file-store";
@@ -41,24 +40,7 @@ afterAll(async () => {
 });
 
 function runChild(dataDir: string, keys: string[][], seed: number, kill: string, killAfterMs: number) {
-  const child = spawn(process.execPath, [childScript, dataDir, JSON.stringify(keys), String(seed), kill], {
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
-    stdout += chunk;
-  });
-  child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
-    stderr += chunk;
-  });
-  return new Promise<{ stdout: string; stderr: string; signal: NodeJS.Signals | null }>((resolve) => {
-    const timer = setTimeout(() => child.kill("SIGKILL"), killAfterMs);
-    child.on("close", (_code, signal) => {
-      clearTimeout(timer);
-      resolve({ stdout, stderr, signal });
-    });
-  });
+  return runChildUntilKilled(childScript, [dataDir, JSON.stringify(keys), String(seed), kill], killAfterMs);
 }
 
 interface Tracked {

@@ -1,9 +1,8 @@
-import { spawn } from "node:child_process";
 import { createHmac } from "node:crypto";
 import path from "node:path";
 import { type AuditRecord, LEVELS, type Level, verifyAuditRecords } from "@switchboard/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { bundleChild } from "../test/bundle-child";
+import { bundleChild, runChildUntilKilled } from "../test/bundle-child";
 import { tempDir } from "../test/helpers";
 import { openFileStore } from "./file-store";
 import type { FileMetaStore } from "./meta-store";
@@ -44,24 +43,7 @@ afterAll(async () => {
 });
 
 function runChild(dataDir: string, seed: number, kill: string, killAfterMs: number) {
-  const child = spawn(process.execPath, [childScript, dataDir, String(seed), kill], {
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
-    stdout += chunk;
-  });
-  child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
-    stderr += chunk;
-  });
-  return new Promise<{ stdout: string; stderr: string; signal: NodeJS.Signals | null }>((resolve) => {
-    const timer = setTimeout(() => child.kill("SIGKILL"), killAfterMs);
-    child.on("close", (_code, signal) => {
-      clearTimeout(timer);
-      resolve({ stdout, stderr, signal });
-    });
-  });
+  return runChildUntilKilled(childScript, [dataDir, String(seed), kill], killAfterMs);
 }
 
 describe("taint rises under kill -9", () => {
