@@ -1,28 +1,16 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { LEVELS } from "../labels/level";
-import type { SessionFacts } from "./context";
 import { createPolicyEngine } from "./engine";
 import type { PolicyRuleInput } from "./rule-schema";
+import { sessionFactsArbitrary } from "./session-facts.arbitrary";
 
-const level = fc.constantFrom(...LEVELS);
 const keys = [
   "agent:main:main",
   "agent:main:discord:group:dev",
   "agent:research:main",
   "agent:ops:subagent:kid",
 ];
-const session: fc.Arbitrary<SessionFacts> = fc
-  .record({
-    key: fc.constantFrom(...keys),
-    kind: fc.constantFrom("main", "group", "subagent" as const),
-    channel: fc.constantFrom("discord", "internal"),
-    taint: level,
-    clearance: level,
-    sandboxed: fc.option(fc.boolean(), { nil: undefined }),
-    spawnedBy: fc.option(fc.constantFrom(...keys), { nil: undefined }),
-  })
-  .map((facts) => ({ ...facts, agentId: facts.key.split(":")[1] as string }));
+const session = sessionFactsArbitrary(keys);
 
 const historyRules: fc.Arbitrary<PolicyRuleInput[]> = fc.constantFrom(
   [],

@@ -1,13 +1,11 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { LEVELS } from "../labels/level";
-import type { SessionFacts } from "../policy/context";
 import { createPolicyEngine } from "../policy/engine";
 import type { PolicyRuleInput } from "../policy/rule-schema";
+import { sessionFactsArbitrary } from "../policy/session-facts.arbitrary";
 import { sampleSession } from "./conformance";
 import { compileSessionVisibility, type SessionVisibility, sessionClassifierFor } from "./session-visibility";
 
-const level = fc.constantFrom(...LEVELS);
 const keys = [
   "agent:main:main",
   "agent:Main:discord:group:dev",
@@ -15,17 +13,7 @@ const keys = [
   "agent:ops:subagent:kid",
   "agent:team-1:main",
 ];
-const session: fc.Arbitrary<SessionFacts> = fc
-  .record({
-    key: fc.constantFrom(...keys),
-    kind: fc.constantFrom("main", "group", "subagent" as const),
-    channel: fc.constantFrom("discord", "internal"),
-    taint: level,
-    clearance: level,
-    sandboxed: fc.option(fc.boolean(), { nil: undefined }),
-    spawnedBy: fc.option(fc.constantFrom(...keys), { nil: undefined }),
-  })
-  .map((facts) => ({ ...facts, agentId: facts.key.split(":")[1] as string }));
+const session = sessionFactsArbitrary(keys);
 
 const historyRules: fc.Arbitrary<PolicyRuleInput[]> = fc.constantFrom(
   [],
