@@ -20,6 +20,7 @@ import type { Logger } from "pino";
 import type { AuditService } from "./audit-service";
 import type { OutputDelivery } from "./output-delivery";
 import type { PolicyService } from "./policy-service";
+import type { AdmittedCall, CallAdmission } from "./ports/call-admission";
 import type { CallBudget } from "./ports/call-budget";
 import { type ChainPosition, chainPositionOf, type WaitGraph } from "./ports/wait-graph";
 import type { RunScheduler, WaitResult } from "./run-scheduler";
@@ -48,6 +49,8 @@ export class AgentFlows {
     private readonly log: Logger,
     private readonly budget: CallBudget,
     private readonly waits: WaitGraph,
+    /** Several instances: budget, wait and child slots taken cluster-wide with their facts. */
+    private readonly admission?: CallAdmission,
   ) {
     scheduler.onRunEnded((record) => this.onRunEnded(record));
     this.hostDriven = hostDrivenSessionKeys(config);
@@ -92,6 +95,7 @@ export class AgentFlows {
     position: ChainPosition,
     waits: boolean,
     cycle = this.cycleFor(callerEntry.key, targetEntry.key, waits),
+    budgetUsed = this.budget.used(callerEntry.key, "send"),
   ): PolicyContext {
     return {
       hook: "PRE_SEND",
@@ -102,7 +106,7 @@ export class AgentFlows {
         origin: "tool",
         hop: position.hop,
         chainId: position.chainId,
-        budgetUsed: this.budget.used(callerEntry.key, "send"),
+        budgetUsed,
         ...(cycle ? { cycle } : {}),
       },
     };
@@ -126,25 +130,36 @@ export class AgentFlows {
   ): Promise<SessionsSendResult> {
     const position = this.chainPosition(caller);
     const waits = timeoutSeconds > 0;
+    // Several instances: the budget slot and the wait are taken cluster-wide in one step with the
+    // facts the decision reads (given back if it refuses).
+    const admitted = this.admission
+      ? await this.admission.send(callerEntry.key, targetEntry.key, waits)
+      : undefined;
     // Check for a wait cycle and mark the caller as waiting in one synchronous step, before any
     // await: two sends racing towards each other must not both pass the check.
-    const cycle = this.cycleFor(callerEntry.key, targetEntry.key, waits);
-    const release = waits && !cycle ? this.waits.wait(callerEntry.key, targetEntry.key) : () => undefined;
+    const cycle = admitted ? admitted.cycle : this.cycleFor(callerEntry.key, targetEntry.key, waits);
+    const release = admitted
+      ? () => admitted.endWait()
+      : waits && !cycle
+        ? this.waits.wait(callerEntry.key, targetEntry.key)
+        : () => undefined;
     let decision: Awaited<ReturnType<PolicyService["enforce"]>>;
     try {
       decision = await this.policy.enforce(
-        this.sendContext(callerEntry, targetEntry, message, position, waits, cycle),
+        this.sendContext(callerEntry, targetEntry, message, position, waits, cycle, admitted?.budgetUsed),
         caller.operator,
       );
     } catch (error) {
       release();
+      admitted?.refused();
       throw error;
     }
     if (decision.action === "BLOCK") {
       release();
+      admitted?.refused();
       return { status: "forbidden", error: decision.message };
     }
-    this.budget.record(callerEntry.key, "send");
+    if (!admitted) this.budget.record(callerEntry.key, "send");
     const text = decision.text ?? message;
 
     let result: WaitResult;
@@ -470,6 +485,7 @@ export class AgentFlows {
     childKey: string,
     task: string,
     position: ChainPosition,
+    admitted?: Pick<AdmittedCall, "activeChildren" | "budgetUsed">,
   ): PolicyContext {
     const childClearance = this.childClearance(callerEntry, targetAgentId);
     return {
@@ -488,10 +504,10 @@ export class AgentFlows {
       text: task,
       facts: {
         origin: "tool",
-        activeChildren: this.activeChildren(callerEntry.key),
+        activeChildren: admitted?.activeChildren ?? this.activeChildren(callerEntry.key),
         hop: position.hop,
         chainId: position.chainId,
-        budgetUsed: this.budget.used(callerEntry.key, "spawn"),
+        budgetUsed: admitted?.budgetUsed ?? this.budget.used(callerEntry.key, "spawn"),
       },
     };
   }
@@ -526,13 +542,46 @@ export class AgentFlows {
     // A spawn continues the chain of the run that asked for it (and its announce continues it
     // further), so spawn → announce → spawn ends at maxHops.
     const position = this.chainPosition(caller);
-    const decision = await this.policy.enforce(
-      this.spawnContext(callerEntry, targetAgentId, childKey, request.task, position),
-      caller.operator,
-    );
-    if (decision.action === "BLOCK") return { status: "forbidden", error: decision.message };
-    this.budget.record(callerEntry.key, "spawn");
+    const admitted = this.admission ? await this.admission.spawn(callerEntry.key, childKey) : undefined;
+    let decision: Awaited<ReturnType<PolicyService["enforce"]>>;
+    try {
+      decision = await this.policy.enforce(
+        this.spawnContext(callerEntry, targetAgentId, childKey, request.task, position, admitted),
+        caller.operator,
+      );
+    } catch (error) {
+      admitted?.refused();
+      throw error;
+    }
+    if (decision.action === "BLOCK") {
+      admitted?.refused();
+      return { status: "forbidden", error: decision.message };
+    }
+    if (!admitted) this.budget.record(callerEntry.key, "spawn");
+    try {
+      return await this.spawnAllowed(
+        caller,
+        callerEntry,
+        request,
+        targetAgentId,
+        childKey,
+        position,
+        decision,
+      );
+    } finally {
+      admitted?.childStored();
+    }
+  }
 
+  private async spawnAllowed(
+    caller: ToolCaller,
+    callerEntry: SessionEntry,
+    request: SpawnRequest,
+    targetAgentId: string,
+    childKey: string,
+    position: ChainPosition,
+    decision: Awaited<ReturnType<PolicyService["enforce"]>>,
+  ): Promise<SessionsSpawnResult> {
     let modelApplied: boolean | undefined;
     let warning: string | undefined;
     if (request.model !== undefined) {

@@ -8,7 +8,7 @@ import { Access } from "./access";
 import { AgentFlows } from "./agent-flows";
 import { AuditService } from "./audit-service";
 import { ClusterEventBus } from "./cluster/cluster-event-bus";
-import { ClusterCallBudgetView, ClusterWaitGraphView } from "./cluster/cluster-limits";
+import { ClusterCallAdmission } from "./cluster/cluster-limits";
 import { ClusterRuns } from "./cluster/cluster-runs";
 import { startLeaderTimers } from "./cluster/leader-timers";
 import { openGatewayCluster } from "./cluster/open";
@@ -247,8 +247,10 @@ export class Gateway {
       }
       const output = new OutputDelivery(sessions, policy, audit, bus);
       const clusterLog = log.child({ component: "cluster" });
-      const budget = cluster ? new ClusterCallBudgetView(cluster, clusterLog) : new MemoryCallBudget();
-      const waitGraph = cluster ? new ClusterWaitGraphView(cluster, clusterLog) : new InProcessWaitGraph();
+      // Several instances decide budgets, wait cycles and maxChildren through the cluster's
+      // admission; the in-process budget and graph then only answer simulations.
+      const budget = new MemoryCallBudget();
+      const waitGraph = new InProcessWaitGraph();
       const flows = new AgentFlows(
         config,
         store,
@@ -260,6 +262,7 @@ export class Gateway {
         log.child({ component: "flows" }),
         budget,
         waitGraph,
+        cluster ? new ClusterCallAdmission(cluster, clusterLog) : undefined,
       );
       const backend = new SessionToolsBackend(
         config,
@@ -271,16 +274,6 @@ export class Gateway {
         output,
         (agentId) => scheduler.hasWorker(agentId),
         tools.gate,
-        budget instanceof ClusterCallBudgetView && waitGraph instanceof ClusterWaitGraphView
-          ? async (callerKey, targetKey) => {
-              await Promise.all([
-                budget.refresh(callerKey, targetKey === undefined ? ["spawn"] : ["send"]),
-                targetKey === undefined
-                  ? clusterRuns?.refreshSpawns(callerKey)
-                  : waitGraph.refresh(callerKey, targetKey),
-              ]);
-            }
-          : undefined,
       );
       const executor = createToolExecutor(backend, {
         logger: log,

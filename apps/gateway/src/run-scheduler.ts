@@ -62,8 +62,6 @@ export interface ClusterRunHooks {
   handOff(record: RunRecord): Promise<void>;
   /** The run ended: its lane is free for any instance. */
   release(record: RunRecord): Promise<void>;
-  /** Children of a requester not ended yet, cluster-wide, as last read. */
-  spawnsOf(requesterKey: string): number;
   /** A worker of the agent is connected to another live instance (as last read, within a second). */
   hasRemoteWorker(agentId: string): boolean;
   /** Waits for a run this instance does not hold. */
@@ -704,8 +702,7 @@ export class RunScheduler {
     let count = 0;
     for (const active of this.active.all())
       if (active.record.spawn?.requesterKey === requesterKey) count += 1;
-    // Children running or queued on other instances count too (read just before a spawn is decided).
-    return this.cluster ? Math.max(count, this.cluster.spawnsOf(requesterKey)) : count;
+    return count;
   }
 
   /** Every run of this process not ended yet (for `runs.list`). */

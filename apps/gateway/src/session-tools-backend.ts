@@ -70,11 +70,6 @@ export class SessionToolsBackend implements ToolBackend {
     private readonly isAgentConnected: (agentId: string) => boolean,
     /** Tool availability, shared with real calls so simulation answers as a call would. */
     private readonly toolGate: ToolGate,
-    /**
-     * Several instances: reads the cluster-wide facts a send or spawn is decided on (budgets, wait
-     * cycles) just before the decision, which then reads them synchronously.
-     */
-    private readonly beforeDecision?: (callerKey: string, targetKey: string | undefined) => Promise<void>,
   ) {
     this.contexts = toolPolicyContexts({
       target: (caller, input) => this.target(caller, input),
@@ -246,13 +241,11 @@ export class SessionToolsBackend implements ToolBackend {
   ): Promise<SessionsSendResult> {
     const callerEntry = await this.callerEntry(caller);
     const target = await this.target(caller, request.sessionKey);
-    await this.beforeDecision?.(callerEntry.key, target.key);
     return this.flows.send(caller, callerEntry, target, request.message, request.timeoutSeconds);
   }
 
   async spawn(caller: ToolCaller, request: SpawnRequest): Promise<SessionsSpawnResult> {
     const callerEntry = await this.callerEntry(caller);
-    await this.beforeDecision?.(callerEntry.key, undefined);
     return this.flows.spawn(caller, callerEntry, request);
   }
 

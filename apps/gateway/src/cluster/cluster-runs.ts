@@ -351,26 +351,6 @@ export class ClusterRuns {
     this.log.warn({ runId: record.runId, lostInstance: lost.lostInstance }, "run of a lost instance ended");
   }
 
-  /** Requester → children not ended, cluster-wide (read by `refreshSpawns` before a spawn). */
-  private readonly spawns = new Map<string, number>();
-
-  /**
-   * Counts the requester's children not ended yet, wherever they run or wait (from the store), for
-   * `maxChildren` across instances. Two spawns decided at the same moment on two instances may both
-   * pass, as two concurrent spawns in one process may.
-   */
-  async refreshSpawns(requesterKey: string): Promise<void> {
-    const active = await this.store.runs.list({ statuses: ["queued", "running"] });
-    let count = 0;
-    for (const record of active) if (record.spawn?.requesterKey === requesterKey) count += 1;
-    if (this.spawns.size > 10_000) this.spawns.clear();
-    this.spawns.set(requesterKey, count);
-  }
-
-  spawnsOf(requesterKey: string): number {
-    return this.spawns.get(requesterKey) ?? 0;
-  }
-
   /**
    * The leader's timer: runs waiting in the cluster's queue past their `timeoutSeconds` end
    * `timeout` (their instance let go of them, timer included, when it handed them off). A run is

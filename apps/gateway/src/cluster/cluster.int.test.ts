@@ -335,25 +335,34 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
       }
     }, 30_000);
 
-    it("counts a session's send budget across instances", async () => {
+    it("counts a session's send budget across instances, also for sends decided at the same moment", async () => {
       if (unavailable !== undefined)
         throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
       const [a, b] = await startCluster(2);
       const ops = [await operator(a!), await operator(b!)];
       await ops[0]!.peer.call("sessions.create", { key: "agent:main:cron:caller" });
       await ops[0]!.peer.call("sessions.create", { key: "agent:main:cron:callee" });
-      const statuses: string[] = [];
-      // budgetPerMinute is 4 (test/cluster-gateway.mjs): sends alternate between the instances.
-      for (let i = 0; i < 6; i++) {
-        const result = await ops[i % 2]!.peer.call<{ status: string }>("tools.invoke", {
+      const send = (i: number) =>
+        ops[i % 2]!.peer.call<{ status: string; error?: string }>("tools.invoke", {
           tool: "sessions_send",
           args: { sessionKey: "agent:main:cron:callee", message: `m${i}`, timeoutSeconds: 0 },
           as: "agent:main:cron:caller",
         });
-        statuses.push(result.status);
-      }
-      expect(statuses.slice(4)).toEqual(["forbidden", "forbidden"]);
-      expect(statuses.slice(0, 4).every((status) => status !== "forbidden")).toBe(true);
+      // budgetPerMinute is 4 (test/cluster-gateway.mjs): twelve sends at once, half on each
+      // instance, and then two more one after the other.
+      const results = await Promise.all(Array.from({ length: 12 }, (_, i) => send(i)));
+      results.push(await send(12), await send(13));
+      const passed = results.filter((result) => result.status !== "forbidden");
+      const refused = results.filter((result) => result.status === "forbidden");
+      expect(passed).toHaveLength(4);
+      // A lost race is refused by the same rule as a plain over-budget call, and audited like it.
+      for (const result of refused) expect(result.error).toMatch(/^budget exhausted: agent:main:cron:caller/);
+      const { entries } = await ops[1]!.peer.call<{
+        entries: Array<{ kind: string; data?: { ruleId?: string } }>;
+      }>("audit.tail", { limit: 200 });
+      const blocked = entries.filter((entry) => entry.kind === "policy.blocked");
+      expect(blocked).toHaveLength(10);
+      expect(blocked.every((entry) => entry.data?.ruleId === "a2a.budget")).toBe(true);
     }, 20_000);
 
     it("refuses a wait cycle whose sends pass through different instances", async () => {
@@ -399,24 +408,32 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
       expect(result).toMatchObject({ status: "ok", reply: "helper said: back: forbidden" });
     }, 30_000);
 
-    it("counts a requester's children across instances for maxChildren", async () => {
+    it("counts a requester's children across instances for maxChildren, also for spawns decided at the same moment", async () => {
       if (unavailable !== undefined)
         throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
       const [a, b] = await startCluster(2);
       const ops = [await operator(a!), await operator(b!)];
       await ops[0]!.peer.call("sessions.create", { key: "agent:main:cron:parent" });
-      const statuses: string[] = [];
-      // maxChildren is 3 (test/cluster-gateway.mjs); no worker, so every child stays queued (active).
-      for (let i = 0; i < 4; i++) {
-        const result = await ops[i % 2]!.peer.call<{ status: string; error?: string }>("tools.invoke", {
-          tool: "sessions_spawn",
-          args: { task: `child ${i}` },
-          as: "agent:main:cron:parent",
-        });
-        statuses.push(result.status);
-      }
-      expect(statuses.slice(0, 3).every((status) => status !== "forbidden")).toBe(true);
-      expect(statuses[3]).toBe("forbidden");
+      // maxChildren is 3 and the budget 4 (test/cluster-gateway.mjs); no worker, so every child
+      // stays queued (active). Four spawns at once, two on each instance: one must be refused.
+      const results = await Promise.all(
+        Array.from({ length: 4 }, (_, i) =>
+          ops[i % 2]!.peer.call<{ status: string; error?: string }>("tools.invoke", {
+            tool: "sessions_spawn",
+            args: { task: `child ${i}` },
+            as: "agent:main:cron:parent",
+          }),
+        ),
+      );
+      const refused = results.filter((result) => result.status === "forbidden");
+      expect(refused).toHaveLength(1);
+      expect(refused[0]!.error).toMatch(
+        /^spawn not allowed: agent:main:cron:parent already has 3 active children/,
+      );
+      const children = await ops[1]!.peer.call<{ sessions: unknown[] }>("sessions.list", {
+        spawnedBy: "agent:main:cron:parent",
+      });
+      expect(children.sessions).toHaveLength(3);
     }, 20_000);
 
     it("answers UNAVAILABLE while PostgreSQL is unreachable, loses nothing acknowledged and recovers", async () => {

@@ -25,6 +25,16 @@ export interface ClusterCallBudget {
     kind: ClusterBudgetKind,
     limit: number,
   ): Promise<{ allowed: boolean; used: number }>;
+  /**
+   * Counts the call at once and says how many came before it in the window (`used`), in one step:
+   * the caller decides on `used` (e.g. with the policy engine) and gives the call back with
+   * `release` when it was refused, so a refusal costs nothing. Calls of one session reserved at the
+   * same moment see distinct counts, so no more than the limit of them can be allowed.
+   */
+  reserve(
+    sessionKey: string,
+    kind: ClusterBudgetKind,
+  ): Promise<{ used: number; release: () => Promise<void> }>;
   /** Deletes every row older than the window; returns how many. */
   prune(): Promise<number>;
 }
@@ -78,6 +88,42 @@ export function openClusterCallBudget(
         await client.query(`INSERT INTO ${table} (session_key, kind) VALUES ($1, $2)`, [sessionKey, kind]);
         return { allowed: true, used: used + 1 };
       });
+    },
+    async reserve(sessionKey, kind) {
+      const taken = await db.transaction("reserving from a session's call budget", async (client) => {
+        await client.query("SELECT pg_advisory_xact_lock($1, hashtext($2))", [
+          BUDGET_LOCK_CLASS,
+          JSON.stringify([schema, kind, sessionKey]),
+        ]);
+        await client.query(`DELETE FROM ${table} WHERE session_key = $1 AND kind = $2 AND at <= ${since}`, [
+          sessionKey,
+          kind,
+          windowMs,
+        ]);
+        const found = await client.query<{ count: string }>(countSql, [sessionKey, kind, windowMs]);
+        // Rows have no id: the reservation is found again by its timestamp, unique per session and
+        // kind since the lock serialises these inserts.
+        const inserted = await client.query<{ at: string }>(
+          `INSERT INTO ${table} (session_key, kind) VALUES ($1, $2) RETURNING at::text`,
+          [sessionKey, kind],
+        );
+        return { used: Number(found.rows[0]?.count ?? 0), at: inserted.rows[0]!.at };
+      });
+      let released: Promise<void> | undefined;
+      return {
+        used: taken.used,
+        release: () => {
+          released ??= db
+            .query(
+              "giving back a refused call",
+              `DELETE FROM ${table} WHERE ctid = (SELECT ctid FROM ${table}
+                 WHERE session_key = $1 AND kind = $2 AND at = $3::timestamptz LIMIT 1)`,
+              [sessionKey, kind, taken.at],
+            )
+            .then(() => undefined);
+          return released;
+        },
+      };
     },
     async prune() {
       const removed = await db.query(

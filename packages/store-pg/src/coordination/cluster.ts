@@ -1,6 +1,7 @@
 import { type AuditHmac, SwitchboardError } from "@switchboard/core";
 import { type ClusterAuditLog, openClusterAuditLog } from "./audit-chains";
 import { type ClusterCallBudget, openClusterCallBudget } from "./call-budget";
+import { type ClusterChildSlots, openClusterChildSlots } from "./child-slots";
 import { type Coordination, type CoordinationOptions, openCoordination } from "./context";
 import { type ClusterEventLog, type ClusterEventLogOptions, openClusterEventLog } from "./event-log";
 import { type LeaderLease, openLeaderLease } from "./leader-lease";
@@ -55,6 +56,7 @@ export interface Cluster {
   readonly secrets: ClusterSecrets;
   readonly waits: ClusterWaitGraph;
   readonly budget: ClusterCallBudget;
+  readonly children: ClusterChildSlots;
   readonly audit: ClusterAuditLog;
   /**
    * Stops timers and the listener and closes the pool. Graceful (default): hands the leader lease
@@ -105,6 +107,7 @@ export async function openCluster(options: ClusterOptions): Promise<Cluster> {
       secrets,
       waits: openClusterWaitGraph(coordination),
       budget,
+      children: openClusterChildSlots(coordination),
       audit,
       async close({ graceful = true } = {}) {
         for (const timer of timers) clearInterval(timer);

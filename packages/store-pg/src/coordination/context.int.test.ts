@@ -2,7 +2,7 @@ import { createServer } from "node:net";
 import { expect, it } from "vitest";
 import { adminQuery, describeWithPg, TEST_PG_URL } from "../../test/pg-harness";
 import { openCoordination } from "./context";
-import { COORDINATION_VERSION } from "./schema";
+import { COORDINATION_MIGRATIONS, COORDINATION_VERSION } from "./schema";
 import { useClusterSchema } from "./test-helpers";
 
 const cluster = useClusterSchema();
@@ -19,8 +19,10 @@ await describeWithPg("cluster coordination: opening", () => {
   it("creates the coordination tables once when several instances open a new schema at once", async () => {
     const opened = await Promise.all([1, 2, 3].map((n) => cluster.open({ instanceId: `gw-${n}` })));
     expect(opened.map((coordination) => coordination.instanceId)).toEqual(["gw-1", "gw-2", "gw-3"]);
-    const versions = await adminQuery(`SELECT version FROM "${cluster.schema}".coordination_migrations`);
-    expect(versions.rows).toEqual([{ version: COORDINATION_VERSION }]);
+    const versions = await adminQuery(
+      `SELECT version FROM "${cluster.schema}".coordination_migrations ORDER BY version`,
+    );
+    expect(versions.rows).toEqual(COORDINATION_MIGRATIONS.map(({ version }) => ({ version })));
   });
 
   it("refuses coordination tables newer than this build, naming both versions", async () => {

@@ -6,6 +6,7 @@ export {
   openClusterAuditLog,
 } from "./audit-chains";
 export { type ClusterBudgetKind, type ClusterCallBudget, openClusterCallBudget } from "./call-budget";
+export { type ClusterChildSlots, openClusterChildSlots } from "./child-slots";
 export { type Cluster, type ClusterOptions, openCluster } from "./cluster";
 export { clusterValue } from "./cluster-meta";
 export {

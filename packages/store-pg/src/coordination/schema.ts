@@ -118,6 +118,22 @@ export const COORDINATION_MIGRATIONS: readonly Migration[] = [
     // Above any seq a single-instance gateway handed out (its floor is the clock, too).
     run: (client, q) => client.query("SELECT setval($1::regclass, $2)", [q("event_seq"), Date.now()]),
   },
+  {
+    version: 2,
+    name: "child slots (maxChildren decided atomically)",
+    statements: (q) => [
+      // A spawn allowed but whose child run is not stored yet: counted with the stored children
+      // of its requester until the run is (see child-slots.ts). Owned by an instance, like waits.
+      `CREATE TABLE ${q("child_slots")} (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        requester_key text COLLATE "C" NOT NULL,
+        child_key text COLLATE "C" NOT NULL,
+        instance_id text COLLATE "C" NOT NULL,
+        taken_at timestamptz NOT NULL DEFAULT now()
+      )`,
+      `CREATE INDEX child_slots_requester ON ${q("child_slots")} (requester_key)`,
+    ],
+  },
 ];
 
 export const COORDINATION_VERSION = COORDINATION_MIGRATIONS.at(-1)!.version;
