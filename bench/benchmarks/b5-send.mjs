@@ -3,7 +3,7 @@
 // against a bare `ws` echo server.
 import fs from "node:fs";
 import { scratchDir } from "../lib/dataset.mjs";
-import { wsPath } from "../lib/modules.mjs";
+import { setting, wsPath } from "../lib/modules.mjs";
 import { spawnEchoServer, spawnGateway } from "../lib/processes.mjs";
 import { figure, repeated } from "../lib/report.mjs";
 import { now, quantile, sleep } from "../lib/stats.mjs";
@@ -18,7 +18,11 @@ export const definition = {
 
 const TARGET_RATE = 5_000;
 const TARGET_P50_AT_1_MS = 2;
-const CONCURRENCIES = [1, 64];
+// `BENCH_B5_CONCURRENCY=64` (comma list) measures only those, e.g. for profiling the loaded case.
+const CONCURRENCIES = (setting("BENCH_B5_CONCURRENCY") ?? "1,64")
+  .split(",")
+  .map((value) => Number(value.trim()))
+  .filter((value) => Number.isInteger(value) && value > 0);
 const MAX_CONNECTIONS = 8;
 
 // Reply-back turns off: with them, every send also queues a turn on the requester's lane, which
