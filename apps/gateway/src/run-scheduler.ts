@@ -62,6 +62,11 @@ export interface ClusterRunHooks {
   handOff(record: RunRecord): Promise<void>;
   /** The run ended: its lane is free for any instance. */
   release(record: RunRecord): Promise<void>;
+  /**
+   * Writes the run's end if this instance still holds the run; false when it does not (it was
+   * declared lost while cut off, and the run was reassigned or ended by another instance).
+   */
+  end(record: RunRecord): Promise<boolean>;
   /** A worker of the agent is connected to another live instance (as last read, within a second). */
   hasRemoteWorker(agentId: string): boolean;
   /** Waits for a run this instance does not hold. */
@@ -568,19 +573,24 @@ export class RunScheduler {
     // The transcript entry and the run record are written side by side (one group-commit round, not
     // two), and both are awaited before anyone hears of the end. A crash in that round keeps either,
     // both or neither: a run found `running` at restart ends `error`; an ended run whose transcript
-    // entry was lost still answers `agent.wait` from its record.
-    const recorded = this.recordEnd(record, status, outcome);
+    // entry was lost still answers `agent.wait` from its record. Several instances: the record
+    // first, since it is written only if this instance still holds the run.
+    let recorded = this.cluster ? undefined : this.recordEnd(record, status, outcome);
     // The end is announced, waiters woken and the lane freed even when the store refuses the write
     // (disk full): the caller still hears about the failure, and nothing waits forever.
     let persistError: unknown;
     try {
-      await this.store.runs.put(record);
+      if (!(await this.saveEnd(record))) {
+        await this.droppedEnd(record, laneKey, freedWorker);
+        return;
+      }
     } catch (error) {
       persistError = error;
       this.log.error({ err: error, runId: record.runId }, "could not persist the end of a run; retrying");
       this.active.keepUnsaved(record);
       this.retryUnsaved();
     }
+    recorded ??= this.recordEnd(record, status, outcome);
     await recorded;
     this.active.delete(record.runId);
     this.bus.publish(
@@ -608,6 +618,43 @@ export class RunScheduler {
     if (this.telemetry) await this.telemetry.ended(record, () => this.notifyEnded(record));
     else await this.notifyEnded(record);
     if (persistError !== undefined) throw persistError;
+  }
+
+  /**
+   * Writes a run's end. Several instances: only while this instance holds the run — one cut off
+   * from the database past its lease had its runs reassigned or ended by the others, and a result
+   * its worker delivers late must not overwrite theirs (false: not written).
+   */
+  private async saveEnd(record: RunRecord): Promise<boolean> {
+    if (!this.cluster) {
+      await this.store.runs.put(record);
+      return true;
+    }
+    const kept = await this.cluster.end(record);
+    if (!kept) {
+      this.log.warn(
+        { runId: record.runId, status: record.status },
+        "late end of a run dropped: this instance no longer holds the run (it was declared lost while cut off, and the run was reassigned or ended elsewhere)",
+      );
+    }
+    return kept;
+  }
+
+  /**
+   * A late end that was not written: the run is no longer this instance's. Its local lane and
+   * worker are free; waiters here hear the end the cluster stored (or time out, and wait again on
+   * the cluster's events like for any run held elsewhere).
+   */
+  private async droppedEnd(
+    record: RunRecord,
+    laneKey: string,
+    freedWorker: Connection | undefined,
+  ): Promise<void> {
+    this.active.delete(record.runId);
+    const stored = await this.store.runs.get(record.runId).catch(() => undefined);
+    if (stored && TERMINAL_RUN_STATUSES.includes(stored.status)) this.waiters.ended(stored);
+    this.pump(laneKey);
+    if (freedWorker) this.pumpStarved(this.workers.agentsOf(freedWorker) ?? [record.agentId]);
   }
 
   /** The run's end in its session's transcript: the reply, or an event saying how it ended. */
@@ -670,7 +717,7 @@ export class RunScheduler {
       this.unsavedTimer = undefined;
       void (async () => {
         for (const record of this.active.unsavedRecords()) {
-          await this.store.runs.put(record);
+          await this.saveEnd(record);
           this.active.saved(record.runId);
         }
       })().catch(() => this.retryUnsaved());
@@ -727,7 +774,7 @@ export class RunScheduler {
     clearTimeout(this.unsavedTimer);
     for (const record of this.active.unsavedRecords()) {
       const runId = record.runId;
-      await this.store.runs.put(record).then(
+      await this.saveEnd(record).then(
         () => this.active.saved(runId),
         (error) => this.log.error({ err: error, runId }, "the end of a run is not durable"),
       );

@@ -60,6 +60,8 @@ export class ClusterRuns {
   private stopped = false;
   private readonly poll: NodeJS.Timeout;
   private relisten: NodeJS.Timeout | undefined;
+  /** Deadlines of runs this instance handed to the cluster's queue. */
+  private readonly queuedTimers = new Set<NodeJS.Timeout>();
 
   constructor(
     private readonly cluster: Cluster,
@@ -93,6 +95,7 @@ export class ClusterRuns {
 
   stop(): void {
     this.stopped = true;
+    for (const timer of this.queuedTimers) clearTimeout(timer);
     clearInterval(this.poll);
     clearTimeout(this.relisten);
     void this.listener?.end().catch(() => undefined);
@@ -211,7 +214,28 @@ export class ClusterRuns {
   /** No worker of the agent on this instance: the run waits in the cluster's queue for any. */
   async handOff(record: RunRecord): Promise<void> {
     await this.lanes.enqueue(clusterLaneKey(record), record.runId, { agentId: record.agentId });
+    this.armQueuedTimeout(record);
     await this.notifyQueued();
+  }
+
+  /**
+   * A handed-off run still in the queue at its deadline ends `timeout` then, as it would on one
+   * process (the leader's one-second sweep is the net for runs whose instance died).
+   */
+  private armQueuedTimeout(record: RunRecord): void {
+    const seconds = record.timeoutSeconds;
+    if (!seconds || seconds <= 0) return;
+    const timer = setTimeout(
+      () => {
+        this.queuedTimers.delete(timer);
+        void this.expire(record.runId).catch((error: unknown) =>
+          this.log.warn({ err: error, runId: record.runId }, "could not end a queued run at its timeout"),
+        );
+      },
+      Math.max(0, record.createdAt + seconds * 1000 - Date.now()),
+    );
+    timer.unref();
+    this.queuedTimers.add(timer);
   }
 
   /** Wakes every instance: a run waits in the cluster's queue. */
@@ -267,6 +291,11 @@ export class ClusterRuns {
         return;
       }
     }
+  }
+
+  /** Writes the run's end only while this instance holds the run (see `ClusterRunEnds`). */
+  end(record: RunRecord): Promise<boolean> {
+    return this.cluster.runEnds.write(record);
   }
 
   /** The run ended: its lane is free for any instance. */
@@ -364,29 +393,33 @@ export class ClusterRuns {
       `SELECT run_id, lane_key FROM ${q("run_queue")} ORDER BY position LIMIT 1000`,
     );
     let expired = 0;
-    for (const row of queued.rows) {
-      const record = await this.store.runs.get(row.run_id);
-      const seconds = record?.timeoutSeconds;
-      if (!record || !seconds || record.createdAt + seconds * 1000 > Date.now()) continue;
-      const taken = await db.query(
-        "taking an expired run out of the queue",
-        `DELETE FROM ${q("run_queue")} WHERE run_id = $1 RETURNING run_id`,
-        [row.run_id],
-      );
-      if (taken.rowCount === 0 || TERMINAL_RUN_STATUSES.includes(record.status)) continue;
-      const error = `run timed out after ${seconds}s`;
-      record.status = "timeout";
-      record.error = error;
-      record.endedAt = Date.now();
-      await this.store.runs.put(record);
-      this.bus.publish(
-        "run.ended",
-        { runId: record.runId, sessionKey: record.sessionKey, status: "timeout", error },
-        { sessionKey: record.sessionKey, agentId: record.agentId },
-      );
-      expired += 1;
-    }
+    for (const row of queued.rows) if (await this.expire(row.run_id)) expired += 1;
     return expired;
+  }
+
+  /** Ends one queued run `timeout` if it is past its deadline and still in the queue. */
+  private async expire(runId: string): Promise<boolean> {
+    const { db, q } = this.cluster.coordination;
+    const record = await this.store.runs.get(runId);
+    const seconds = record?.timeoutSeconds;
+    if (!record || !seconds || record.createdAt + seconds * 1000 > Date.now()) return false;
+    const taken = await db.query(
+      "taking an expired run out of the queue",
+      `DELETE FROM ${q("run_queue")} WHERE run_id = $1 RETURNING run_id`,
+      [runId],
+    );
+    if (taken.rowCount === 0 || TERMINAL_RUN_STATUSES.includes(record.status)) return false;
+    const error = `run timed out after ${seconds}s`;
+    record.status = "timeout";
+    record.error = error;
+    record.endedAt = Date.now();
+    await this.store.runs.put(record);
+    this.bus.publish(
+      "run.ended",
+      { runId: record.runId, sessionKey: record.sessionKey, status: "timeout", error },
+      { sessionKey: record.sessionKey, agentId: record.agentId },
+    );
+    return true;
   }
 
   /** Waits for a run held by another instance (or not started yet) to end, up to `timeoutMs`. */

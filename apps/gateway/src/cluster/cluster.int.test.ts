@@ -496,6 +496,61 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
       }
     }, 30_000);
 
+    it("drops the late result of an instance that was cut off from the database and declared lost", async () => {
+      if (unavailable !== undefined)
+        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
+      const target = new URL(testPgUrl());
+      const proxy = new TcpProxy(target.hostname, Number(target.port || 5432));
+      await proxy.start();
+      try {
+        // A reaches the database through the proxy, B directly.
+        const schema = testSchemaName("sbgwclu");
+        schemas.push(schema);
+        const a = await startChildGateway(
+          childScript,
+          [proxy.urlFor(testPgUrl()), schema, WORKER_TOKEN],
+          children,
+        );
+        const b = await startChildGateway(childScript, [testPgUrl(), schema, WORKER_TOKEN], children);
+        let finish: (reply: string) => void = () => undefined;
+        const late = new Promise<string>((resolve) => {
+          finish = resolve;
+        });
+        const worker = await TestWorker.start(a.url, WORKER_TOKEN, ["main"], () => late);
+        const opA = await operator(a);
+        const opB = await operator(b);
+        const sessionKey = "agent:main:cron:fenced";
+        await opA.peer.call("sessions.create", { key: sessionKey });
+        const { runId } = await opA.peer.call<{ runId: string }>("chat.send", {
+          sessionKey,
+          message: "work",
+        });
+        while (worker.runs.length === 0) await sleep(20);
+        // A is cut off past its lease: B's sweep frees the run; no other worker takes it, so it ends error.
+        await proxy.stop();
+        const ended = await opB.peer.call<{ status: string; error?: string }>("agent.wait", {
+          runId,
+          timeoutMs: 15_000,
+        });
+        expect(ended.status).toBe("error");
+        expect(ended.error).toContain(opA.server.instanceId);
+        // A is back; its worker delivers the result now. A must not write it over the error.
+        await proxy.start();
+        await sleep(1500);
+        finish("late result");
+        await sleep(1000);
+        expect(await opB.peer.call("agent.wait", { runId, timeoutMs: 1000 })).toMatchObject({
+          status: "error",
+        });
+        const history = await opB.peer.call<{ messages: Array<{ content?: unknown }> }>("sessions.history", {
+          sessionKey,
+        });
+        expect(JSON.stringify(history.messages)).not.toContain("late result");
+      } finally {
+        await proxy.stop();
+      }
+    }, 30_000);
+
     it("reassigns the runs of an instance killed with SIGKILL once, or ends them, within 10 s; waits elsewhere answer; nothing acknowledged is lost", async () => {
       if (unavailable !== undefined)
         throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);

@@ -6,6 +6,7 @@ import { type Coordination, type CoordinationOptions, openCoordination } from ".
 import { type ClusterEventLog, type ClusterEventLogOptions, openClusterEventLog } from "./event-log";
 import { type LeaderLease, openLeaderLease } from "./leader-lease";
 import { type ClusterMembership, type LostRun, openMembership } from "./membership";
+import { type ClusterRunEnds, openClusterRunEnds } from "./run-ends";
 import { type ClusterRunLanes, openClusterRunLanes } from "./run-lanes";
 import { type ClusterSecrets, openClusterSecrets } from "./secrets";
 import { type ClusterWaitGraph, openClusterWaitGraph } from "./wait-graph";
@@ -53,6 +54,8 @@ export interface Cluster {
   readonly leader: LeaderLease;
   readonly events: ClusterEventLog;
   readonly lanes: ClusterRunLanes;
+  /** Run ends written only by the instance holding the run (fencing of a cut-off instance). */
+  readonly runEnds: ClusterRunEnds;
   readonly secrets: ClusterSecrets;
   readonly waits: ClusterWaitGraph;
   readonly budget: ClusterCallBudget;
@@ -104,6 +107,7 @@ export async function openCluster(options: ClusterOptions): Promise<Cluster> {
       leader,
       events,
       lanes,
+      runEnds: openClusterRunEnds(coordination),
       secrets,
       waits: openClusterWaitGraph(coordination),
       budget,

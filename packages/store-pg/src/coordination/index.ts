@@ -32,6 +32,7 @@ export {
   openMembership,
   type SweepResult,
 } from "./membership";
+export { type ClusterRunEnds, openClusterRunEnds } from "./run-ends";
 export { type ClusterRunLanes, createRunOnce, openClusterRunLanes, type RunClaim } from "./run-lanes";
 export { COORDINATION_MIGRATIONS, COORDINATION_VERSION } from "./schema";
 export { type ClusterSecrets, openClusterSecrets } from "./secrets";
