@@ -159,8 +159,9 @@ export class AuditService {
   }
 
   async tail(limit: number, after?: number): Promise<AuditRecord[]> {
-    // A cluster has one chain per writer and no global index: the newest records across chains.
-    if (this.cluster) return this.cluster.tail(limit);
+    // A cluster has one chain per writer and no global index: records carry a cluster-wide
+    // `position`, which is what `after` means there.
+    if (this.cluster) return this.cluster.tail(limit, after);
     if (after !== undefined) return this.store.read({ after, limit });
     return this.store.tail(limit);
   }

@@ -132,6 +132,21 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
         (await op.peer.call<{ entries: Array<{ kind: string }> }>("audit.tail", { limit: 100 })).entries
           .length;
       expect(await sessionsAudited(opA)).toBeGreaterThanOrEqual(11);
+      // `after` is a cluster-wide position: paging through A and B alternately gives every
+      // record of both instances once, in one order.
+      type Page = { entries: Array<{ chainId: string; index: number; position: number }> };
+      const everything = await opA.peer.call<Page>("audit.tail", { limit: 1000, after: -1 });
+      const paged: Page["entries"] = [];
+      for (let after = -1, turn = 0; ; turn++) {
+        const page = await [opA, opB][turn % 2]!.peer.call<Page>("audit.tail", { limit: 4, after });
+        if (page.entries.length === 0) break;
+        paged.push(...page.entries);
+        after = page.entries.at(-1)!.position;
+      }
+      expect(paged.map((entry) => `${entry.chainId}#${entry.index}`)).toEqual(
+        everything.entries.map((entry) => `${entry.chainId}#${entry.index}`),
+      );
+      expect(new Set(paged.map((entry) => entry.chainId)).size).toBe(2);
       const verdict = await opA.peer.call<{ ok: boolean; entries: number }>("audit.verify", {});
       expect(verdict).toMatchObject({ ok: true });
       expect(verdict.entries).toBeGreaterThanOrEqual(11);

@@ -1,6 +1,7 @@
 import { createAuditChain } from "@switchboard/core";
+import pg from "pg";
 import { expect, it } from "vitest";
-import { adminQuery, describeWithPg } from "../../test/pg-harness";
+import { adminQuery, describeWithPg, TEST_PG_URL } from "../../test/pg-harness";
 import { type ClusterAuditLog, nodeAuditHmac, openClusterAuditLog } from "./audit-chains";
 import { useClusterSchema } from "./test-helpers";
 
@@ -143,5 +144,45 @@ await describeWithPg("cluster audit chains", () => {
       `UPDATE $schema.audit_anchors SET record = jsonb_set(record::jsonb, '{at}', '1')::json WHERE idx = 0`,
     );
     expect(await a.verify()).toMatchObject({ ok: false, chainId: "anchors", firstBadIndex: 0 });
+  });
+});
+
+await describeWithPg("cluster audit tail after a position", () => {
+  it("follows every chain in one order; a record committed late below the last position is not skipped", async () => {
+    const { a, b } = await twoWriters();
+    // 26 records (12 + a chain record each, and the anchor is elsewhere): read in pages of 10.
+    const seen: Array<{ chainId: string; index: number; position?: number }> = [];
+    let after = -1;
+    for (;;) {
+      const page = await a.tail(10, after);
+      if (page.length === 0) break;
+      seen.push(...page);
+      after = page.at(-1)!.position!;
+    }
+    expect(seen).toHaveLength(26);
+    const positions = seen.map((record) => record.position!);
+    expect(positions.every((position, i) => i === 0 || position > positions[i - 1]!)).toBe(true);
+    expect(new Set(seen.map((record) => `${record.chainId}#${record.index}`)).size).toBe(26);
+    // Without `after`: the newest, in the same order.
+    expect((await b.tail(3)).map((record) => record.position)).toEqual(positions.slice(-3));
+
+    // A writer whose transaction began before other instances' appends commits after them.
+    const slow = new pg.Client({ connectionString: TEST_PG_URL });
+    await slow.connect();
+    try {
+      await slow.query("BEGIN");
+      await slow.query(
+        `INSERT INTO "${cluster.schema}".audit_chain_records (chain_id, idx, at, record) VALUES ('slow', 0, 0, '{}')`,
+      );
+      await a.append(entry(50, "a"));
+      await b.append(entry(50, "b"));
+      // Held back while the older transaction runs: a reader must not move past it.
+      expect(await a.tail(10, after)).toEqual([]);
+      await slow.query("COMMIT");
+    } finally {
+      await slow.end();
+    }
+    const rest = await a.tail(10, after);
+    expect(rest.map((record) => record.chainId)).toEqual(["slow", a.chainId, b.chainId]);
   });
 });

@@ -14,6 +14,8 @@ import type { Coordination } from "./context";
 /** A record of one writer's chain. */
 export interface ClusterAuditRecord extends AuditRecord {
   chainId: string;
+  /** Its position across every chain (`tail`'s `after`); set on records read by `tail`. */
+  position?: number;
 }
 
 export interface ClusterAuditVerifyResult {
@@ -53,8 +55,12 @@ export interface ClusterAuditLog {
   anchor(): Promise<void>;
   /** The chain heads of the newest anchor (chain id → head). */
   anchored(): Promise<Record<string, AuditHead>>;
-  /** Newest records across chains (by time), at most `limit`. */
-  tail(limit: number): Promise<ClusterAuditRecord[]>;
+  /**
+   * Records across chains in one cluster-wide order, oldest first, each with its `position`:
+   * without `after` the newest `limit`, with it the first `limit` after that position. A reader
+   * following with `after` = the last position it got misses and repeats nothing.
+   */
+  tail(limit: number, after?: number): Promise<ClusterAuditRecord[]>;
   verify(): Promise<ClusterAuditVerifyResult>;
 }
 
@@ -212,14 +218,33 @@ export async function openClusterAuditLog(
       );
       return headsOf(found.rows[0]?.record);
     },
-    async tail(limit) {
-      const found = await db.read<RecordRow>(
-        "reading the newest audit records",
-        `SELECT chain_id, record FROM ${records}
-         ORDER BY at DESC, chain_id DESC, idx DESC LIMIT $1`,
-        [limit],
-      );
-      return found.rows.reverse().map((row) => ({ ...row.record, chainId: row.chain_id }));
+    /**
+     * The position is the id of the transaction that wrote the record (one record per
+     * transaction). Ids are handed out in start order, not commit order, so only records below the
+     * oldest transaction still running are answered: those can no longer be joined by a record
+     * with a smaller id, so a reader continuing after the last position never skips one that
+     * commits late (and a record shows here once the writes begun before it have ended, within
+     * milliseconds). Instances append without sharing a lock or a row.
+     */
+    async tail(limit, after) {
+      const settled = "xid < pg_snapshot_xmin(pg_current_snapshot())";
+      const found =
+        after === undefined
+          ? await db.read<RecordRow & { position: string }>(
+              "reading the newest audit records",
+              `SELECT chain_id, record, xid::text AS position FROM ${records} WHERE ${settled}
+               ORDER BY xid DESC, chain_id DESC, idx DESC LIMIT $1`,
+              [limit],
+            )
+          : await db.read<RecordRow & { position: string }>(
+              "reading audit records after a position",
+              `SELECT chain_id, record, xid::text AS position FROM ${records}
+               WHERE ${settled} AND xid > $2::text::xid8
+               ORDER BY xid, chain_id, idx LIMIT $1`,
+              [limit, String(Math.max(0, after))],
+            );
+      const rows = after === undefined ? found.rows.reverse() : found.rows;
+      return rows.map((row) => ({ ...row.record, chainId: row.chain_id, position: Number(row.position) }));
     },
     async verify() {
       const anchorRecords = await latestAnchors();

@@ -134,6 +134,16 @@ export const COORDINATION_MIGRATIONS: readonly Migration[] = [
       `CREATE INDEX child_slots_requester ON ${q("child_slots")} (requester_key)`,
     ],
   },
+  {
+    version: 3,
+    name: "audit records' cluster-wide position (audit.tail after)",
+    statements: (q) => [
+      // The id of the transaction that wrote the record: its position across every chain (see
+      // audit-chains.ts `tail`). Records written before this version share the ALTER's id.
+      `ALTER TABLE ${q("audit_chain_records")} ADD COLUMN xid xid8 NOT NULL DEFAULT pg_current_xact_id()`,
+      `CREATE INDEX audit_chain_records_position ON ${q("audit_chain_records")} (xid, chain_id, idx)`,
+    ],
+  },
 ];
 
 export const COORDINATION_VERSION = COORDINATION_MIGRATIONS.at(-1)!.version;
