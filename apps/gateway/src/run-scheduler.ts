@@ -606,17 +606,26 @@ export class RunScheduler {
       { sessionKey: record.sessionKey, agentId: record.agentId },
     );
     this.waiters.ended(record);
-    // The lane is free cluster-wide before its next run here claims it (no claim retry).
-    if (this.cluster)
+    const notify = () =>
+      this.telemetry
+        ? this.telemetry.ended(record, () => this.notifyEnded(record))
+        : this.notifyEnded(record);
+    let notified: Promise<void> | undefined;
+    if (this.cluster) {
+      // Flows hear of the end before the release's round trip, as they do without a cluster: a wait
+      // answered above is never ahead of the flows the end starts (reply delivery, announce), so a
+      // `flows.idle()` after it (shutdown, tests) covers them.
+      notified = notify();
+      // The lane is free cluster-wide before its next run here claims it (no claim retry).
       await this.cluster
         .release(record)
         .catch((error) =>
           this.log.warn({ err: error, runId: record.runId }, "could not release a run's lane"),
         );
+    }
     this.pump(laneKey);
     if (freedWorker) this.pumpStarved(this.workers.agentsOf(freedWorker) ?? [record.agentId]);
-    if (this.telemetry) await this.telemetry.ended(record, () => this.notifyEnded(record));
-    else await this.notifyEnded(record);
+    await (notified ?? notify());
     if (persistError !== undefined) throw persistError;
   }
 

@@ -497,8 +497,8 @@ describe("sessions_spawn", () => {
       label: "nested",
     });
     expect(spawned.status).toBe("accepted");
-    await gw.gateway.flows.idle();
-    const childRun = workers[0]!.runs.find((r) => r.sessionKey === spawned.childSessionKey)!;
+    // Assigned once its lane is claimed (a round trip of its own on the PostgreSQL store).
+    const childRun = await assigned((r) => r.sessionKey === spawned.childSessionKey);
     const toolNames = (childRun.tools as Array<{ name: string }>).map((t) => t.name);
     expect(toolNames).not.toContain("sessions_send");
     expect(toolNames).not.toContain("sessions_spawn");
@@ -570,6 +570,8 @@ describe("status, agents, message and summarize", () => {
     await setup();
     await create("main");
     const child = await tool("main", "sessions_spawn", { task: "echo this", label: "helper" });
+    // The child's announce (a flow its end starts) is in main's transcript before the counts below.
+    await op.call("agent.wait", { runId: child.runId as string, timeoutMs: 10_000 });
     await gw.gateway.flows.idle();
     const status = await tool("main", "session_status");
     expect(status).toMatchObject({

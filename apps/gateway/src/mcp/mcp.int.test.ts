@@ -293,10 +293,15 @@ describe("MCP over Streamable HTTP at /mcp", { timeout: 30_000 }, () => {
     const client = await mcpOverHttp();
     const spawned = await client.callTool({ name: "sessions_spawn", arguments: { task: "look around" } });
     expect(spawned.structuredContent).toMatchObject({ status: "accepted" });
-    const child = (spawned.structuredContent as { childSessionKey: string }).childSessionKey;
+    const { childSessionKey: child, runId } = spawned.structuredContent as {
+      childSessionKey: string;
+      runId: string;
+    };
     const row = await op.sessions.status({ sessionKey: child });
     expect(row).toMatchObject({ spawnedBy: MCP_KEY });
-    // The child's report is recorded in the host's session; no agent turn is started there for it.
+    // The child's report is recorded in the host's session once its run ended (the announce is a
+    // flow the end starts); no agent turn is started there for it.
+    expect((await op.agent.wait({ runId, timeoutMs: 10_000 })).status).toBe("ok");
     await gw.gateway.flows.idle();
     const own = await op.sessions.history({ sessionKey: MCP_KEY, limit: 50 });
     const reports = own.messages.filter((message) => message.provenance?.kind === "subagent");
