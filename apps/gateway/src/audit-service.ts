@@ -1,4 +1,11 @@
-import { type AuditRecord, type AuditStore, type MetaStore, verifyAuditRecords } from "@switchboard/core";
+import {
+  type AuditRecord,
+  type AuditStore,
+  type MetaStore,
+  type Store,
+  type TaintRise,
+  verifyAuditRecords,
+} from "@switchboard/core";
 import type { ClusterAuditLog } from "@switchboard/store-pg";
 import { type AuditChainHead, type AuditEntry, InProcessAuditHead, nodeHmac } from "./ports/audit-head";
 import type { EventLog } from "./ports/event-log";
@@ -26,16 +33,11 @@ export class AuditService {
     private readonly cluster?: ClusterAuditLog,
   ) {}
 
-  /** Records go to a cluster's audit chains (not the store's audit log). */
-  get clustered(): boolean {
-    return this.cluster !== undefined;
-  }
-
   /**
-   * The audit of one instance of a cluster. The chain is in the database, so `appendWith` records
-   * the entry in this instance's chain first and then lets `persist` store the same record with its
-   * data (a taint rise): a failure between the two leaves an audit record of a write that did not
-   * happen, never a write without its record.
+   * The audit of one instance of a cluster. The chain is in the database: `appendWith` records the
+   * entry in this instance's chain first and then lets `persist` store the same record with its
+   * data (a failure between the two leaves an audit record of a write that did not happen, never a
+   * write without its record); a taint rise (`commitTaintRise`) is one transaction instead.
    */
   static forCluster(
     cluster: ClusterAuditLog,
@@ -97,9 +99,7 @@ export class AuditService {
     input: AuditInput,
     persist: (record: AuditRecord) => Promise<T>,
   ): Promise<{ record: AuditRecord; result: T }> {
-    const entry = { kind: input.kind, at: Date.now(), data: input.data } as AuditEntry;
-    if (input.actor !== undefined) entry.actor = input.actor;
-    if (input.sessionKey !== undefined) entry.sessionKey = input.sessionKey;
+    const entry = entryOf(input);
     if (this.cluster) return this.appendToCluster(this.cluster, entry, persist);
     const stored = this.head.next(entry).then(async (record) => {
       let result: T;
@@ -129,6 +129,25 @@ export class AuditService {
       );
       return done;
     });
+  }
+
+  /**
+   * A taint rise: its audit record, the transcript's `taint` entry and the session row, all of
+   * them or none, also across a crash. One process: the store commits the three together.
+   * Several instances: one PostgreSQL transaction writes the record into this instance's chain
+   * and the entry and row into the store's tables.
+   */
+  async commitTaintRise(
+    input: AuditInput,
+    rise: Omit<TaintRise, "audit">,
+    store: Pick<Store, "commitTaintRise">,
+  ): Promise<void> {
+    if (this.cluster) {
+      const { record } = await this.cluster.commitTaintRise(entryOf(input), rise);
+      this.announce(record);
+      return;
+    }
+    await this.appendWith(input, (record) => store.commitTaintRise({ ...rise, audit: record }));
   }
 
   private async appendToCluster<T>(
@@ -186,4 +205,11 @@ export class AuditService {
       ...(expectedHead ? { expectedHead } : {}),
     });
   }
+}
+
+function entryOf(input: AuditInput): AuditEntry {
+  const entry = { kind: input.kind, at: Date.now(), data: input.data } as AuditEntry;
+  if (input.actor !== undefined) entry.actor = input.actor;
+  if (input.sessionKey !== undefined) entry.sessionKey = input.sessionKey;
+  return entry;
 }

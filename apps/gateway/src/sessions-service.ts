@@ -334,19 +334,10 @@ export class SessionsService {
       // of them or none, also across a crash.
       const row = { ...entry, taint: to, updatedAt: Math.max(Date.now(), entry.updatedAt) };
       const taintEntry = { type: "taint" as const, label: to, taint: { from, to, reason, source } };
-      await this.audit.appendWith(
+      await this.audit.commitTaintRise(
         { kind: "taint", sessionKey: key, data: { from, to, reason, source } },
-        async (record) => {
-          if (!this.audit.clustered) {
-            await this.store.commitTaintRise({ row, entry: taintEntry, audit: record });
-            return;
-          }
-          // A cluster's audit record is in its instance's chain already (not the store's log): the
-          // entry, then the row (a crash between leaves the row lower, which the next rise fixes;
-          // taint never goes down).
-          await this.store.transcripts.append(entry.sessionId, [taintEntry]);
-          await this.store.sessions.put(row);
-        },
+        { row, entry: taintEntry },
+        this.store,
       );
       this.bus.publish(
         "session.taint",

@@ -1,12 +1,15 @@
 import {
+  type AuditRecord,
   DEFAULT_MAX_ENTRY_BYTES,
   prepareTranscriptAppend,
+  type SessionEntry,
   SwitchboardError,
   type TaintRise,
   type TaintRiseResult,
   validateAuditBatch,
   validateTaintRise,
 } from "@switchboard/core";
+import type pg from "pg";
 import { type AuditLog, auditIndexTaken } from "./audit";
 import type { Db } from "./db";
 import { isUniqueViolation } from "./errors";
@@ -62,17 +65,7 @@ export function createTaintRiseCommit(
           [record],
           lastIndex === null || lastIndex === undefined ? undefined : toNumber(lastIndex),
         );
-        const appended = await client.query<{ seq: string }>(
-          appendSql(q),
-          appendValues(row.sessionId, prepared.entries),
-        );
-        if (appended.rows.length === 0) {
-          throw new SwitchboardError("NOT_FOUND", `no transcript for sessionId ${row.sessionId}`);
-        }
-        const written = await client.query<{ version: string }>(
-          sessionUpsertSql(q),
-          sessionColumnValues(row),
-        );
+        const result = await writeRise(client, q, row, prepared);
         try {
           await client.query(`INSERT INTO ${audit} (idx, record) VALUES ($1, $2)`, [
             record.index,
@@ -82,14 +75,52 @@ export function createTaintRiseCommit(
           if (isUniqueViolation(error)) throw auditIndexTaken(record.index);
           throw error;
         }
-        return {
-          entry: withAssignedSeqs(prepared.entries, appended.rows)[0]!,
-          version: toNumber(written.rows[0]?.version),
-        };
+        return result;
       });
     } finally {
       finish();
       auditTurn.release();
     }
   };
+}
+
+type PreparedRise = ReturnType<typeof prepareTranscriptAppend>;
+
+/** The rise's transcript entry and session row, inside the caller's transaction. */
+async function writeRise(
+  client: pg.ClientBase,
+  q: (table: string) => string,
+  row: SessionEntry,
+  prepared: PreparedRise,
+): Promise<TaintRiseResult> {
+  const appended = await client.query<{ seq: string }>(
+    appendSql(q),
+    appendValues(row.sessionId, prepared.entries),
+  );
+  if (appended.rows.length === 0) {
+    throw new SwitchboardError("NOT_FOUND", `no transcript for sessionId ${row.sessionId}`);
+  }
+  const written = await client.query<{ version: string }>(sessionUpsertSql(q), sessionColumnValues(row));
+  return {
+    entry: withAssignedSeqs(prepared.entries, appended.rows)[0]!,
+    version: toNumber(written.rows[0]?.version),
+  };
+}
+
+/**
+ * A taint rise whose audit record is written elsewhere in the same transaction (a cluster's audit
+ * chain, see coordination/audit-chains.ts): the transcript's `taint` entry and the session row on
+ * the caller's client, so the three commit together or not at all. The caller holds the session's
+ * lock (the gateway's per-key lock), as for any write of the row.
+ */
+export async function writeTaintRiseIn(
+  client: pg.ClientBase,
+  q: (table: string) => string,
+  rise: Omit<TaintRise, "audit">,
+  audit: AuditRecord,
+  maxEntryBytes = DEFAULT_MAX_ENTRY_BYTES,
+): Promise<TaintRiseResult> {
+  // The record's place is its own chain's: only its shape is checked here.
+  const { row, entry } = validateTaintRise({ ...rise, audit }, undefined);
+  return writeRise(client, q, row, prepareTranscriptAppend([entry], { lastSeq: 0, maxEntryBytes }));
 }

@@ -6,9 +6,13 @@ import {
   type AuditHmac,
   type AuditRecord,
   createAuditChain,
+  type TaintRise,
+  type TaintRiseResult,
   verifyAuditRecords,
 } from "@switchboard/core";
+import type pg from "pg";
 import { isUniqueViolation } from "../errors";
+import { writeTaintRiseIn } from "../taint-rise";
 import type { Coordination } from "./context";
 
 /** A record of one writer's chain. */
@@ -51,6 +55,23 @@ export interface ClusterAuditLog {
   /** This writer's chain. */
   readonly chainId: string;
   append(entry: AuditEntry): Promise<ClusterAuditRecord>;
+  /**
+   * Appends `entry` to this writer's chain in one transaction with `write` (which gets the
+   * transaction's client and the record): the record and what `write` writes commit together or
+   * not at all. The chain goes on from what the database holds after a failure.
+   */
+  appendWith<T>(
+    entry: AuditEntry,
+    write: (client: pg.ClientBase, record: AuditRecord) => Promise<T>,
+  ): Promise<{ record: ClusterAuditRecord; result: T }>;
+  /**
+   * A taint rise: its audit record (this writer's chain), the transcript's `taint` entry and the
+   * session row (the store's tables, same schema) in one transaction.
+   */
+  commitTaintRise(
+    entry: AuditEntry,
+    rise: Omit<TaintRise, "audit">,
+  ): Promise<{ record: ClusterAuditRecord; result: TaintRiseResult }>;
   /** Records the head of every chain in a new anchor. */
   anchor(): Promise<void>;
   /** The chain heads of the newest anchor (chain id → head). */
@@ -93,12 +114,10 @@ export async function openClusterAuditLog(
   const anchors = q("audit_anchors");
   const chainId = `${instanceId}:${randomUUID()}`;
 
+  const insertSql = `INSERT INTO ${records} (chain_id, idx, at, record) VALUES ($1, $2, $3, $4)`;
+  const insertValues = (record: AuditRecord) => [chainId, record.index, record.at, JSON.stringify(record)];
   const insert = (record: AuditRecord) =>
-    db.query(
-      "appending an audit record",
-      `INSERT INTO ${records} (chain_id, idx, at, record) VALUES ($1, $2, $3, $4)`,
-      [chainId, record.index, record.at, JSON.stringify(record)],
-    );
+    db.query("appending an audit record", insertSql, insertValues(record));
   /** The chain continued after what the database holds (the truth after any failure). */
   const rebuild = async (): Promise<AuditChain> => {
     const found = await db.read<{ record: AuditRecord }>(
@@ -141,6 +160,30 @@ export async function openClusterAuditLog(
     queue = run.catch(() => undefined);
     return run;
   };
+  /** One record and its data in one transaction, in chain order; the chain is rebuilt after a failure. */
+  const appendWith = <T>(
+    entry: AuditEntry,
+    write: (client: pg.ClientBase, record: AuditRecord) => Promise<T>,
+  ): Promise<{ record: ClusterAuditRecord; result: T }> => {
+    const run = queue.then(async () => {
+      chain ??= await rebuild();
+      const record = await chain.next(entry);
+      try {
+        const result = await db.transaction("appending an audit record with its data", async (client) => {
+          await client.query(insertSql, insertValues(record));
+          return write(client, record);
+        });
+        return { record: { ...record, chainId }, result };
+      } catch (error) {
+        // Rolled back (or committed with its answer lost): go on from what the database holds.
+        chain = undefined;
+        chain = await rebuild().catch(() => undefined);
+        throw error;
+      }
+    });
+    queue = run.catch(() => undefined);
+    return run;
+  };
   // The chain's first record binds its id into the hashes: moving records to another id breaks it.
   await append({ kind: CHAIN_START, at: Date.now(), data: { chainId, instanceId } });
 
@@ -176,6 +219,10 @@ export async function openClusterAuditLog(
     async append(entry) {
       const record = await append(entry);
       return { ...record, chainId };
+    },
+    appendWith,
+    commitTaintRise(entry, rise) {
+      return appendWith(entry, (client, record) => writeTaintRiseIn(client, q, rise, record));
     },
     async anchor() {
       await db.transaction("anchoring the audit chains", async (client) => {
