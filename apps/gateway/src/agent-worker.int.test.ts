@@ -4,9 +4,9 @@ import { type RunningAgentWorker, startAgentWorker } from "@switchboard/agent";
 import { connect, type SwitchboardClient } from "@switchboard/client";
 import { type ConfigInput, parseConfig, type ScriptedRuleInput } from "@switchboard/core";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { startTestGateway, type TestGateway } from "./testing/test-gateway";
+import { startTestGateway, type TestGateway, testStoreKind } from "./testing/test-gateway";
 
-const STORE = (process.env.SWITCHBOARD_TEST_STORE as "memory" | "file" | undefined) ?? "file";
+const STORE = testStoreKind();
 const WORKER_TOKEN = "agent-worker-token-0123456789";
 
 /** A Chat Completions endpoint on 127.0.0.1 answering each request with the next queued reply. */

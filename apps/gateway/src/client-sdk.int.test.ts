@@ -10,9 +10,9 @@ import {
 import { SwitchboardError } from "@switchboard/core";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { WebSocket } from "ws";
-import { startTestGateway, type TestGateway } from "./testing/test-gateway";
+import { startTestGateway, type TestGateway, testStoreKind } from "./testing/test-gateway";
 
-const STORE = (process.env.SWITCHBOARD_TEST_STORE as "memory" | "file" | undefined) ?? "file";
+const STORE = testStoreKind();
 const WORKER_TOKEN = "sdk-worker-token-0123456789";
 const CLIENT_TOKEN = "sdk-client-token-0123456789";
 const FAST_RECONNECT = { initialDelayMs: 5, maxDelayMs: 20, jitter: false } as const;

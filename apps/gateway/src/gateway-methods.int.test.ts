@@ -2,10 +2,10 @@ import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { behaviour } from "./testing/behaviour";
-import { startTestGateway, type TestGateway, TestWorker } from "./testing/test-gateway";
+import { startTestGateway, type TestGateway, TestWorker, testStoreKind } from "./testing/test-gateway";
 import { TestPeer } from "./testing/test-peer";
 
-const STORE = (process.env.SWITCHBOARD_TEST_STORE as "memory" | "file" | undefined) ?? "file";
+const STORE = testStoreKind();
 const WORKER = "worker-token-0123456789";
 const CHANNEL = "channel-token-0123456789";
 

@@ -1,8 +1,8 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { startTestGateway, type TestGateway, TestWorker } from "./testing/test-gateway";
+import { startTestGateway, type TestGateway, TestWorker, testStoreKind } from "./testing/test-gateway";
 import { TestPeer } from "./testing/test-peer";
 
-const STORE = (process.env.SWITCHBOARD_TEST_STORE as "memory" | "file" | undefined) ?? "file";
+const STORE = testStoreKind();
 const WORKER_TOKEN = "worker-token-0123456789";
 const CLIENT_TOKEN = "client-token-0123456789";
 

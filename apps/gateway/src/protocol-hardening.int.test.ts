@@ -1,10 +1,10 @@
 import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
 import { WebSocket } from "ws";
-import { startTestGateway, type TestGateway } from "./testing/test-gateway";
+import { startTestGateway, type TestGateway, testStoreKind } from "./testing/test-gateway";
 import { TestPeer } from "./testing/test-peer";
 
-const STORE = (process.env.SWITCHBOARD_TEST_STORE as "memory" | "file" | undefined) ?? "file";
+const STORE = testStoreKind();
 
 let gw: TestGateway;
 afterEach(async () => {

@@ -2,10 +2,10 @@ import { randomUUID } from "node:crypto";
 import type { ConfigInput } from "@switchboard/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { behaviour } from "./testing/behaviour";
-import { startTestGateway, type TestGateway, TestWorker } from "./testing/test-gateway";
+import { startTestGateway, type TestGateway, TestWorker, testStoreKind } from "./testing/test-gateway";
 import type { TestPeer } from "./testing/test-peer";
 
-const STORE = (process.env.SWITCHBOARD_TEST_STORE as "memory" | "file" | undefined) ?? "file";
+const STORE = testStoreKind();
 const WORKER = "worker-token-0123456789";
 
 function config(overrides: Partial<ConfigInput> = {}): ConfigInput {

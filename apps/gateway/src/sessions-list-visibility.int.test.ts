@@ -1,13 +1,13 @@
 import type { ConfigInput } from "@switchboard/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { behaviour } from "./testing/behaviour";
-import { startTestGateway, type TestGateway, TestWorker } from "./testing/test-gateway";
+import { startTestGateway, type TestGateway, TestWorker, testStoreKind } from "./testing/test-gateway";
 import type { TestPeer } from "./testing/test-peer";
 
 // What the store gets as data (visibility, mainKey) and what stays a per-row check in the gateway
 // (user PRE_HISTORY rules) must still add up to what sessions_list showed before.
 
-const STORE = (process.env.SWITCHBOARD_TEST_STORE as "memory" | "file" | undefined) ?? "file";
+const STORE = testStoreKind();
 const WORKER = "worker-token-0123456789";
 
 type Listed = {

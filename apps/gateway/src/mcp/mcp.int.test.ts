@@ -7,10 +7,10 @@ import { connect, type SwitchboardClient } from "@switchboard/client";
 import { type ConfigInput, parseConfig, type ScriptedRuleInput } from "@switchboard/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLI_BUILT, CLI_PATH, cleanEnv, NOT_BUILT_MESSAGE } from "../cli/cli-process";
-import { startTestGateway, type TestGateway } from "../testing/test-gateway";
+import { startTestGateway, type TestGateway, testStoreKind } from "../testing/test-gateway";
 import { TestPeer } from "../testing/test-peer";
 
-const STORE = (process.env.SWITCHBOARD_TEST_STORE as "memory" | "file" | undefined) ?? "file";
+const STORE = testStoreKind();
 const WORKER_TOKEN = "mcp-test-worker-0123456789";
 const MCP_TOKEN = "mcp-test-desktop-0123456789";
 const CLIENT_TOKEN = "mcp-test-webchat-0123456789";

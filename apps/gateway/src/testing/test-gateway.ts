@@ -74,13 +74,27 @@ export interface TestGateway {
   close(): Promise<void>;
 }
 
+export type TestStoreKind = "memory" | "file" | "postgres";
+
+/**
+ * The store the protocol suite runs on: SWITCHBOARD_TEST_STORE (memory, file or postgres), else
+ * the file store. Suites that test one store's own behaviour pass `store` explicitly.
+ */
+export function testStoreKind(env = process.env): TestStoreKind {
+  const kind = env.SWITCHBOARD_TEST_STORE || "file";
+  if (kind !== "memory" && kind !== "file" && kind !== "postgres")
+    throw new Error(`SWITCHBOARD_TEST_STORE: ${kind} is not one of memory, file, postgres`);
+  return kind;
+}
+
 export async function startTestGateway(
   config: ConfigInput = {},
-  options: { handshakeTimeoutMs?: number; store?: "memory" | "file" | "postgres" } = {},
+  options: { handshakeTimeoutMs?: number; store?: TestStoreKind } = {},
 ): Promise<TestGateway> {
+  const storeKind = options.store ?? testStoreKind();
   const dataDir = await mkdtemp(join(tmpdir(), "switchboard-gw-"));
   // postgres: a schema of its own on the test server (SWITCHBOARD_TEST_PG_URL), dropped at close.
-  const schema = options.store === "postgres" ? testSchemaName("sbgw") : undefined;
+  const schema = storeKind === "postgres" ? testSchemaName("sbgw") : undefined;
   const parsed = parseConfig({
     ...config,
     gateway: { port: 0, ...(config.gateway ?? {}) },
@@ -88,7 +102,7 @@ export async function startTestGateway(
   });
   const peers: TestPeer[] = [];
   // The memory store survives a `restart()` because the same instance is handed to the new gateway.
-  const memory: Store | undefined = (options.store ?? "file") === "memory" ? createMemoryStore() : undefined;
+  const memory: Store | undefined = storeKind === "memory" ? createMemoryStore() : undefined;
   const start = () =>
     Gateway.start({
       config: parsed,
