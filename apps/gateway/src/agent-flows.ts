@@ -14,6 +14,7 @@ import {
   type SpawnRequest,
   type Store,
   type SubagentModel,
+  TERMINAL_RUN_STATUSES,
   type ToolCaller,
 } from "@switchboard/core";
 import type { Logger } from "pino";
@@ -22,6 +23,7 @@ import type { OutputDelivery } from "./output-delivery";
 import type { PolicyService } from "./policy-service";
 import type { AdmittedCall, CallAdmission } from "./ports/call-admission";
 import type { CallBudget } from "./ports/call-budget";
+import type { FlowClaims } from "./ports/flow-claims";
 import { type ChainPosition, chainPositionOf, type WaitGraph } from "./ports/wait-graph";
 import type { RunScheduler, WaitResult } from "./run-scheduler";
 import type { SessionsService } from "./sessions-service";
@@ -51,6 +53,8 @@ export class AgentFlows {
     private readonly waits: WaitGraph,
     /** Several instances: budget, wait and child slots taken cluster-wide with their facts. */
     private readonly admission?: CallAdmission,
+    /** Several instances: each announce and send follow-up performed once cluster-wide. */
+    private readonly claims?: FlowClaims,
   ) {
     scheduler.onRunEnded((record) => this.onRunEnded(record));
     this.hostDriven = hostDrivenSessionKeys(config);
@@ -186,7 +190,15 @@ export class AgentFlows {
       delivery = { status: this.scheduler.hasWorker(targetEntry.agentId) ? "delivered" : "queued" };
 
       // The reply-back loop and announce always run in the background, after the primary run.
-      this.track(this.afterPrimary(record, callerEntry.key, targetEntry.key, text, position));
+      if (!this.claims)
+        this.track(this.afterPrimary(record, callerEntry.key, targetEntry.key, text, position));
+      else {
+        const done = await this.claimFollowUp(record.runId);
+        if (done)
+          this.track(
+            this.afterPrimary(record, callerEntry.key, targetEntry.key, text, position).finally(done),
+          );
+      }
 
       if (!waits) return { status: "accepted", runId: record.runId, sessionKey: targetEntry.key, delivery };
       result = await this.scheduler.wait(record.runId, timeoutSeconds * 1000, caller.signal);
@@ -320,6 +332,52 @@ export class AgentFlows {
     return { ...result, audited };
   }
 
+  /**
+   * Several instances: the background part of a send is claimed under its primary run before the
+   * send answers, so that if this instance dies before it is done another one takes it over
+   * (`resumeOrphanedSends`). Its steps then carry idempotency keys: a step already started is
+   * found again and awaited, not started twice. Undefined: another instance holds it.
+   */
+  private async claimFollowUp(primaryRunId: string): Promise<(() => Promise<void>) | undefined> {
+    const claims = this.claims!;
+    const key = `send:${primaryRunId}`;
+    if (!(await claims.claim(key, "send", primaryRunId))) return undefined;
+    return () => claims.release(key);
+  }
+
+  /** Several instances (the leader's timer): sends whose instance died before their follow-up ended. */
+  async resumeOrphanedSends(): Promise<void> {
+    const claims = this.claims;
+    if (!claims) return;
+    for (const { runId } of await claims.orphaned("send")) {
+      const primary = await this.store.runs.get(runId);
+      const flow = primary?.flow;
+      const done = await this.claimFollowUp(runId);
+      if (!done) continue;
+      if (
+        !primary ||
+        typeof flow?.requesterKey !== "string" ||
+        typeof flow.request !== "string" ||
+        typeof flow.chainId !== "string"
+      ) {
+        await done();
+        continue;
+      }
+      const position = { chainId: flow.chainId, hop: Number(flow.hop ?? 0) };
+      this.log.info({ runId }, "taking over the follow-up of a send whose instance was lost");
+      this.track(
+        this.afterPrimary(primary, flow.requesterKey, primary.sessionKey, flow.request, position).finally(
+          done,
+        ),
+      );
+    }
+  }
+
+  /** A step's idempotency key in a send's follow-up (several instances: see `claimFollowUp`). */
+  private stepKey(primary: RunRecord, step: string): { idempotencyKey?: string } {
+    return this.claims ? { idempotencyKey: `a2a:${primary.runId}:${step}` } : {};
+  }
+
   /** Background part of a send: wait for the primary reply, ping-pong, then announce. */
   private async afterPrimary(
     primary: RunRecord,
@@ -372,6 +430,7 @@ export class AgentFlows {
           context: stepContext,
           flow: { chainId: position.chainId, hop: position.hop, turn },
           timeoutSeconds: this.stepTimeoutSeconds,
+          ...this.stepKey(primary, `turn:${turn}`),
         });
         const step = await this.waitEnd(record.runId);
         const reply = step.reply?.trim() ?? "";
@@ -457,6 +516,7 @@ export class AgentFlows {
       label: target.taint,
       timeoutSeconds: this.stepTimeoutSeconds,
       flow: { chainId: position.chainId, hop: position.hop },
+      ...this.stepKey(primary, "announce"),
     });
     const ended = await this.waitEnd(record.runId);
     const reply = ended.reply?.trim() ?? "";
@@ -666,8 +726,28 @@ export class AgentFlows {
     await this.output.deliver(entry, record.reply, { reason: "reply", runId: record.runId });
   }
 
-  /** Announces a finished spawned run to its requester, at most once (idempotency key), retried after restarts. */
+  /**
+   * Announces a finished spawned run to its requester, at most once (idempotency key), retried
+   * after restarts. Several instances: performed by the instance that claims it (the one the run
+   * ended on, or the leader taking over pending announces); the claim is re-checked against the
+   * stored record, since another instance may have finished the announce just before.
+   */
   async announceSpawn(record: RunRecord): Promise<void> {
+    const claims = this.claims;
+    if (!claims) return this.performSpawnAnnounce(record);
+    const key = record.spawn!.announce.idempotencyKey;
+    if (!(await claims.claim(key, "spawn-announce", record.runId))) return;
+    try {
+      const fresh = await this.store.runs.get(record.runId);
+      if (fresh?.spawn?.announce.status !== "pending" || !TERMINAL_RUN_STATUSES.includes(fresh.status))
+        return;
+      await this.performSpawnAnnounce(fresh);
+    } finally {
+      await claims.release(key);
+    }
+  }
+
+  private async performSpawnAnnounce(record: RunRecord): Promise<void> {
     const spawn = record.spawn!;
     const requester = await this.sessions.get(spawn.requesterKey);
     const child = await this.sessions.get(spawn.childKey);

@@ -263,6 +263,7 @@ export class Gateway {
         budget,
         waitGraph,
         cluster ? new ClusterCallAdmission(cluster, clusterLog) : undefined,
+        cluster?.flows,
       );
       const backend = new SessionToolsBackend(
         config,

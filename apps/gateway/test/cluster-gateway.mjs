@@ -14,12 +14,12 @@ const config = parseConfig({
   store: { kind: "postgres", url, schema },
   auth: {
     tokens: [
-      { name: "worker", token: workerToken, role: "agent", agents: ["main", "helper"] },
+      { name: "worker", token: workerToken, role: "agent", agents: ["main", "helper", "relay"] },
       { name: "client", token: "cluster-client-token-0123456789", role: "client", sessions: ["*"] },
     ],
   },
   agents: {
-    list: [{ id: "main", default: true }, { id: "helper" }],
+    list: [{ id: "main", default: true }, { id: "helper" }, { id: "relay" }],
     defaults: { subagents: { maxChildren: 3 }, sandbox: { sessionToolsVisibility: "all" } },
   },
   tools: { agentToAgent: { enabled: true, allow: ["*"] } },

@@ -574,16 +574,15 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
       const stuck = await TestWorker.start(
         a!.url,
         WORKER_TOKEN,
-        ["main", "helper"],
+        ["main", "helper", "relay"],
         () => new Promise<never>(() => undefined),
       );
-      // Agent main also has a worker on B; agent helper has none elsewhere.
-      const other = await TestWorker.start(
-        b!.url,
-        WORKER_TOKEN,
-        ["main"],
-        (context) => `reassigned: ${context.run.input.message}`,
+      // Agents main and relay also have a worker on B; agent helper has none elsewhere.
+      const other = await TestWorker.start(b!.url, WORKER_TOKEN, ["main"], (context) =>
+        // The requester's reply turn of the send below: it ends the ping-pong.
+        context.run.input.message === "pong" ? "REPLY_SKIP" : `reassigned: ${context.run.input.message}`,
       );
+      await TestWorker.start(b!.url, WORKER_TOKEN, ["relay"], () => "pong");
       const opA = await operator(a!);
       const opB = await operator(b!);
       const acknowledged: string[] = [];
@@ -608,8 +607,28 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
         });
         helperRuns.push(sent.runId);
       }
+      // A spawn whose child runs on A (no helper worker elsewhere): its announce is still pending
+      // when A dies, and must be made once, by another instance.
+      const parent = "agent:helper:cron:parent";
+      await opA.peer.call("sessions.create", { key: parent });
+      const spawned = await opA.peer.call<{ status: string; runId: string; childSessionKey: string }>(
+        "tools.invoke",
+        { tool: "sessions_spawn", args: { task: "lost child" }, as: parent },
+      );
+      expect(spawned.status).toBe("accepted");
+      helperRuns.push(spawned.runId);
+      // A send accepted on A whose follow-up (the reply turn into the asker) A cannot finish.
+      const asker = "agent:main:cron:asker";
+      await opA.peer.call("sessions.create", { key: asker });
+      await opA.peer.call("sessions.create", { key: "agent:relay:cron:target" });
+      const sent = await opA.peer.call<{ status: string }>("tools.invoke", {
+        tool: "sessions_send",
+        args: { sessionKey: "agent:relay:cron:target", message: "ping", timeoutSeconds: 0 },
+        as: asker,
+      });
+      expect(sent.status).toBe("accepted");
       await sleep(200);
-      expect(stuck.runs.length).toBe(8);
+      expect(stuck.runs.length).toBe(10);
       expect(other.runs.length).toBe(0);
       const wait = (runId: string) =>
         opB.peer.call<{ status: string; reply?: string; error?: string }>("agent.wait", {
@@ -637,6 +656,32 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
       });
       const keys = new Set(listed.sessions.map((row) => row.key));
       for (const key of acknowledged) expect(keys.has(key)).toBe(true);
+      // The lost child's announce: made once, by B (A took its run down with it).
+      type Audited = { entries: Array<{ kind: string; data: { childKey?: string } }> };
+      const announces = async () =>
+        (await opB.peer.call<Audited>("audit.tail", { limit: 1000 })).entries.filter(
+          (entry) => entry.kind === "announce" && entry.data.childKey === spawned.childSessionKey,
+        ).length;
+      const until = Date.now() + 10_000;
+      while ((await announces()) === 0 && Date.now() < until) await sleep(100);
+      await sleep(2500); // a further takeover round of the leader
+      expect(await announces()).toBe(1);
+      // One announce message in the requester's transcript.
+      const history = await opB.peer.call<{ messages: unknown[] }>("sessions.history", {
+        sessionKey: parent,
+        limit: 200,
+      });
+      const reports = history.messages.filter((message) =>
+        JSON.stringify(message).includes(`Sub-agent ${spawned.childSessionKey} failed`),
+      );
+      expect(reports).toHaveLength(1);
+      // The send's follow-up, taken over by B: the reply reached the asker once.
+      const pongs = async () =>
+        (
+          await opB.peer.call<{ messages: unknown[] }>("sessions.history", { sessionKey: asker, limit: 200 })
+        ).messages.filter((message) => JSON.stringify(message).includes('"pong"')).length;
+      while ((await pongs()) === 0 && Date.now() < until) await sleep(100);
+      expect(await pongs()).toBe(1);
       expect(await opB.peer.call("audit.verify", {})).toMatchObject({ ok: true });
       // The lanes are free again: the worker on B runs a new message on the same session.
       const { runId } = await opB.peer.call<{ runId: string }>("chat.send", {

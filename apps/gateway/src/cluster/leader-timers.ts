@@ -6,8 +6,9 @@ import type { ClusterRuns } from "./cluster-runs";
 
 /**
  * Timers of the gateway that only one instance of a cluster runs at a time: the sub-agent
- * archiver (archiving a session twice, from two instances, would race on its transcript) and the
- * timeouts of runs waiting in the cluster's queue (every second). Each
+ * archiver (archiving a session twice, from two instances, would race on its transcript), the
+ * timeouts of runs waiting in the cluster's queue (every second), and taking over announces and
+ * send follow-ups left by lost instances (every 2 s). Each
  * tick checks the leader lease, so the timers move to another instance within the lease when the
  * leader dies. Returns a stop function.
  */
@@ -37,6 +38,13 @@ export function startLeaderTimers(
   const minutes = config.agents.defaults.subagents.archiveAfterMinutes;
   if (minutes > 0) every(archiveEveryMs, "archive", () => flows.archiveSweep(Date.now() - minutes * 60_000));
   every(1000, "queued run timeouts", () => runs.expireQueued());
+  // Announces whose run ended where nobody announced it (a lost instance's run ended by the sweep,
+  // a queued run timed out) or whose instance died before finishing them, and sends whose
+  // follow-up (reply turns, announce) lost its instance: performed here, once (flow claims).
+  every(2000, "pending announces", async () => {
+    await flows.resumePendingAnnounces();
+    await flows.resumeOrphanedSends();
+  });
   return () => {
     for (const timer of timers) clearInterval(timer);
   };

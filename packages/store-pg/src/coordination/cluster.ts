@@ -4,6 +4,7 @@ import { type ClusterCallBudget, openClusterCallBudget } from "./call-budget";
 import { type ClusterChildSlots, openClusterChildSlots } from "./child-slots";
 import { type Coordination, type CoordinationOptions, openCoordination } from "./context";
 import { type ClusterEventLog, type ClusterEventLogOptions, openClusterEventLog } from "./event-log";
+import { type ClusterFlowClaims, openClusterFlowClaims } from "./flow-claims";
 import { type LeaderLease, openLeaderLease } from "./leader-lease";
 import { type ClusterMembership, type LostRun, openMembership } from "./membership";
 import { type ClusterRunEnds, openClusterRunEnds } from "./run-ends";
@@ -60,6 +61,8 @@ export interface Cluster {
   readonly waits: ClusterWaitGraph;
   readonly budget: ClusterCallBudget;
   readonly children: ClusterChildSlots;
+  /** Announces performed once cluster-wide, taken over when their instance dies. */
+  readonly flows: ClusterFlowClaims;
   readonly audit: ClusterAuditLog;
   /**
    * Stops timers and the listener and closes the pool. Graceful (default): hands the leader lease
@@ -112,6 +115,7 @@ export async function openCluster(options: ClusterOptions): Promise<Cluster> {
       waits: openClusterWaitGraph(coordination),
       budget,
       children: openClusterChildSlots(coordination),
+      flows: openClusterFlowClaims(coordination),
       audit,
       async close({ graceful = true } = {}) {
         for (const timer of timers) clearInterval(timer);

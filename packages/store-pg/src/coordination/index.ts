@@ -24,6 +24,7 @@ export {
   eventChannel,
   openClusterEventLog,
 } from "./event-log";
+export { type ClusterFlowClaims, openClusterFlowClaims } from "./flow-claims";
 export { type LeaderLease, type LeaderLeaseOptions, openLeaderLease } from "./leader-lease";
 export {
   type ClusterMembership,

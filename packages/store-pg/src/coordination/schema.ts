@@ -144,6 +144,22 @@ export const COORDINATION_MIGRATIONS: readonly Migration[] = [
       `CREATE INDEX audit_chain_records_position ON ${q("audit_chain_records")} (xid, chain_id, idx)`,
     ],
   },
+  {
+    version: 4,
+    name: "flow claims (announces exactly once across an instance's death)",
+    statements: (q) => [
+      // A flow step (an announce) being performed, and by which instance: another takes it over
+      // only once that instance is gone (see flow-claims.ts).
+      `CREATE TABLE ${q("flow_claims")} (
+        key text COLLATE "C" PRIMARY KEY,
+        kind text NOT NULL,
+        run_id text COLLATE "C" NOT NULL,
+        instance_id text COLLATE "C" NOT NULL,
+        claimed_at timestamptz NOT NULL DEFAULT now()
+      )`,
+      `CREATE INDEX flow_claims_kind ON ${q("flow_claims")} (kind, claimed_at)`,
+    ],
+  },
 ];
 
 export const COORDINATION_VERSION = COORDINATION_MIGRATIONS.at(-1)!.version;
