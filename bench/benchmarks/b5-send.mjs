@@ -2,6 +2,7 @@
 // at once, over real WebSockets, at concurrency 1 and 64. Baseline: the same request frames
 // against a bare `ws` echo server.
 import fs from "node:fs";
+import http from "node:http";
 import { scratchDir } from "../lib/dataset.mjs";
 import { setting, wsPath } from "../lib/modules.mjs";
 import { spawnEchoServer, spawnGateway } from "../lib/processes.mjs";
@@ -33,6 +34,35 @@ const CONFIG = {
   // sending thousands a second from one session is not one, so it gets the largest budget.
   session: { agentToAgent: { maxPingPongTurns: 0, budgetPerMinute: 1_000_000 } },
 };
+
+/**
+ * `BENCH_B5_TELEMETRY`: `metrics` (the default config: /metrics on, no traces), `off` (metrics off
+ * too), or `traces` (metrics and OTLP traces, exported to a sink in this runner that accepts them).
+ */
+const TELEMETRY = setting("BENCH_B5_TELEMETRY") ?? "metrics";
+
+async function telemetryConfig() {
+  if (TELEMETRY === "metrics") return { config: {}, close: async () => undefined };
+  if (TELEMETRY === "off")
+    return { config: { telemetry: { metrics: { enabled: false } } }, close: async () => undefined };
+  if (TELEMETRY !== "traces")
+    throw new Error(`BENCH_B5_TELEMETRY: must be metrics, off or traces, got ${TELEMETRY}`);
+  let exports = 0;
+  const sink = http.createServer((req, res) => {
+    exports += 1;
+    req.resume();
+    req.on("end", () => res.writeHead(200, { "content-type": "application/json" }).end("{}"));
+  });
+  await new Promise((resolve) => sink.listen(0, "127.0.0.1", resolve));
+  const endpoint = `http://127.0.0.1:${sink.address().port}`;
+  return {
+    config: { telemetry: { traces: { exporter: "otlp", endpoint } } },
+    get exports() {
+      return exports;
+    },
+    close: () => new Promise((resolve) => sink.close(resolve)),
+  };
+}
 
 const sendFrame = (index, n) => ({
   tool: "sessions_send",
@@ -137,7 +167,8 @@ export async function run(params) {
   }
 
   const dataDir = scratchDir("b5");
-  const gateway = await spawnGateway({ dataDir, config: CONFIG });
+  const telemetry = await telemetryConfig();
+  const gateway = await spawnGateway({ dataDir, config: { ...CONFIG, ...telemetry.config } });
   let measured;
   let worker;
   try {
@@ -169,6 +200,7 @@ export async function run(params) {
   } finally {
     worker?.close();
     await gateway.close();
+    await telemetry.close();
     fs.rmSync(dataDir, { recursive: true, force: true });
   }
 
@@ -231,6 +263,7 @@ export async function run(params) {
     },
     notes: [
       "gateway in a child process with fsync on; senders and the worker share the runner process (2 cores in all)",
+      `telemetry: ${TELEMETRY}${TELEMETRY === "metrics" ? " (the default: /metrics on, no traces)" : ""}${TELEMETRY === "traces" ? ` (${telemetry.exports} OTLP export requests received)` : ""}`,
       "each send: caller and target are their own sessions (agent:main:bench:from-i -> to-i); reply-back turns are off, the announce step runs and is skipped by the worker",
     ],
   };
