@@ -738,7 +738,10 @@ export class RunScheduler {
   async wait(runId: string, timeoutMs: number, signal?: AbortSignal): Promise<WaitResult> {
     const active = this.active.get(runId);
     if (!active) {
-      const stored = this.active.unsaved(runId) ?? (await this.store.runs.get(runId));
+      const unsaved = this.active.unsaved(runId);
+      // Not held here: the cluster's wait reads the run itself, after subscribing to its end.
+      if (this.cluster && !unsaved) return this.cluster.wait(runId, timeoutMs, signal);
+      const stored = unsaved ?? (await this.store.runs.get(runId));
       if (!stored) throw new SwitchboardError("NOT_FOUND", `run not found: ${runId}`, { details: { runId } });
       if (!TERMINAL_RUN_STATUSES.includes(stored.status)) {
         // Held by another instance (or queued there): its end comes through the cluster's events.

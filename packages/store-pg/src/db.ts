@@ -136,7 +136,7 @@ export class Db {
     let broken: Error | undefined;
     try {
       await client.query("BEGIN");
-      const result = await body(client);
+      const result = await body(this.preparing(client));
       await client.query("COMMIT");
       this.succeeded();
       return result;
@@ -151,6 +151,21 @@ export class Db {
       // A connection that failed is destroyed, not handed to the next caller.
       client.release(broken);
     }
+  }
+
+  /** The transaction's connection, its `query(text, values)` run as prepared statements too. */
+  private preparing(client: pg.PoolClient): pg.PoolClient {
+    const query = (text: unknown, values?: unknown) =>
+      typeof text === "string" && (values === undefined || Array.isArray(values))
+        ? client.query(this.statement(text, values))
+        : (client.query as (...args: unknown[]) => unknown)(text, values);
+    return new Proxy(client, {
+      get(target, property) {
+        if (property === "query") return query;
+        const value = Reflect.get(target, property, target);
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
   }
 
   async close(): Promise<void> {

@@ -60,6 +60,10 @@ export class ClusterRuns {
   private stopped = false;
   private readonly poll: NodeJS.Timeout;
   private relisten: NodeJS.Timeout | undefined;
+  /** Reads of ended runs in flight (see `readEnded`). */
+  private readonly endReads = new Map<string, Promise<RunRecord | undefined>>();
+  /** Runs adopted from the cluster's queue whose lane claim `claimNext` already holds here. */
+  private readonly adopted = new Set<string>();
   /** Deadlines of runs this instance handed to the cluster's queue. */
   private readonly queuedTimers = new Set<NodeJS.Timeout>();
 
@@ -196,6 +200,9 @@ export class ClusterRuns {
 
   /** Takes the run's lane for this instance; waits while another instance's run holds it. */
   async claim(record: RunRecord): Promise<void> {
+    // Adopted from the queue just now: `claimNext` took its lane for this instance already (asking
+    // again was a refused insert, a rollback and a holder lookup per cross-instance run).
+    if (this.adopted.delete(record.runId)) return;
     const laneKey = clusterLaneKey(record);
     for (;;) {
       if (TERMINAL_RUN_STATUSES.includes(record.status)) return;
@@ -284,7 +291,9 @@ export class ClusterRuns {
         await this.lanes.release(claim.laneKey, claim.runId);
         continue;
       }
+      this.adopted.add(record.runId);
       if (!local.adopt(record)) {
+        this.adopted.delete(record.runId);
         // Taken meanwhile here: back to the head of its lane for the next free worker anywhere.
         await this.lanes.release(claim.laneKey, claim.runId);
         await this.lanes.enqueue(claim.laneKey, claim.runId, { agentId: claim.agentId, front: true });
@@ -300,6 +309,7 @@ export class ClusterRuns {
 
   /** The run ended: its lane is free for any instance. */
   async release(record: RunRecord): Promise<void> {
+    this.adopted.delete(record.runId);
     const laneEmpty = await this.lanes.release(clusterLaneKey(record), record.runId);
     // A slot came free here, and the lane is free for any instance: take what waits (the lane's
     // next run first of all; instances elsewhere hear of it on their next poll).
@@ -422,6 +432,23 @@ export class ClusterRuns {
     return true;
   }
 
+  /**
+   * The run as stored after its `run.ended` event: one read for every wait that heard the event
+   * (a send with wait has two, its own and its reply-back flow's); reads are issued after the event.
+   */
+  private readEnded(runId: string): Promise<RunRecord | undefined> {
+    let read = this.endReads.get(runId);
+    if (!read) {
+      read = this.store.runs.get(runId);
+      this.endReads.set(runId, read);
+      const forget = () => {
+        if (this.endReads.get(runId) === read) this.endReads.delete(runId);
+      };
+      read.then(forget, forget);
+    }
+    return read;
+  }
+
   /** Waits for a run held by another instance (or not started yet) to end, up to `timeoutMs`. */
   async wait(runId: string, timeoutMs: number, signal?: AbortSignal): Promise<WaitResult> {
     let finish: (record: RunRecord | undefined) => void = () => undefined;
@@ -431,7 +458,7 @@ export class ClusterRuns {
     const unsubscribe = this.bus.subscribe({
       accepts: (event) => event.event === "run.ended" && event.payload.runId === runId,
       deliver: () => {
-        void this.store.runs.get(runId).then(finish, () => finish(undefined));
+        void this.readEnded(runId).then(finish, () => finish(undefined));
       },
     });
     const timer = setTimeout(() => finish(undefined), timeoutMs);
