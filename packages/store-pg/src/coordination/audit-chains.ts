@@ -267,14 +267,22 @@ export async function openClusterAuditLog(
     },
     /**
      * The position is the id of the transaction that wrote the record (one record per
-     * transaction). Ids are handed out in start order, not commit order, so only records below the
-     * oldest transaction still running are answered: those can no longer be joined by a record
-     * with a smaller id, so a reader continuing after the last position never skips one that
-     * commits late (and a record shows here once the writes begun before it have ended, within
-     * milliseconds). Instances append without sharing a lock or a row.
+     * transaction, always its first write). Ids are handed out in start order, not commit order,
+     * so only records below every transaction that may still add one are answered: those can no
+     * longer be joined by a record with a smaller id, and a reader continuing after the last
+     * position never skips one that commits late. "May still add one": in progress at this
+     * statement's snapshot, unless it is still running without any lock on the records table —
+     * it has written something else first, so (first write) it writes no record. Other writers of
+     * the database therefore do not hold readers back. Instances append without a shared lock.
      */
     async tail(limit, after) {
-      const settled = "xid < pg_snapshot_xmin(pg_current_snapshot())";
+      const settled = `xid < COALESCE(
+        (SELECT min(f.x) FROM pg_snapshot_xip(pg_current_snapshot()) AS f(x) WHERE NOT EXISTS (
+          SELECT 1 FROM pg_locks t WHERE t.locktype = 'transactionid' AND t.mode = 'ExclusiveLock'
+            AND t.transactionid = f.x::xid
+            AND NOT EXISTS (SELECT 1 FROM pg_locks r WHERE r.pid = t.pid AND r.locktype = 'relation'
+              AND r.relation = '${records.replaceAll("'", "''")}'::regclass))),
+        pg_snapshot_xmax(pg_current_snapshot()))`;
       const found =
         after === undefined
           ? await db.read<RecordRow & { position: string }>(
