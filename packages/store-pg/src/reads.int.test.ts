@@ -73,3 +73,30 @@ await describeWithPg("PostgreSQL store: tail reads match core's memory store", (
     expect(compared).toBe(4 * 6 * 7 * 4);
   });
 });
+
+await describeWithPg("PostgreSQL store: session reads under load", () => {
+  it("answers many concurrent reads each with its own row, and a read after a write with the write", async () => {
+    const keys = Array.from({ length: 40 }, (_, i) => `agent:main:concurrent:${i}`);
+    for (const key of keys)
+      await store.sessions.put({
+        key,
+        sessionId: randomUUID(),
+        agentId: "main",
+        createdAt: 1,
+        updatedAt: 1,
+        taint: "PUBLIC",
+        clearance: "PUBLIC",
+      });
+    // Reads asked for together share statements; each still gets its own key's row (or none).
+    const rows = await Promise.all(
+      [...keys, "agent:main:concurrent:none", ...keys].map((key) => store.sessions.get(key)),
+    );
+    expect(rows.map((row) => row?.key)).toEqual([...keys, undefined, ...keys]);
+    // Reads keep flowing while one key is rewritten: a read asked for once the write resolved sees it.
+    const busy = Array.from({ length: 200 }, (_, i) => store.sessions.get(keys[i % keys.length]!));
+    const row = (await store.sessions.get(keys[0]!))!;
+    await store.sessions.put({ ...row, updatedAt: 2 });
+    expect((await store.sessions.get(keys[0]!))?.updatedAt).toBe(2);
+    await Promise.all(busy);
+  });
+});
