@@ -247,20 +247,38 @@ export class GatewayMetrics {
 /**
  * `target` with some properties replaced; everything else is read from `target` itself, and its
  * methods run with `this` = `target` (a store's own state never lands on the wrapper).
+ *
+ * A plain object, not a Proxy: every store call of a send went through two proxy traps (the store,
+ * then its part), which V8 cannot inline. The wrapper inherits from `target`, so data properties
+ * are read live; methods (own or inherited) get one bound copy each, made here, and accessors a
+ * getter that reads `target`'s.
  */
 function passThrough<T extends object>(target: T, replaced: Map<PropertyKey, unknown>): T {
-  const bound = new Map<PropertyKey, unknown>();
-  return new Proxy(target, {
-    get(object, property) {
-      if (replaced.has(property)) return replaced.get(property);
-      const value = Reflect.get(object, property, object);
-      if (typeof value !== "function") return value;
-      let fn = bound.get(property);
-      if (fn === undefined) {
-        fn = value.bind(object);
-        bound.set(property, fn);
+  const wrapper = Object.create(target) as Record<PropertyKey, unknown>;
+  const defined = new Set<PropertyKey>(replaced.keys());
+  for (
+    let level: object | null = target;
+    level !== null && level !== Object.prototype;
+    level = Object.getPrototypeOf(level) as object | null
+  ) {
+    for (const key of Reflect.ownKeys(level)) {
+      if (key === "constructor" || defined.has(key)) continue;
+      defined.add(key);
+      const descriptor = Reflect.getOwnPropertyDescriptor(level, key)!;
+      // Defined, not assigned: a read-only property up the chain would refuse an assignment.
+      if (typeof descriptor.value === "function") {
+        const value = (descriptor.value as (...args: unknown[]) => unknown).bind(target);
+        Object.defineProperty(wrapper, key, { value, writable: true, configurable: true });
+      } else if (descriptor.get) {
+        Object.defineProperty(wrapper, key, {
+          get: () => Reflect.get(target, key, target),
+          configurable: true,
+        });
       }
-      return fn;
-    },
-  });
+    }
+  }
+  for (const [key, value] of replaced) {
+    Object.defineProperty(wrapper, key, { value, writable: true, configurable: true });
+  }
+  return wrapper as T;
 }
