@@ -51,10 +51,11 @@ export class ClusterRuns {
   /** Drain loops running: a few at once, since each claim is a few round trips (SKIP LOCKED keeps them apart). */
   private pulling = 0;
   /**
-   * False once a pull found the cluster's queue empty for this instance's agents, until a wake-up
-   * says a run was queued: a run ending here then frees its lane without asking the queue.
+   * Runs the cluster's queue may hold for this instance's agents: unknown (`Infinity`) at start and
+   * after each poll, one more per wake-up (a run was queued), one less per run adopted, 0 once a
+   * pull finds none. While it is 0 a run ending here frees its lane without asking the queue.
    */
-  private queueMayHoldRuns = true;
+  private queueMayHold = Number.POSITIVE_INFINITY;
   private pullAgain = false;
   private listener: Awaited<ReturnType<Cluster["coordination"]["connect"]>> | undefined;
   private stopped = false;
@@ -75,7 +76,7 @@ export class ClusterRuns {
   ) {
     this.lanes = cluster.lanes;
     this.poll = setInterval(() => {
-      this.queueMayHoldRuns = true;
+      this.queueMayHold = Number.POSITIVE_INFINITY;
       this.pull();
       void this.refreshPresence().catch((error: unknown) =>
         this.log.warn({ err: error }, "could not read which agents have workers elsewhere"),
@@ -117,8 +118,9 @@ export class ClusterRuns {
     client.on("error", lost);
     client.on("end", lost);
     client.on("notification", () => {
-      this.queueMayHoldRuns = true;
-      this.pull();
+      this.queueMayHold += 1;
+      // One notification per queued run: take one (asking again found nothing almost every time).
+      this.pull(1);
     });
     await client.query(`LISTEN ${runChannel(this.cluster.coordination.schema)}`);
     this.listener = client;
@@ -256,13 +258,13 @@ export class ClusterRuns {
    * Adopts runs from the cluster's queue while this instance has free worker slots for their
    * agents (called on a wake-up, a worker connecting, a slot freed, and every second).
    */
-  pull(): void {
+  pull(atMost = Number.POSITIVE_INFINITY): void {
     if (this.pulling >= PARALLEL_DRAINS) {
       this.pullAgain = true;
       return;
     }
     this.pulling += 1;
-    void this.drain()
+    void this.drain(atMost)
       .catch((error: unknown) =>
         this.log.warn({ err: error }, "could not take runs from the cluster's queue"),
       )
@@ -275,15 +277,16 @@ export class ClusterRuns {
       });
   }
 
-  private async drain(): Promise<void> {
+  private async drain(atMost: number): Promise<void> {
     const local = this.local;
     if (!local || this.stopped) return;
-    for (;;) {
+    let adopted = 0;
+    while (adopted < atMost) {
       const agents = local.agentsWithFreeSlot();
       if (agents.length === 0) return;
       const claim = await this.lanes.claimNext(agents);
       if (!claim) {
-        this.queueMayHoldRuns = false;
+        this.queueMayHold = 0;
         return;
       }
       const record = await this.store.runs.get(claim.runId);
@@ -299,6 +302,8 @@ export class ClusterRuns {
         await this.lanes.enqueue(claim.laneKey, claim.runId, { agentId: claim.agentId, front: true });
         return;
       }
+      adopted += 1;
+      if (this.queueMayHold > 0) this.queueMayHold -= 1;
     }
   }
 
@@ -313,7 +318,7 @@ export class ClusterRuns {
     const laneEmpty = await this.lanes.release(clusterLaneKey(record), record.runId);
     // A slot came free here, and the lane is free for any instance: take what waits (the lane's
     // next run first of all; instances elsewhere hear of it on their next poll).
-    if (!laneEmpty || this.queueMayHoldRuns) this.pull();
+    if (!laneEmpty || this.queueMayHold > 0) this.pull();
   }
 
   /**
