@@ -14,6 +14,8 @@ export interface ConnectionIdentity {
   boundSession?: string;
 }
 
+const TEXT_FRAME = { binary: false } as const;
+
 /** One WebSocket peer. Owns the outgoing-buffer guard so a slow reader never grows memory without bound. */
 export class Connection {
   identity: ConnectionIdentity | undefined;
@@ -56,8 +58,11 @@ export class Connection {
     return this.sendText(JSON.stringify(frame));
   }
 
-  /** Sends an already serialised frame. */
-  sendText(text: string): boolean {
+  /**
+   * Sends an already serialised frame, as a text frame also when given its UTF-8 bytes (a frame
+   * assembled from cached parts is copied once, not flattened and encoded).
+   */
+  sendText(text: string | Buffer): boolean {
     if (!this.isOpen) return false;
     if (this.socket.bufferedAmount + text.length > this.maxBufferedBytes) {
       this.log.warn(
@@ -77,7 +82,8 @@ export class Connection {
         tcp.uncork();
       });
     }
-    this.socket.send(text);
+    if (typeof text === "string") this.socket.send(text);
+    else this.socket.send(text, TEXT_FRAME);
     return true;
   }
 

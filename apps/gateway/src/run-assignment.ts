@@ -22,6 +22,18 @@ export type RunDispatcher = (
 
 const EMPTY_TOOLS = { list: [], json: "[]" };
 
+/** The tool definitions' JSON as UTF-8, once per tool set: the bulk (~10 KB) of every `run.assigned`. */
+const definitionBytes = new WeakMap<{ json: string }, Buffer>();
+
+function bytesOf(definitions: { json: string }): Buffer {
+  let bytes = definitionBytes.get(definitions);
+  if (bytes === undefined) {
+    bytes = Buffer.from(definitions.json);
+    definitionBytes.set(definitions, bytes);
+  }
+  return bytes;
+}
+
 /** Transcript entries never change once written, so each one's history JSON is built once. */
 const historyJsonCache = new WeakMap<TranscriptEntry, string>();
 
@@ -88,9 +100,15 @@ export function runAssignment(
       ...traceOf(telemetry, record.runId),
       attempt: record.attempts,
     };
-    const payloadJson = `{"tools":${definitions.json},"history":${historyJson},${JSON.stringify(payload).slice(1)}`;
-    bus.withSeq((seq) =>
-      worker.sendText(`{"type":"event","event":"run.assigned","seq":${seq},"payload":${payloadJson}}`),
-    );
+    const toolBytes = bytesOf(definitions);
+    const rest = `,"history":${historyJson},${JSON.stringify(payload).slice(1)}}`;
+    bus.withSeq((seq) => {
+      const head = `{"type":"event","event":"run.assigned","seq":${seq},"payload":{"tools":`;
+      const frame = Buffer.allocUnsafe(head.length + toolBytes.length + Buffer.byteLength(rest));
+      let at = frame.write(head, 0, "latin1");
+      at += toolBytes.copy(frame, at);
+      frame.write(rest, at, "utf8");
+      return worker.sendText(frame);
+    });
   };
 }
