@@ -466,12 +466,15 @@ export class JournaledMap<V> {
    * fails, the value goes back to what it was before and the promise rejects: memory never holds
    * a change the disk does not. `onUndo` (synchronous) lets the caller undo its own derived state.
    */
-  put(value: V, onUndo?: (restored: V | undefined) => void): Promise<void> {
+  put(value: V, onUndo?: (restored: V | undefined) => void, valueJson?: string): Promise<void> {
     this.assertOpen();
     const key = this.options.keyOf(value);
     const previous = this.values.get(key);
     this.values.set(key, value);
-    return this.record({ op: "put", value }, () => {
+    // `valueJson` (the caller serialised the value already) saves serialising it again.
+    const line =
+      valueJson === undefined ? JSON.stringify({ op: "put", value }) : `{"op":"put","value":${valueJson}}`;
+    return this.record(line, () => {
       if (this.values.get(key) !== value) return;
       if (previous === undefined) this.values.delete(key);
       else this.values.set(key, previous);
@@ -483,7 +486,7 @@ export class JournaledMap<V> {
     this.assertOpen();
     const previous = this.values.get(key);
     if (previous === undefined || !this.values.delete(key)) return Promise.resolve(false);
-    return this.record({ op: "del", key }, () => {
+    return this.record(JSON.stringify({ op: "del", key }), () => {
       if (this.values.has(key)) return;
       this.values.set(key, previous);
       onUndo?.(previous);
@@ -515,9 +518,10 @@ export class JournaledMap<V> {
     if (this.closed) throw new SwitchboardError("UNAVAILABLE", `${this.options.format} store is closed`);
   }
 
-  private record(record: JournalRecord<V>, undo: () => void): Promise<void> {
+  /** Appends one journal line (a `JournalRecord`'s JSON). */
+  private record(line: string, undo: () => void): Promise<void> {
     this.journalRecords++;
-    const done = this.journal.append(`${JSON.stringify(record)}\n`, () => {
+    const done = this.journal.append(`${line}\n`, () => {
       this.failures++;
       undo();
     });

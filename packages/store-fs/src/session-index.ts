@@ -104,6 +104,8 @@ export class FileSessionIndex implements SessionIndexStore {
   /** sessionId → key, or keys when several rows share it. */
   private readonly keysBySessionId = new Map<string, string | string[]>();
   private readonly versions = new RowVersions("session");
+  /** The JSON `prepare` made of each row it returned (rows are frozen, so it stays true). */
+  private readonly preparedJson = new WeakMap<SessionEntry, string>();
   /** Each row's kind when it is not a main session (rows are immutable, so it holds). */
   private readonly kindOf = new WeakMap<SessionEntry, string>();
   private readonly byKind = new Map<string, SortedList<SessionEntry>>();
@@ -206,7 +208,11 @@ export class FileSessionIndex implements SessionIndexStore {
   prepare(entry: SessionEntry): SessionEntry {
     // The JSON round trip gives every row the same plain shape as rows loaded from disk, which
     // keeps the list scan's property reads fast (validator output objects are slower to read).
-    return this.revive(JSON.parse(JSON.stringify(validateSessionEntry(entry))) as SessionEntry);
+    // Its JSON is kept for the journal line, so a put serialises the row once.
+    const json = JSON.stringify(validateSessionEntry(entry));
+    const row = this.revive(JSON.parse(json) as SessionEntry);
+    this.preparedJson.set(row, json);
+    return row;
   }
 
   /** `put` of a row from `prepare`. */
@@ -215,11 +221,16 @@ export class FileSessionIndex implements SessionIndexStore {
     // Check and write happen in one synchronous step, so no other write can come in between.
     this.versions.check(row.key, previous !== undefined, options.expectedVersion);
     const { version, undo } = this.versions.bump(row.key);
-    const done = this.journal.put(row, (restored) => {
-      // The write failed: the derived indexes follow the map back.
-      undo();
-      this.replace(row, restored);
-    });
+    const json = this.preparedJson.get(row);
+    const done = this.journal.put(
+      row,
+      (restored) => {
+        // The write failed: the derived indexes follow the map back.
+        undo();
+        this.replace(row, restored);
+      },
+      json,
+    );
     this.replace(previous, row);
     await done;
     return version;
