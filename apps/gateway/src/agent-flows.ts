@@ -193,7 +193,11 @@ export class AgentFlows {
       if (!this.claims)
         this.track(this.afterPrimary(record, callerEntry.key, targetEntry.key, text, position));
       else {
-        const done = await this.claimFollowUp(record.runId);
+        // Not claimed (the database failed us): this instance still performs it, untaken-over.
+        const done = await this.claimFollowUp(record.runId).catch((error: unknown) => {
+          this.log.warn({ err: error, runId: record.runId }, "could not claim a send's follow-up");
+          return async () => undefined;
+        });
         if (done)
           this.track(
             this.afterPrimary(record, callerEntry.key, targetEntry.key, text, position).finally(done),
