@@ -100,3 +100,23 @@ await describeWithPg("PostgreSQL store: session reads under load", () => {
     await Promise.all(busy);
   });
 });
+
+await describeWithPg("PostgreSQL store: session writes under load", () => {
+  it("commits concurrent writes of many rows, each with its own version", async () => {
+    const rows = Array.from({ length: 30 }, (_, i) => ({
+      key: `agent:main:grouped:${i}`,
+      sessionId: randomUUID(),
+      agentId: "main",
+      createdAt: 1,
+      updatedAt: 10 + i,
+      taint: "PUBLIC" as const,
+      clearance: "PUBLIC" as const,
+    }));
+    const versions = await Promise.all(rows.map((row) => store.sessions.put(row)));
+    expect(new Set(versions).size).toBe(rows.length);
+    for (const [i, row] of rows.entries()) {
+      const stored = await store.sessions.getVersioned(row.key);
+      expect(stored).toEqual({ row, version: versions[i] });
+    }
+  });
+});

@@ -16,6 +16,7 @@ import {
 } from "@switchboard/core";
 import { BatchedReads } from "./batched-reads";
 import type { Db } from "./db";
+import { GroupedWrites } from "./grouped-writes";
 import type { KeyedSerializer } from "./serial";
 import { checkExpectedVersion, escapeLike, pgText, toNumber, versionConflict } from "./versions";
 
@@ -64,6 +65,25 @@ const COLUMNS = [
 const PLACEHOLDERS = COLUMNS.map((_, index) => `$${index + 1}`).join(", ");
 const UPDATES = COLUMNS.slice(1)
   .map((column) => `${column} = EXCLUDED.${column}`)
+  .join(", ");
+/** `unnest` over one array parameter per column, typed as the column. */
+const COLUMN_ARRAYS = [
+  "text",
+  "uuid",
+  "text",
+  "bigint",
+  "smallint",
+  "text",
+  "text",
+  "bigint",
+  "text",
+  "text",
+  "text",
+  "text",
+  "text",
+  "json",
+]
+  .map((type, index) => `$${index + 1}::${type}[]`)
   .join(", ");
 const SETS = COLUMNS.slice(1)
   .map((column, index) => `${column} = $${index + 2}`)
@@ -182,6 +202,29 @@ export function createSessionIndex(
     return new Map(found.rows.map((hit) => [hit.key, hit.row]));
   });
 
+  // Unconditional writes (the row "touch" after each append, mostly) of different keys that arrive
+  // while one is in flight go in one statement: one commit for the group instead of one per row.
+  const upsertMany = `INSERT INTO ${table} (${COLUMNS.join(", ")}, version)
+    SELECT *, nextval('${q("row_versions").replaceAll("'", "''")}') FROM unnest(${COLUMN_ARRAYS})
+    ON CONFLICT (key) DO UPDATE SET ${UPDATES}, version = nextval('${q("row_versions").replaceAll("'", "''")}')
+    RETURNING key, version`;
+  const upserts = new GroupedWrites<SessionEntry, number>(
+    async (rows) => {
+      if (rows.length === 1) return [await writeOne(rows[0]!, undefined)];
+      const columns: unknown[][] = COLUMNS.map(() => []);
+      for (const row of rows)
+        for (const [index, value] of sessionColumnValues(row).entries()) columns[index]!.push(value);
+      const written = await db.query<{ key: string; version: string }>(
+        `writing ${rows.length} sessions`,
+        upsertMany,
+        columns,
+      );
+      const versions = new Map(written.rows.map((hit) => [hit.key, toNumber(hit.version)]));
+      return rows.map((row) => versions.get(row.key)!);
+    },
+    (row) => writeOne(row, undefined),
+  );
+
   return {
     async get(key) {
       // A key PostgreSQL refuses (NUL) fails alone, not the batch it would share.
@@ -236,6 +279,11 @@ export function createSessionIndex(
   };
 
   async function writeRow(row: SessionEntry, expected: number | undefined): Promise<number> {
+    if (expected === undefined) return upserts.write(row);
+    return writeOne(row, expected);
+  }
+
+  async function writeOne(row: SessionEntry, expected: number | undefined): Promise<number> {
     const values = sessionColumnValues(row);
     const action = `writing session ${row.key}`;
     const version = `nextval('${q("row_versions").replaceAll("'", "''")}')`;
