@@ -21,6 +21,7 @@ export type RunDispatcher = (
 ) => Promise<void>;
 
 const EMPTY_TOOLS = { list: [], json: "[]" };
+const HISTORY_OPEN = ',"history":[';
 
 /** The tool definitions' JSON as UTF-8, once per tool set: the bulk (~10 KB) of every `run.assigned`. */
 const definitionBytes = new WeakMap<{ json: string }, Buffer>();
@@ -34,16 +35,19 @@ function bytesOf(definitions: { json: string }): Buffer {
   return bytes;
 }
 
-/** Transcript entries never change once written, so each one's history JSON is built once. */
-const historyJsonCache = new WeakMap<TranscriptEntry, string>();
+/**
+ * Transcript entries never change once written, so each one's history JSON is built (and encoded)
+ * once, and copied into every `run.assigned` that carries it.
+ */
+const historyBytesCache = new WeakMap<TranscriptEntry, Buffer>();
 
-function historyJsonOf(item: TranscriptEntry): string {
-  let json = historyJsonCache.get(item);
-  if (json === undefined) {
-    json = JSON.stringify(toHistoryMessage(item));
-    historyJsonCache.set(item, json);
+function historyBytesOf(item: TranscriptEntry): Buffer {
+  let bytes = historyBytesCache.get(item);
+  if (bytes === undefined) {
+    bytes = Buffer.from(JSON.stringify(toHistoryMessage(item)));
+    historyBytesCache.set(item, bytes);
   }
-  return json;
+  return bytes;
 }
 
 /**
@@ -79,11 +83,10 @@ export function runAssignment(
   return async (record, worker, deadline) => {
     const entry = await sessions.require(record.sessionKey);
     const recent = await sessions.recentMessages(entry, 21);
-    const historyJson = `[${recent
+    const history = recent
       .filter((item) => item.runId !== record.runId)
       .slice(-20)
-      .map(historyJsonOf)
-      .join(",")}]`;
+      .map(historyBytesOf);
     const definitions = record.origin === "summarize" ? EMPTY_TOOLS : tools.definitionsFor(entry);
     const payload: Omit<EventPayload<"run.assigned">, "tools" | "history"> = {
       runId: record.runId,
@@ -101,12 +104,21 @@ export function runAssignment(
       attempt: record.attempts,
     };
     const toolBytes = bytesOf(definitions);
-    const rest = `,"history":${historyJson},${JSON.stringify(payload).slice(1)}}`;
+    const rest = `],${JSON.stringify(payload).slice(1)}}`;
+    let historyLength = Math.max(0, history.length - 1);
+    for (const bytes of history) historyLength += bytes.length;
     bus.withSeq((seq) => {
       const head = `{"type":"event","event":"run.assigned","seq":${seq},"payload":{"tools":`;
-      const frame = Buffer.allocUnsafe(head.length + toolBytes.length + Buffer.byteLength(rest));
+      const frame = Buffer.allocUnsafe(
+        head.length + toolBytes.length + HISTORY_OPEN.length + historyLength + Buffer.byteLength(rest),
+      );
       let at = frame.write(head, 0, "latin1");
       at += toolBytes.copy(frame, at);
+      at += frame.write(HISTORY_OPEN, at, "latin1");
+      for (let index = 0; index < history.length; index++) {
+        if (index > 0) at += frame.write(",", at, "latin1");
+        at += history[index]!.copy(frame, at);
+      }
       frame.write(rest, at, "utf8");
       return worker.sendText(frame);
     });
