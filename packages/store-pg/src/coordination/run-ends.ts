@@ -10,7 +10,7 @@ import type { Coordination } from "./context";
  *
  * - the run is not ended in the store, and
  * - this instance holds its claim (`run_claims`, locked FOR SHARE so the sweep that frees it waits
- *   for this commit, or this write sees it freed), or — a run never claimed, e.g. one that timed out
+ *   for this write, or this write sees it freed), or — a run never claimed, e.g. one that timed out
  *   in this instance's local queue — nobody holds it and it is neither in the cluster's queue nor
  *   in the failure outbox (where a lost instance's runs go).
  *
@@ -31,26 +31,26 @@ export function openClusterRunEnds(coordination: Coordination): ClusterRunEnds {
       if (!TERMINAL_RUN_STATUSES.includes(run.status)) {
         throw new Error(`run ${run.runId}: only a run's end is fenced (status ${run.status})`);
       }
-      return db.transaction(`writing the end of run ${run.runId}`, async (client) => {
-        await client.query(`SELECT 1 FROM ${q("run_claims")} WHERE run_id = $1 FOR SHARE`, [run.runId]);
-        const written = await client.query(
-          `UPDATE ${runs} SET status = $2, ended_at = $3, pending_announce = $4, row = $5, version = ${version}
-           WHERE run_id = $1 AND status IN ${open} AND (
-             EXISTS (SELECT 1 FROM ${q("run_claims")} WHERE run_id = $1 AND instance_id = $6)
-             OR (NOT EXISTS (SELECT 1 FROM ${q("run_claims")} WHERE run_id = $1)
-                 AND NOT EXISTS (SELECT 1 FROM ${q("run_queue")} WHERE run_id = $1)
-                 AND NOT EXISTS (SELECT 1 FROM ${q("run_claim_failures")} WHERE run_id = $1)))`,
-          [
-            run.runId,
-            run.status,
-            run.endedAt ?? null,
-            run.spawn?.announce.status === "pending",
-            JSON.stringify(run),
-            instanceId,
-          ],
-        );
-        return (written.rowCount ?? 0) > 0;
-      });
+      // One statement: the claim is locked FOR SHARE by the check itself, so a sweep freeing it
+      // waits for this write, or this write sees it freed.
+      const written = await db.query(
+        `writing the end of run ${run.runId}`,
+        `UPDATE ${runs} SET status = $2, ended_at = $3, pending_announce = $4, row = $5, version = ${version}
+         WHERE run_id = $1 AND status IN ${open} AND (
+           EXISTS (SELECT 1 FROM ${q("run_claims")} WHERE run_id = $1 AND instance_id = $6 FOR SHARE)
+           OR (NOT EXISTS (SELECT 1 FROM ${q("run_claims")} WHERE run_id = $1)
+               AND NOT EXISTS (SELECT 1 FROM ${q("run_queue")} WHERE run_id = $1)
+               AND NOT EXISTS (SELECT 1 FROM ${q("run_claim_failures")} WHERE run_id = $1)))`,
+        [
+          run.runId,
+          run.status,
+          run.endedAt ?? null,
+          run.spawn?.announce.status === "pending",
+          JSON.stringify(run),
+          instanceId,
+        ],
+      );
+      return (written.rowCount ?? 0) > 0;
     },
   };
 }
