@@ -91,23 +91,21 @@ export function openClusterCallBudget(
     },
     async reserve(sessionKey, kind) {
       const taken = await db.transaction("reserving from a session's call budget", async (client) => {
+        // The lock before the count's statement: its snapshot then includes every earlier holder's
+        // row. Old rows are left to `prune` (the count skips them), to keep this at two statements.
         await client.query("SELECT pg_advisory_xact_lock($1, hashtext($2))", [
           BUDGET_LOCK_CLASS,
           JSON.stringify([schema, kind, sessionKey]),
         ]);
-        await client.query(`DELETE FROM ${table} WHERE session_key = $1 AND kind = $2 AND at <= ${since}`, [
-          sessionKey,
-          kind,
-          windowMs,
-        ]);
-        const found = await client.query<{ count: string }>(countSql, [sessionKey, kind, windowMs]);
         // Rows have no id: the reservation is found again by its timestamp, unique per session and
         // kind since the lock serialises these inserts.
-        const inserted = await client.query<{ at: string }>(
-          `INSERT INTO ${table} (session_key, kind) VALUES ($1, $2) RETURNING at::text`,
-          [sessionKey, kind],
+        const inserted = await client.query<{ used: string; at: string }>(
+          `WITH before AS (${countSql})
+           INSERT INTO ${table} (session_key, kind) VALUES ($1, $2)
+           RETURNING (SELECT count FROM before) AS used, at::text`,
+          [sessionKey, kind, windowMs],
         );
-        return { used: Number(found.rows[0]?.count ?? 0), at: inserted.rows[0]!.at };
+        return { used: Number(inserted.rows[0]?.used ?? 0), at: inserted.rows[0]!.at };
       });
       let released: Promise<void> | undefined;
       return {
