@@ -31,13 +31,23 @@ export function openClusterWaitGraph(coordination: Coordination): ClusterWaitGra
   const waits = q("waits");
   // From the target along current waits; reaching the waiter closes a cycle. `path` stops loops
   // among other sessions from walking forever.
-  const cycleSql = `WITH RECURSIVE walk(node, path) AS (
+  const walk = `WITH RECURSIVE walk(node, path) AS (
       SELECT $2::text COLLATE "C", ARRAY[$2::text COLLATE "C"]
       UNION ALL
       SELECT w.target, walk.path || w.target FROM walk JOIN ${waits} w ON w.waiter = walk.node
       WHERE walk.node <> $1 AND NOT (w.target = ANY(walk.path))
+    )`;
+  const cycleSql = `${walk} SELECT path FROM walk WHERE node = $1 LIMIT 1`;
+  // The walk, and the insert when it found no cycle, as one statement ($3: this instance).
+  const checkAndInsertSql = `${walk},
+    cycle AS (SELECT path FROM walk WHERE node = $1 LIMIT 1),
+    inserted AS (
+      INSERT INTO ${waits} (waiter, target, instance_id)
+      SELECT $1, $2, $3 WHERE NOT EXISTS (SELECT 1 FROM cycle)
+        AND EXISTS (SELECT 1 FROM ${q("cluster_instances")} WHERE instance_id = $3)
+      RETURNING id
     )
-    SELECT path FROM walk WHERE node = $1 LIMIT 1`;
+    SELECT (SELECT path FROM cycle) AS path, (SELECT id FROM inserted) AS id`;
   const insertSql = `INSERT INTO ${waits} (waiter, target, instance_id)
     SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM ${q("cluster_instances")} WHERE instance_id = $3)
     RETURNING id`;
@@ -83,12 +93,16 @@ export function openClusterWaitGraph(coordination: Coordination): ClusterWaitGra
             WAIT_LOCK_CLASS,
             `${schema}.waits`,
           ]);
-          const found = await client.query<{ path: string[] }>(cycleSql, [waiter, target]);
+          // The walk and the insert in one statement (the lock above makes its snapshot current).
+          const found = await client.query<{ path: string[] | null; id: string | null }>(checkAndInsertSql, [
+            waiter,
+            target,
+            instanceId,
+          ]);
           const path = found.rows[0]?.path;
           if (path) return { cycle: [waiter, ...path] };
-          const inserted = await client.query<{ id: string }>(insertSql, [waiter, target, instanceId]);
-          const id = inserted.rows[0]?.id;
-          if (id === undefined) throw notMember();
+          const id = found.rows[0]?.id;
+          if (id === null || id === undefined) throw notMember();
           return { id };
         },
       );
