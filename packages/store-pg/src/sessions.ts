@@ -212,7 +212,10 @@ export function createSessionIndex(
     async (rows) => {
       if (rows.length === 1) return [await writeOne(rows[0]!, undefined)];
       const columns: unknown[][] = COLUMNS.map(() => []);
-      for (const row of rows)
+      // Rows in key order (the upsert takes them in array order): two groups of two instances lock
+      // the rows they share in the same order instead of waiting on each other until PostgreSQL's
+      // deadlock check aborts one (which would then be retried row by row).
+      for (const row of [...rows].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)))
         for (const [index, value] of sessionColumnValues(row).entries()) columns[index]!.push(value);
       const written = await db.query<{ key: string; version: string }>(
         `writing ${rows.length} sessions`,
