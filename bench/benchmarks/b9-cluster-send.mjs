@@ -57,10 +57,17 @@ async function load(peers, seconds) {
   return { rate: latencies.length / elapsed, p50: quantile(latencies, 0.5), errors, firstError };
 }
 
-/** Sends from callers on `callerUrl` to a worker on `workerUrl` (the same URL: one instance). */
-async function measure(params, workerGateway, callerGateway) {
+/**
+ * Callers on `callerGateway` sending to a worker on `workerGateway` (the same gateway: one
+ * instance), set up and warmed; `load` runs one rep.
+ */
+async function prepare(workerGateway, callerGateway) {
   const worker = await startInstantWorker(workerGateway.url, workerGateway.token, ["main"]);
   const peers = [];
+  const close = () => {
+    for (const peer of peers) peer.close();
+    worker.close();
+  };
   try {
     for (let i = 0; i < CONNECTIONS; i++)
       peers.push(await Peer.connect(callerGateway.url, { token: callerGateway.token }));
@@ -71,24 +78,23 @@ async function measure(params, workerGateway, callerGateway) {
     const probe = await peers[0].call("tools.invoke", sendFrame(0, 0));
     if (probe.status !== "ok") throw new Error(`sessions_send did not succeed: ${JSON.stringify(probe)}`);
     await load(peers, 0.5);
-    const runs = [];
-    const rate = await repeated(params.reps, async () => {
-      const result = await load(peers, params.b5Seconds);
-      runs.push(result);
-      return result.rate;
-    });
-    const p50 = await repeated(runs.length, (rep) => runs[rep].p50);
-    await sleep(300);
-    return {
-      rate,
-      p50,
-      errors: runs.reduce((sum, run) => sum + run.errors, 0),
-      firstError: runs.find((run) => run.firstError)?.firstError,
-    };
-  } finally {
-    for (const peer of peers) peer.close();
-    worker.close();
+  } catch (error) {
+    close();
+    throw error;
   }
+  return { load: (seconds) => load(peers, seconds), close };
+}
+
+/** Medians of one configuration's reps. */
+async function summarise(runs) {
+  const rate = await repeated(runs.length, (rep) => runs[rep].rate);
+  const p50 = await repeated(runs.length, (rep) => runs[rep].p50);
+  return {
+    rate,
+    p50,
+    errors: runs.reduce((sum, run) => sum + run.errors, 0),
+    firstError: runs.find((run) => run.firstError)?.firstError,
+  };
 }
 
 export async function run(params) {
@@ -97,23 +103,36 @@ export async function run(params) {
     console.log(`    B9 skipped: no PostgreSQL (${unavailable}); set BENCH_PG_URL`);
     return { figures: [], skipped: true, pass: true, notes: [`skipped: no PostgreSQL (${unavailable})`] };
   }
-  let single;
+  // Both set-ups run side by side on their own schemas and their reps alternate (one instance, two
+  // instances, one, …): a machine busy with something else for a while weighs on both figures
+  // alike, instead of on whichever ran at that moment.
   const alone = await benchCluster("b9one", CONFIG);
+  const pair = await benchCluster("b9two", CONFIG);
+  const singleRuns = [];
+  const spreadRuns = [];
+  let one;
+  let two;
   try {
     const gateway = await alone.start();
-    single = await measure(params, gateway, gateway);
-  } finally {
-    await alone.close();
-  }
-  let spread;
-  const pair = await benchCluster("b9two", CONFIG);
-  try {
     const workerSide = await pair.start();
     const callerSide = await pair.start();
-    spread = await measure(params, workerSide, callerSide);
+    one = await prepare(gateway, gateway);
+    two = await prepare(workerSide, callerSide);
+    for (let rep = 0; rep < params.reps; rep++) {
+      singleRuns.push(await one.load(params.b5Seconds));
+      await sleep(200);
+      spreadRuns.push(await two.load(params.b5Seconds));
+      await sleep(200);
+    }
   } finally {
+    one?.close();
+    two?.close();
+    await sleep(300);
+    await alone.close();
     await pair.close();
   }
+  const single = await summarise(singleRuns);
+  const spread = await summarise(spreadRuns);
   const ratio = spread.rate.value / single.rate.value;
   return {
     figures: [
@@ -140,6 +159,7 @@ export async function run(params) {
     sizes: { concurrency: CONCURRENCY, connections: CONNECTIONS, secondsPerRep: params.b5Seconds },
     notes: [
       "both figures on the postgres store (each instance a gateway child process); the runner holds the callers and the worker",
+      "the reps of the two set-ups alternate (both are up for the whole run)",
       single.errors ? `single instance: ${single.errors} failed sends, first: ${single.firstError}` : "",
     ].filter(Boolean),
   };
