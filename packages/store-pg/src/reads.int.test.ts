@@ -120,3 +120,35 @@ await describeWithPg("PostgreSQL store: session writes under load", () => {
     }
   });
 });
+
+await describeWithPg("PostgreSQL store: transcript appends under load", () => {
+  it("appends to many transcripts at once, each dense from 1, and one without a transcript fails alone", async () => {
+    const ids = Array.from({ length: 20 }, () => randomUUID());
+    for (const [i, id] of ids.entries())
+      await store.transcripts.create({ sessionId: id, key: `agent:main:appends:${i}`, createdAt: 1 });
+    const entry = (text: string): TranscriptEntryInput => ({
+      type: "message",
+      label: "PUBLIC",
+      message: { role: "user", content: [{ type: "text", text }] },
+    });
+    const missing = randomUUID();
+    const rounds = await Promise.all(
+      [0, 1, 2].map(() =>
+        Promise.allSettled(
+          [...ids, missing].map((id, i) => store.transcripts.append(id, [entry(`a${i}`), entry(`b${i}`)])),
+        ),
+      ),
+    );
+    for (const results of rounds) {
+      expect(results.at(-1)).toMatchObject({ status: "rejected", reason: { code: "NOT_FOUND" } });
+      expect(results.slice(0, -1).every((result) => result.status === "fulfilled")).toBe(true);
+    }
+    for (const [i, id] of ids.entries()) {
+      const read = await store.transcripts.read(id, { limit: 100 });
+      expect(read.entries.map((e) => e.seq)).toEqual([1, 2, 3, 4, 5, 6]);
+      expect(read.entries.map((e) => (e.message?.content[0] as { text: string }).text)).toEqual(
+        [0, 1, 2].flatMap(() => [`a${i}`, `b${i}`]),
+      );
+    }
+  });
+});

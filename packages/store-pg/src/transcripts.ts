@@ -13,6 +13,7 @@ import {
   utf8ByteLength,
 } from "@switchboard/core";
 import type { Db } from "./db";
+import { GroupedWrites } from "./grouped-writes";
 import type { KeyedSerializer } from "./serial";
 import { toNumber } from "./versions";
 
@@ -62,6 +63,57 @@ export function appendSql(q: (table: string) => string): string {
     RETURNING seq`;
 }
 
+/**
+ * `appendSql` for several transcripts in one statement (values: see `appendManyValues`), each
+ * transcript's counter raised by its own count. The rows are locked in id order first, so two such
+ * statements (two instances) never wait on each other in a cycle. Rows come back as
+ * (session_id, seq); none for a sessionId without a live transcript.
+ */
+export function appendManySql(q: (table: string) => string): string {
+  return `WITH req AS (
+      SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS r(session_id, n)
+    ), locked AS MATERIALIZED (
+      SELECT t.id, t.session_id FROM ${q("transcripts")} t JOIN req ON req.session_id = t.session_id
+      WHERE t.archived_at IS NULL ORDER BY t.id FOR UPDATE OF t
+    ), bump AS (
+      UPDATE ${q("transcripts")} t SET last_seq = t.last_seq + req.n
+      FROM locked JOIN req ON req.session_id = locked.session_id
+      WHERE t.id = locked.id
+      RETURNING t.id, t.session_id, t.last_seq - req.n AS base
+    ), ins AS (
+      INSERT INTO ${q("transcript_entries")} (transcript_id, seq, bytes, entry)
+      SELECT bump.id, bump.base + u.ord, u.bytes, u.entry
+      FROM bump JOIN unnest($3::uuid[], $4::int[], $5::json[], $6::bigint[]) AS u(session_id, bytes, entry, ord)
+        ON u.session_id = bump.session_id
+      RETURNING transcript_id, seq
+    )
+    SELECT bump.session_id::text AS session_id, ins.seq FROM ins JOIN bump ON bump.id = ins.transcript_id`;
+}
+
+/** The parameters of `appendManySql` for the appends of distinct sessionIds. */
+export function appendManyValues(
+  appends: readonly { sessionId: string; entries: readonly TranscriptEntry[] }[],
+): unknown[] {
+  const sessionIds: string[] = [];
+  const counts: number[] = [];
+  const entrySessionIds: string[] = [];
+  const sizes: number[] = [];
+  const texts: string[] = [];
+  const ords: number[] = [];
+  for (const { sessionId, entries } of appends) {
+    sessionIds.push(sessionId);
+    counts.push(entries.length);
+    for (const [index, entry] of entries.entries()) {
+      const text = withoutSeq(entry);
+      entrySessionIds.push(sessionId);
+      sizes.push(utf8ByteLength(text));
+      texts.push(text);
+      ords.push(index + 1);
+    }
+  }
+  return [sessionIds, counts, entrySessionIds, sizes, texts, ords];
+}
+
 /** The parameters of `appendSql` for entries prepared by core (their seqs are replaced). */
 export function appendValues(sessionId: string, entries: readonly TranscriptEntry[]): unknown[] {
   const texts = entries.map(withoutSeq);
@@ -87,6 +139,33 @@ export function createTranscriptStore(
 ): TranscriptStore {
   const transcripts = q("transcripts");
   const entriesTable = q("transcript_entries");
+
+  // Appends to different transcripts that arrive while one is in flight go in one statement (one
+  // commit); the store's per-sessionId order keeps one append per transcript in flight.
+  type Append = { sessionId: string; entries: readonly TranscriptEntry[] };
+  const appendOne = async ({ sessionId, entries }: Append) =>
+    (
+      await db.query<{ seq: string }>(
+        `appending to transcript ${sessionId}`,
+        appendSql(q),
+        appendValues(sessionId, entries),
+      )
+    ).rows;
+  const appends = new GroupedWrites<Append, { seq: string }[]>(async (items) => {
+    if (items.length === 1) return [await appendOne(items[0]!)];
+    const found = await db.query<{ session_id: string; seq: string }>(
+      `appending to ${items.length} transcripts`,
+      appendManySql(q),
+      appendManyValues(items),
+    );
+    const bySession = new Map<string, { seq: string }[]>();
+    for (const row of found.rows) {
+      const seqs = bySession.get(row.session_id) ?? [];
+      seqs.push({ seq: row.seq });
+      bySession.set(row.session_id, seqs);
+    }
+    return items.map((item) => bySession.get(item.sessionId) ?? []);
+  }, appendOne);
 
   /** The live transcript's id and last seq; NOT_FOUND when there is none. */
   const live = async (id: string, action: string): Promise<{ id: string; lastSeq: number }> => {
@@ -207,12 +286,9 @@ export function createTranscriptStore(
         await live(id, action);
         return [];
       }
-      const inserted = await inOrder.run(id, () =>
-        db.query<{ seq: string }>(action, appendSql(q), appendValues(id, prepared.entries)),
-      );
-      if (inserted.rows.length === 0)
-        throw new SwitchboardError("NOT_FOUND", `no transcript for sessionId ${id}`);
-      return withAssignedSeqs(prepared.entries, inserted.rows);
+      const seqs = await inOrder.run(id, () => appends.write({ sessionId: id, entries: prepared.entries }));
+      if (seqs.length === 0) throw new SwitchboardError("NOT_FOUND", `no transcript for sessionId ${id}`);
+      return withAssignedSeqs(prepared.entries, seqs);
     },
 
     async read(sessionId, options): Promise<TranscriptReadResult> {
