@@ -84,6 +84,8 @@ export class RunScheduler {
   private readonly endedListeners: RunEndedListener[] = [];
   /** Inputs still being written of runs already handed to their worker (settle after any rollback). */
   private readonly inputsPending = new Map<string, Promise<void>>();
+  /** Runs being put in the cluster's queue (see `handOff`). */
+  private readonly handingOff = new Map<string, Promise<void>>();
   private stopping = false;
   private cluster: ClusterRunHooks | undefined;
   /** Retries writing ended runs whose final record the store refused (disk full). */
@@ -267,6 +269,10 @@ export class RunScheduler {
     this.armTimeout(active);
     this.queue(record);
     this.pump(laneKeyOf(record));
+    // Handed to the cluster's queue: its place there is taken before the caller hears the run was
+    // accepted, so runs a client sends one after another through different instances keep their order.
+    const handing = this.handingOff.get(runId);
+    if (handing) await handing;
     return record;
   }
 
@@ -433,7 +439,10 @@ export class RunScheduler {
     this.lanes.skip(laneKey);
     this.active.delete(active.record.runId);
     if (active.timer) clearTimeout(active.timer);
-    void this.cluster!.handOff(active.record).catch((error) => this.dispatchFailed(active, error));
+    const runId = active.record.runId;
+    const handing = this.cluster!.handOff(active.record).catch((error) => this.dispatchFailed(active, error));
+    this.handingOff.set(runId, handing);
+    void handing.then(() => this.handingOff.delete(runId));
     this.pump(laneKey);
   }
 
