@@ -146,7 +146,7 @@ await describeWithPg("PostgreSQL store: transcript appends under load", () => {
     for (const [i, id] of ids.entries()) {
       const read = await store.transcripts.read(id, { limit: 100 });
       expect(read.entries.map((e) => e.seq)).toEqual([1, 2, 3, 4, 5, 6]);
-      expect(read.entries.map((e) => (e.message?.content[0] as { text: string }).text)).toEqual(
+      expect(read.entries.map((e) => (e.message!.content[0] as { text: string }).text)).toEqual(
         [0, 1, 2].flatMap(() => [`a${i}`, `b${i}`]),
       );
     }
