@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { createMemoryStore, parseConfig, type Store, SwitchboardError } from "@switchboard/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { Gateway } from "./gateway";
-import { startTestGateway, type TestGateway, testStoreKind } from "./testing/test-gateway";
+import { startTestGateway, type TestGateway } from "./testing/test-gateway";
 import { TestPeer } from "./testing/test-peer";
 
 const WORKER_TOKEN = "worker-token-0123456789";
@@ -136,46 +136,40 @@ describe("runs: worker concurrency, restarts and recovery", () => {
     }
   });
 
-  // Open on PostgreSQL: the restarted instance's recovery ends such a run, but the cluster's fence on
-  // run ends (8ff51d0) refuses the write while the run still sits in the cluster's queue, where the
-  // first process handed it; the run then stays queued until a worker adopts it or it times out.
-  it.skipIf(testStoreKind() === "postgres")(
-    "starts again after a queued run's session was reset or deleted; those runs end error with the reason",
-    async () => {
-      gw = await startTestGateway(config);
-      const op = await gw.operator();
-      const reset = await op.call<{ runId: string }>("chat.send", {
-        sessionKey: "agent:main:cron:to-reset",
-        message: "queued, then reset",
-      });
-      const deleted = await op.call<{ runId: string }>("chat.send", {
-        sessionKey: "agent:main:cron:to-delete",
-        message: "queued, then deleted",
-      });
-      const kept = await op.call<{ runId: string }>("chat.send", {
-        sessionKey: "agent:main:cron:kept",
-        message: "still wanted",
-      });
-      await op.call("sessions.reset", { key: "agent:main:cron:to-reset" });
-      await op.call("sessions.delete", { key: "agent:main:cron:to-delete" });
+  it("starts again after a queued run's session was reset or deleted; those runs end error with the reason", async () => {
+    gw = await startTestGateway(config);
+    const op = await gw.operator();
+    const reset = await op.call<{ runId: string }>("chat.send", {
+      sessionKey: "agent:main:cron:to-reset",
+      message: "queued, then reset",
+    });
+    const deleted = await op.call<{ runId: string }>("chat.send", {
+      sessionKey: "agent:main:cron:to-delete",
+      message: "queued, then deleted",
+    });
+    const kept = await op.call<{ runId: string }>("chat.send", {
+      sessionKey: "agent:main:cron:kept",
+      message: "still wanted",
+    });
+    await op.call("sessions.reset", { key: "agent:main:cron:to-reset" });
+    await op.call("sessions.delete", { key: "agent:main:cron:to-delete" });
 
-      await gw.restart();
-      const op2 = await gw.operator();
-      expect(await op2.call("agent.wait", { runId: reset.runId, timeoutMs: 2000 })).toMatchObject({
-        status: "error",
-        error: "session agent:main:cron:to-reset was reset before the run started",
-      });
-      expect(await op2.call("agent.wait", { runId: deleted.runId, timeoutMs: 2000 })).toMatchObject({
-        status: "error",
-        error: "session agent:main:cron:to-delete was deleted or archived before the run started",
-      });
-      // The healthy run is still queued and runs once a worker comes.
-      const worker = await holdingWorker(gw.url);
-      await worker.waitForEvent((event) => event.event === "run.assigned");
-      expect(assignedRunIds(worker)).toEqual([kept.runId]);
-      worker.close();
-    },
-  );
+    await gw.restart();
+    const op2 = await gw.operator();
+    expect(await op2.call("agent.wait", { runId: reset.runId, timeoutMs: 2000 })).toMatchObject({
+      status: "error",
+      error: "session agent:main:cron:to-reset was reset before the run started",
+    });
+    expect(await op2.call("agent.wait", { runId: deleted.runId, timeoutMs: 2000 })).toMatchObject({
+      status: "error",
+      error: "session agent:main:cron:to-delete was deleted or archived before the run started",
+    });
+    // The healthy run is still queued and runs once a worker comes.
+    const worker = await holdingWorker(gw.url);
+    await worker.waitForEvent((event) => event.event === "run.assigned");
+    expect(assignedRunIds(worker)).toEqual([kept.runId]);
+    worker.close();
+  });
 
   it("a run queued for a session reset before a worker came ends error instead of running in the new session", async () => {
     gw = await startTestGateway(config);

@@ -62,6 +62,8 @@ export interface ClusterRunHooks {
   handOff(record: RunRecord): Promise<void>;
   /** The run ended: its lane is free for any instance. */
   release(record: RunRecord): Promise<void>;
+  /** Takes a run out of the cluster's queue (false: it was not there). */
+  withdraw(record: RunRecord): Promise<boolean>;
   /**
    * Writes the run's end if this instance still holds the run; false when it does not (it was
    * declared lost while cut off, and the run was reassigned or ended by another instance).
@@ -136,6 +138,9 @@ export class RunScheduler {
         }
         const gone = await this.sessionGone(record);
         if (gone) {
+          // The process before may have handed it to the cluster's queue, and the end of a run
+          // still queued there is refused (`end`): it leaves the queue first.
+          if (this.cluster) await this.cluster.withdraw(record);
           await this.finish(record, "error", { error: gone });
           continue;
         }

@@ -312,6 +312,17 @@ export class ClusterRuns {
     return this.cluster.runEnds.write(record);
   }
 
+  /** Takes a run out of the cluster's queue (false: it was not there, e.g. adopted meanwhile). */
+  async withdraw(record: RunRecord): Promise<boolean> {
+    const { db, q } = this.cluster.coordination;
+    const taken = await db.query(
+      "taking a run out of the queue",
+      `DELETE FROM ${q("run_queue")} WHERE run_id = $1 RETURNING run_id`,
+      [record.runId],
+    );
+    return (taken.rowCount ?? 0) > 0;
+  }
+
   /** The run ended: its lane is free for any instance. */
   async release(record: RunRecord): Promise<void> {
     this.adopted.delete(record.runId);
