@@ -18,6 +18,8 @@ export const definition = {
 };
 
 const TARGET_RATE = 5_000;
+/** The rate target is for concurrency 64 (the p50 target for 1), whichever concurrencies are measured. */
+const TARGET_RATE_AT = 64;
 const TARGET_P50_AT_1_MS = 2;
 // `BENCH_B5_CONCURRENCY=64` (comma list) measures only those, e.g. for profiling the loaded case.
 const CONCURRENCIES = (setting("BENCH_B5_CONCURRENCY") ?? "1,64")
@@ -216,7 +218,7 @@ export async function run(params) {
         unit: "/s",
         baseline: base.rate.value,
         baselineLabel: "ws echo",
-        ...(concurrency === maxConcurrency ? { target: { op: ">=", value: TARGET_RATE } } : {}),
+        ...(concurrency === TARGET_RATE_AT ? { target: { op: ">=", value: TARGET_RATE } } : {}),
         ...(ours.errors ? { note: `${ours.errors} failed sends, first: ${ours.firstError}` } : {}),
       }),
       figure({
@@ -250,7 +252,7 @@ export async function run(params) {
   return {
     figures,
     pass:
-      measured[maxConcurrency].rate.value >= TARGET_RATE &&
+      (measured[TARGET_RATE_AT] === undefined || measured[TARGET_RATE_AT].rate.value >= TARGET_RATE) &&
       (measured[1] === undefined || measured[1].p50.value <= TARGET_P50_AT_1_MS) &&
       errors === 0,
     sizes: {
