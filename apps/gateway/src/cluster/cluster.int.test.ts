@@ -449,6 +449,14 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
         spawnedBy: "agent:main:cron:parent",
       });
       expect(children.sessions).toHaveLength(3);
+      // Each instance lists the cluster's runs, not only the ones it holds.
+      for (const op of ops) {
+        const { runs } = await op.peer.call<{ runs: Array<{ status: string; origin: string }> }>(
+          "runs.list",
+          {},
+        );
+        expect(runs.filter((run) => run.status === "queued" && run.origin === "spawn")).toHaveLength(3);
+      }
     }, 20_000);
 
     it("answers UNAVAILABLE while PostgreSQL is unreachable, loses nothing acknowledged and recovers", async () => {

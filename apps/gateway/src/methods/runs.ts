@@ -120,19 +120,18 @@ export function runMethods({
         statuses.has(run.status) &&
         (sessionKey === undefined || run.sessionKey === sessionKey) &&
         (params.agentId === undefined || run.agentId === params.agentId);
-      // Runs not ended yet are this process's own (freshest); ended ones come from the store.
+      // This process's runs not ended yet are the freshest copy; the store adds every other run —
+      // in cluster mode that includes the runs other instances hold, so every instance lists the
+      // cluster's runs (a stored copy may lag its holder's by one write, never by a run's end).
       const byId = new Map<string, RunRecord>();
       for (const run of scheduler.activeRecords()) if (wanted(run)) byId.set(run.runId, run);
-      const ended = [...statuses].filter((status) => status !== "queued" && status !== "running");
-      if (ended.length > 0) {
-        const stored = await store.runs.list({
-          statuses: ended as RunRecord["status"][],
-          ...(sessionKey ? { sessionKey } : {}),
-          ...(params.agentId !== undefined ? { agentId: params.agentId } : {}),
-          limit,
-        });
-        for (const run of stored) if (wanted(run) && !byId.has(run.runId)) byId.set(run.runId, run);
-      }
+      const stored = await store.runs.list({
+        statuses: [...statuses] as RunRecord["status"][],
+        ...(sessionKey ? { sessionKey } : {}),
+        ...(params.agentId !== undefined ? { agentId: params.agentId } : {}),
+        limit: limit + byId.size,
+      });
+      for (const run of stored) if (wanted(run) && !byId.has(run.runId)) byId.set(run.runId, run);
       const runs = [...byId.values()]
         .sort((a, b) => b.createdAt - a.createdAt || a.runId.localeCompare(b.runId))
         .slice(0, limit)
