@@ -2,17 +2,13 @@ import { sampleRun } from "@switchboard/core/testing";
 import { expect, it } from "vitest";
 import { describeWithPg, TEST_PG_URL } from "../../test/pg-harness";
 import { openPostgresStore } from "../pg-store";
-import { openMembership } from "./membership";
 import { createRunOnce, openClusterRunLanes } from "./run-lanes";
 import { eventually, useClusterSchema } from "./test-helpers";
 
 const cluster = useClusterSchema();
 
 async function instance(name: string, leaseMs = 5000) {
-  const coordination = await cluster.open({ instanceId: name });
-  const membership = openMembership(coordination, { leaseMs, renewMs: Math.floor(leaseMs / 4) });
-  cluster.cleanup(() => membership.stop());
-  await membership.renew();
+  const { coordination, membership } = await cluster.member(name, leaseMs);
   return { coordination, membership, lanes: openClusterRunLanes(coordination) };
 }
 

@@ -1,6 +1,7 @@
 import { afterEach } from "vitest";
 import { dropSchema, TEST_PG_URL, testSchemaName } from "../../test/pg-harness";
 import { type Coordination, type CoordinationOptions, openCoordination } from "./context";
+import { type ClusterMembership, openMembership } from "./membership";
 
 /**
  * Test helper: "instances" are coordination objects with pools of their own on one schema (as
@@ -8,6 +9,11 @@ import { type Coordination, type CoordinationOptions, openCoordination } from ".
  */
 export function useClusterSchema(): {
   open(options?: Partial<CoordinationOptions>): Promise<Coordination>;
+  /** An instance named `instanceId` with a live lease (renewed once; `start()` keeps it alive). */
+  member(
+    instanceId: string,
+    leaseMs?: number,
+  ): Promise<{ coordination: Coordination; membership: ClusterMembership }>;
   readonly schema: string;
   cleanup(task: () => Promise<unknown> | unknown): void;
 } {
@@ -28,6 +34,13 @@ export function useClusterSchema(): {
       const coordination = await openCoordination({ url: TEST_PG_URL, schema, ...options });
       opened.push(coordination);
       return coordination;
+    },
+    async member(instanceId, leaseMs = 5000) {
+      const coordination = await this.open({ instanceId });
+      const membership = openMembership(coordination, { leaseMs, renewMs: Math.floor(leaseMs / 4) });
+      cleanups.push(() => membership.stop());
+      await membership.renew();
+      return { coordination, membership };
     },
     get schema() {
       if (!schema) throw new Error("no instance opened yet");

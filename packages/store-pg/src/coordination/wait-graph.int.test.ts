@@ -1,17 +1,13 @@
 import { expect, it } from "vitest";
 import { describeWithPg } from "../../test/pg-harness";
 import { openClusterCallBudget } from "./call-budget";
-import { openMembership } from "./membership";
 import { useClusterSchema } from "./test-helpers";
 import { openClusterWaitGraph } from "./wait-graph";
 
 const cluster = useClusterSchema();
 
 async function instance(name: string, leaseMs = 5000) {
-  const coordination = await cluster.open({ instanceId: name });
-  const membership = openMembership(coordination, { leaseMs, renewMs: Math.floor(leaseMs / 4) });
-  cluster.cleanup(() => membership.stop());
-  await membership.renew();
+  const { coordination, membership } = await cluster.member(name, leaseMs);
   return { coordination, membership, graph: openClusterWaitGraph(coordination) };
 }
 
