@@ -51,6 +51,14 @@ afterEach(async () => {
 });
 
 /** Instances on one fresh schema; started one after the other (the first creates the schema). */
+/** A TCP proxy in front of the test database, to cut an instance off from it and back. */
+async function startPgProxy(): Promise<TcpProxy> {
+  const target = new URL(testPgUrl());
+  const proxy = new TcpProxy(target.hostname, Number(target.port || 5432));
+  await proxy.start();
+  return proxy;
+}
+
 async function startCluster(count: number, url = testPgUrl()): Promise<ChildGateway[]> {
   const schema = testSchemaName("sbgwclu");
   schemas.push(schema);
@@ -462,9 +470,7 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
     it("answers UNAVAILABLE while PostgreSQL is unreachable, loses nothing acknowledged and recovers", async () => {
       if (unavailable !== undefined)
         throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
-      const target = new URL(testPgUrl());
-      const proxy = new TcpProxy(target.hostname, Number(target.port || 5432));
-      await proxy.start();
+      const proxy = await startPgProxy();
       try {
         const [a, b] = await startCluster(2, proxy.urlFor(testPgUrl()));
         const ops = [await operator(a!), await operator(b!)];
@@ -522,9 +528,7 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
     it("drops the late result of an instance that was cut off from the database and declared lost", async () => {
       if (unavailable !== undefined)
         throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
-      const target = new URL(testPgUrl());
-      const proxy = new TcpProxy(target.hostname, Number(target.port || 5432));
-      await proxy.start();
+      const proxy = await startPgProxy();
       try {
         // A reaches the database through the proxy, B directly.
         const schema = testSchemaName("sbgwclu");
