@@ -826,7 +826,8 @@ function laneKeyOf(record: Pick<RunRecord, "sessionKey" | "lane" | "origin">): s
     : `${record.sessionKey}|${record.lane}`;
 }
 
-function toWaitResult(record: RunRecord): WaitResult {
+/** What a wait answers for a run record (a run not ended yet reads as `timeout`). */
+export function toWaitResult(record: RunRecord): WaitResult {
   const status =
     record.status === "ok" || record.status === "error" || record.status === "timeout"
       ? record.status

@@ -3,7 +3,7 @@ import { type RunRecord, type Store, SwitchboardError, TERMINAL_RUN_STATUSES } f
 import type { Cluster, ClusterRunLanes, LostRun } from "@switchboard/store-pg";
 import type { Logger } from "pino";
 import type { EventLog } from "../ports/event-log";
-import type { WaitResult } from "../run-scheduler";
+import { toWaitResult, type WaitResult } from "../run-scheduler";
 
 /** How often a run waiting for its lane (held by another instance) tries the claim again. */
 const CLAIM_RETRY_MS = 25;
@@ -498,19 +498,4 @@ export class ClusterRuns {
       unsubscribe();
     }
   }
-}
-
-function toWaitResult(record: RunRecord): WaitResult {
-  const status =
-    record.status === "ok" || record.status === "error" || record.status === "timeout"
-      ? record.status
-      : "timeout";
-  return {
-    runId: record.runId,
-    status,
-    ...(record.reply !== undefined ? { reply: record.reply } : {}),
-    ...(record.error !== undefined ? { error: record.error } : {}),
-    ...(record.startedAt !== undefined ? { startedAt: record.startedAt } : {}),
-    ...(record.endedAt !== undefined ? { endedAt: record.endedAt } : {}),
-  };
 }
