@@ -26,6 +26,13 @@ const MAX_CHUNK = 1024;
 /** `"seq":N,` — what the stored text lacks compared with the entry's serialised form. */
 const seqBytes = (seq: number) => 7 + String(seq).length;
 
+/** A row of the capped tail query: the entry is null where it did not fit the byte cap. */
+interface CappedTailRow {
+  seq: string;
+  size: number;
+  entry: Omit<TranscriptEntry, "seq"> | null;
+}
+
 interface EntryRow {
   seq: string;
   bytes: number;
@@ -139,6 +146,23 @@ export function createTranscriptStore(
 ): TranscriptStore {
   const transcripts = q("transcripts");
   const entriesTable = q("transcript_entries");
+  // The newest entries before $2 (at most $3) with each one's stored size and the running total:
+  // an entry's JSON is fetched only while the total fits in $4 bytes (the newest one always), so a
+  // byte-capped page decides from the (seq, bytes) index which entries it can keep.
+  const cappedTail = `SELECT t.seq, t.size,
+      CASE WHEN t.running <= $4 OR t.rn = 1 THEN
+        (SELECT e.entry FROM ${entriesTable} e WHERE e.transcript_id = $1 AND e.seq = t.seq)
+      END AS entry
+    FROM (
+      SELECT s.seq, s.size,
+        sum(s.size) OVER (ORDER BY s.seq DESC ROWS UNBOUNDED PRECEDING) AS running,
+        row_number() OVER (ORDER BY s.seq DESC) AS rn
+      FROM (
+        SELECT seq, bytes + 7 + length(seq::text) AS size FROM ${entriesTable}
+        WHERE transcript_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3
+      ) s
+    ) t
+    ORDER BY t.seq DESC`;
 
   // Appends to different transcripts that arrive while one is in flight go in one statement (one
   // commit); the store's per-sessionId order keeps one append per transcript in flight.
@@ -199,24 +223,12 @@ export function createTranscriptStore(
     let chunk = Math.min(Math.max(limit * 2, MIN_CHUNK), MAX_CHUNK);
     let cursor = before;
     for (;;) {
-      const step = await db.read<{ seq: string; size: number; entry: Omit<TranscriptEntry, "seq"> | null }>(
-        action,
-        `SELECT t.seq, t.size,
-           CASE WHEN t.running <= $4 OR t.rn = 1 THEN
-             (SELECT e.entry FROM ${entriesTable} e WHERE e.transcript_id = $1 AND e.seq = t.seq)
-           END AS entry
-         FROM (
-           SELECT s.seq, s.size,
-             sum(s.size) OVER (ORDER BY s.seq DESC ROWS UNBOUNDED PRECEDING) AS running,
-             row_number() OVER (ORDER BY s.seq DESC) AS rn
-           FROM (
-             SELECT seq, bytes + 7 + length(seq::text) AS size FROM ${entriesTable}
-             WHERE transcript_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3
-           ) s
-         ) t
-         ORDER BY t.seq DESC`,
-        [transcriptId, cursor, chunk, maxBytes - kept],
-      );
+      const step = await db.read<CappedTailRow>(action, cappedTail, [
+        transcriptId,
+        cursor,
+        chunk,
+        maxBytes - kept,
+      ]);
       const rows = step.rows;
       let next = 0;
       while (next < rows.length) {
@@ -302,30 +314,18 @@ export function createTranscriptStore(
       if (normalised.filter === undefined && normalised.maxBytes !== undefined) {
         // A byte cap without a filter is decided from the index (seq, bytes): entries that do not
         // fit are never fetched, so a page of small entries next to a huge one costs the small ones.
-        const found = await db.read<EntryRow & { running: string }>(
-          action,
-          `SELECT t.seq, t.size AS bytes,
-             CASE WHEN t.running <= $4 OR t.rn = 1 THEN
-               (SELECT e.entry FROM ${entriesTable} e WHERE e.transcript_id = $1 AND e.seq = t.seq)
-             END AS entry
-           FROM (
-             SELECT s.seq, s.size,
-               sum(s.size) OVER (ORDER BY s.seq DESC ROWS UNBOUNDED PRECEDING) AS running,
-               row_number() OVER (ORDER BY s.seq DESC) AS rn
-             FROM (
-               SELECT seq, bytes + 7 + length(seq::text) AS size FROM ${entriesTable}
-               WHERE transcript_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3
-             ) s
-           ) t
-           ORDER BY t.seq DESC`,
-          [transcript.id, before, normalised.limit, normalised.maxBytes],
-        );
+        const found = await db.read<CappedTailRow>(action, cappedTail, [
+          transcript.id,
+          before,
+          normalised.limit,
+          normalised.maxBytes,
+        ]);
         let stopped = false;
         for (const row of found.rows) {
           const seq = toNumber(row.seq);
           if (row.entry === null) {
             // Past the byte cap: the collector stops here without keeping it.
-            if (collector.offer({ seq } as TranscriptEntry, row.bytes)) {
+            if (collector.offer({ seq } as TranscriptEntry, row.size)) {
               throw new SwitchboardError(
                 "INTERNAL",
                 `transcript ${id}: entry ${seq} was needed but not fetched`,
@@ -334,7 +334,7 @@ export function createTranscriptStore(
             stopped = true;
             break;
           }
-          if (!collector.offer(withSeq(row.entry, seq), row.bytes)) {
+          if (!collector.offer(withSeq(row.entry, seq), row.size)) {
             stopped = true;
             break;
           }
