@@ -1,4 +1,10 @@
-import { type Logger, type Store, type StoreHealth, SwitchboardError, silentLogger } from "@switchboard/core";
+import {
+  invalidRequestFromZod,
+  type Logger,
+  type Store,
+  type StoreHealth,
+  silentLogger,
+} from "@switchboard/core";
 import pg from "pg";
 import { z } from "zod";
 import { createAuditLog } from "./audit";
@@ -47,13 +53,6 @@ export interface PostgresStore extends Store {
   readonly migration: { from: number; to: number; searchIndex: boolean };
 }
 
-function invalidOptions(error: z.ZodError): SwitchboardError {
-  const lines = error.issues.map((issue) => `${["store", ...issue.path].join(".")}: ${issue.message}`);
-  return new SwitchboardError("INVALID_REQUEST", lines.join("; "), {
-    details: { field: ["store", ...(error.issues[0]?.path ?? [])].join(".") },
-  });
-}
-
 /**
  * Opens (creating or migrating) the Switchboard schema in a PostgreSQL database and returns core's
  * `Store` over it. Several stores, in one process or many, may open the same schema: compare-and-
@@ -61,7 +60,7 @@ function invalidOptions(error: z.ZodError): SwitchboardError {
  */
 export async function openPostgresStore(input: PostgresStoreOptions): Promise<PostgresStore> {
   const parsed = PostgresStoreOptionsSchema.safeParse(input);
-  if (!parsed.success) throw invalidOptions(parsed.error);
+  if (!parsed.success) throw invalidRequestFromZod(parsed.error, "store");
   const options = parsed.data;
   const logger = (options.logger ?? silentLogger).child({ component: "store-pg", schema: options.schema });
   const target = describeTarget(options.url);

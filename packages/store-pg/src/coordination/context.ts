@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { type Logger, SwitchboardError, silentLogger } from "@switchboard/core";
+import { invalidRequestFromZod, type Logger, type SwitchboardError, silentLogger } from "@switchboard/core";
 import pg from "pg";
 import { z } from "zod";
 import { Db } from "../db";
@@ -60,20 +60,13 @@ export interface Coordination {
   close(): Promise<void>;
 }
 
-function invalidOptions(error: z.ZodError): SwitchboardError {
-  const lines = error.issues.map((issue) => `${["cluster", ...issue.path].join(".")}: ${issue.message}`);
-  return new SwitchboardError("INVALID_REQUEST", lines.join("; "), {
-    details: { field: ["cluster", ...(error.issues[0]?.path ?? [])].join(".") },
-  });
-}
-
 /**
  * Opens the coordination layer of one gateway instance on the store's schema, creating the
  * coordination tables if missing (under the same advisory lock as the store's migrations).
  */
 export async function openCoordination(input: CoordinationOptions): Promise<Coordination> {
   const parsed = CoordinationOptionsSchema.safeParse(input);
-  if (!parsed.success) throw invalidOptions(parsed.error);
+  if (!parsed.success) throw invalidRequestFromZod(parsed.error, "cluster");
   const options = parsed.data;
   const instanceId = options.instanceId ?? randomUUID();
   const logger = (options.logger ?? silentLogger).child({ component: "cluster", instanceId });
