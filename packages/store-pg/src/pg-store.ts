@@ -1,6 +1,8 @@
 import {
   invalidRequestFromZod,
   type Logger,
+  PostgresSchemaNameSchema,
+  PostgresUrlSchema,
   type Store,
   type StoreHealth,
   silentLogger,
@@ -21,16 +23,9 @@ import { describeTarget, passwordOf, redactUrl } from "./url";
 
 export const PostgresStoreOptionsSchema = z.strictObject({
   /** `postgres://user:password@host:port/database`; the password never appears in logs or errors. */
-  url: z
-    .string({ error: "must be a postgres:// URL" })
-    .regex(/^postgres(ql)?:\/\//, { error: "must start with postgres:// or postgresql://" }),
+  url: PostgresUrlSchema,
   /** The schema holding every table; created and migrated at open. */
-  schema: z
-    .string({ error: "must be a schema name" })
-    .regex(/^[a-z_][a-z0-9_]{0,62}$/, {
-      error: "must be a schema name: lower-case letters, digits and _, at most 63 characters",
-    })
-    .default("switchboard"),
+  schema: PostgresSchemaNameSchema.default("switchboard"),
   pool: z
     .strictObject({ max: z.number().int().min(1, { error: "must be at least 1" }).max(1000).default(10) })
     .prefault({}),

@@ -28,6 +28,8 @@ export {
   SubagentModelSchema,
 } from "./model-config";
 export {
+  PostgresSchemaNameSchema,
+  PostgresUrlSchema,
   RetentionConfigSchema,
   type StoreConfig,
   StoreConfigSchema,

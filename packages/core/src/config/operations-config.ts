@@ -3,6 +3,18 @@ import { intAtLeast, intRange, requiredOr } from "./schema-helpers";
 
 const booleanField = () => z.boolean({ error: "must be true or false" });
 
+/** A PostgreSQL connection URL (config, the store and the cluster coordination share the rule). */
+export const PostgresUrlSchema = z
+  .string({ error: "must be a postgres:// URL" })
+  .regex(/^postgres(ql)?:\/\//, { error: "must start with postgres:// or postgresql://" });
+
+/** A schema name Switchboard creates and quotes: lower-case, so it needs no case folding rules. */
+export const PostgresSchemaNameSchema = z
+  .string({ error: "must be a schema name" })
+  .regex(/^[a-z_][a-z0-9_]{0,62}$/, {
+    error: "must be a schema name: lower-case letters, digits and _, at most 63 characters",
+  });
+
 /**
  * Where durable state lives. `fs` (the default) is the data dir; `postgres` is one database shared by
  * every gateway instance of a cluster (scale-out.md). `url` and `urlEnv` are exclusive: the URL may hold
@@ -15,20 +27,12 @@ export const StoreConfigSchema = z.discriminatedUnion(
     z
       .strictObject({
         kind: z.literal("postgres"),
-        url: z
-          .string({ error: "must be a postgres:// URL" })
-          .regex(/^postgres(ql)?:\/\//, { error: "must start with postgres:// or postgresql://" })
-          .optional(),
+        url: PostgresUrlSchema.optional(),
         urlEnv: z
           .string({ error: "must be an environment variable name" })
           .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, { error: "must be an environment variable name" })
           .optional(),
-        schema: z
-          .string({ error: "must be a schema name" })
-          .regex(/^[a-z_][a-z0-9_]{0,62}$/, {
-            error: "must be a schema name: lower-case letters, digits and _, at most 63 characters",
-          })
-          .default("switchboard"),
+        schema: PostgresSchemaNameSchema.default("switchboard"),
         pool: z.strictObject({ max: intRange(1, 1000).default(10) }).prefault({}),
       })
       .superRefine((store, ctx) => {

@@ -1,5 +1,12 @@
 import { randomUUID } from "node:crypto";
-import { invalidRequestFromZod, type Logger, type SwitchboardError, silentLogger } from "@switchboard/core";
+import {
+  invalidRequestFromZod,
+  type Logger,
+  PostgresSchemaNameSchema,
+  PostgresUrlSchema,
+  type SwitchboardError,
+  silentLogger,
+} from "@switchboard/core";
 import pg from "pg";
 import { z } from "zod";
 import { Db } from "../db";
@@ -10,16 +17,9 @@ import { ensureCoordinationSchema } from "./schema";
 
 export const CoordinationOptionsSchema = z.strictObject({
   /** `postgres://user:password@host:port/database`; the password never appears in logs or errors. */
-  url: z
-    .string({ error: "must be a postgres:// URL" })
-    .regex(/^postgres(ql)?:\/\//, { error: "must start with postgres:// or postgresql://" }),
+  url: PostgresUrlSchema,
   /** The store's schema: the coordination tables live beside the store's. */
-  schema: z
-    .string({ error: "must be a schema name" })
-    .regex(/^[a-z_][a-z0-9_]{0,62}$/, {
-      error: "must be a schema name: lower-case letters, digits and _, at most 63 characters",
-    })
-    .default("switchboard"),
+  schema: PostgresSchemaNameSchema.default("switchboard"),
   /** This gateway instance, as other instances name it (e.g. in a lost run's error). Default: a UUID. */
   instanceId: z
     .string({ error: "must be a string" })
