@@ -9,18 +9,12 @@
  * acknowledged before the process could die.
  */
 import { openFileStore } from "../src/index";
+import { printLine, seededRandom } from "./helpers";
 
 const [dataDir, sessionsArg, seedArg] = process.argv.slice(2);
 const sessionIds = JSON.parse(sessionsArg!) as string[];
-let seed = Number(seedArg) || 1;
-const random = () => {
-  // xorshift: each round writes a different but reproducible mix.
-  seed ^= seed << 13;
-  seed ^= seed >>> 17;
-  seed ^= seed << 5;
-  return (seed >>> 0) / 0x1_0000_0000;
-};
-const print = (line: string) => process.stdout.write(`${line}\n`);
+const random = seededRandom(seedArg);
+const print = printLine;
 
 const store = await openFileStore({
   dataDir: dataDir!,

@@ -34,3 +34,22 @@ export function recordingLogger(): {
   };
   return { lines, logger: make({}) };
 }
+
+/**
+ * A crash child's reproducible random numbers in [0, 1) (xorshift): each round writes a different
+ * but replayable mix for its seed.
+ */
+export function seededRandom(seedArg: string | undefined): () => number {
+  let seed = Number(seedArg) || 1;
+  return () => {
+    seed ^= seed << 13;
+    seed ^= seed >>> 17;
+    seed ^= seed << 5;
+    return (seed >>> 0) / 0x1_0000_0000;
+  };
+}
+
+/** One line to the parent test on stdout (acknowledgements it checks after the kill). */
+export const printLine = (line: string): void => {
+  process.stdout.write(`${line}\n`);
+};

@@ -11,17 +11,12 @@
 import { deleteSession, resetSessionTranscript, type SessionEntry } from "@switchboard/core";
 import { setFaultHook } from "../src/fs-io";
 import { openFileStore } from "../src/index";
+import { printLine, seededRandom } from "./helpers";
 
 const [dataDir, keysArg, seedArg, killArg] = process.argv.slice(2);
 const keysByWorker = JSON.parse(keysArg!) as string[][];
-let seed = Number(seedArg) || 1;
-const random = () => {
-  seed ^= seed << 13;
-  seed ^= seed >>> 17;
-  seed ^= seed << 5;
-  return (seed >>> 0) / 0x1_0000_0000;
-};
-const print = (line: string) => process.stdout.write(`${line}\n`);
+const random = seededRandom(seedArg);
+const print = printLine;
 
 const store = await openFileStore({
   dataDir: dataDir!,

@@ -11,16 +11,11 @@ import { createHmac } from "node:crypto";
 import { type AuditRecord, createAuditChain, LEVELS, type Level, type SessionEntry } from "@switchboard/core";
 import { setFaultHook } from "../src/fs-io";
 import { openFileStore } from "../src/index";
+import { printLine, seededRandom } from "./helpers";
 
 const [dataDir, seedArg, killArg] = process.argv.slice(2);
-let seed = Number(seedArg) || 1;
-const random = () => {
-  seed ^= seed << 13;
-  seed ^= seed >>> 17;
-  seed ^= seed << 5;
-  return (seed >>> 0) / 0x1_0000_0000;
-};
-const print = (line: string) => process.stdout.write(`${line}\n`);
+const random = seededRandom(seedArg);
+const print = printLine;
 
 const AUDIT_KEY = new Uint8Array(32).fill(9);
 const hmac = (key: Uint8Array, message: string) => createHmac("sha256", key).update(message).digest("hex");
