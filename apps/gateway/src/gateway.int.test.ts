@@ -1,25 +1,17 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { startTestGateway, type TestGateway, TestWorker, testStoreKind } from "./testing/test-gateway";
+import {
+  CLIENT_TOKEN,
+  startTestGateway,
+  type TestGateway,
+  TestWorker,
+  testStoreKind,
+  twoAgentConfig,
+  WORKER_TOKEN,
+} from "./testing/test-gateway";
 import { TestPeer } from "./testing/test-peer";
 
 const STORE = testStoreKind();
-const WORKER_TOKEN = "worker-token-0123456789";
-const CLIENT_TOKEN = "client-token-0123456789";
-
-const baseConfig = {
-  auth: {
-    tokens: [
-      { name: "worker", token: WORKER_TOKEN, role: "agent" as const, agents: ["main", "research"] },
-      {
-        name: "webchat",
-        token: CLIENT_TOKEN,
-        role: "client" as const,
-        sessions: ["agent:main:webchat:dm:*"],
-      },
-    ],
-  },
-  agents: { list: [{ id: "main", default: true }, { id: "research" }] },
-};
+const baseConfig = twoAgentConfig;
 
 describe("gateway: handshake, roles and runs", () => {
   let gw: TestGateway;

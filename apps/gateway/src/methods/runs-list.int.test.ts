@@ -1,23 +1,15 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { startTestGateway, type TestGateway, TestWorker } from "../testing/test-gateway";
+import {
+  CLIENT_TOKEN,
+  startTestGateway,
+  type TestGateway,
+  TestWorker,
+  twoAgentConfig,
+  WORKER_TOKEN,
+} from "../testing/test-gateway";
 import { TestPeer } from "../testing/test-peer";
 
-const WORKER_TOKEN = "worker-token-0123456789";
-const CLIENT_TOKEN = "client-token-0123456789";
-const CONFIG = {
-  auth: {
-    tokens: [
-      { name: "worker", token: WORKER_TOKEN, role: "agent" as const, agents: ["main", "research"] },
-      {
-        name: "webchat",
-        token: CLIENT_TOKEN,
-        role: "client" as const,
-        sessions: ["agent:main:webchat:dm:*"],
-      },
-    ],
-  },
-  agents: { list: [{ id: "main", default: true }, { id: "research" }] },
-};
+const CONFIG = twoAgentConfig;
 
 interface RunRow {
   runId: string;

@@ -74,6 +74,26 @@ export interface TestGateway {
   close(): Promise<void>;
 }
 
+/** Tokens of `twoAgentConfig`: a worker serving both agents, and a webchat client. */
+export const WORKER_TOKEN = "worker-token-0123456789";
+export const CLIENT_TOKEN = "client-token-0123456789";
+
+/** The usual test setup: agents `main` (default) and `research`, a worker and a webchat client token. */
+export const twoAgentConfig = {
+  auth: {
+    tokens: [
+      { name: "worker", token: WORKER_TOKEN, role: "agent" as const, agents: ["main", "research"] },
+      {
+        name: "webchat",
+        token: CLIENT_TOKEN,
+        role: "client" as const,
+        sessions: ["agent:main:webchat:dm:*"],
+      },
+    ],
+  },
+  agents: { list: [{ id: "main", default: true }, { id: "research" }] },
+};
+
 export type TestStoreKind = "memory" | "file" | "postgres";
 
 /**
