@@ -2,6 +2,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import type { Logger } from "@switchboard/core";
+import { setFaultHook } from "../src/fs-io";
 
 /** A fresh temp dir for one test; removed by the returned cleanup. */
 export async function tempDir(prefix = "sb-store-"): Promise<{ dir: string; cleanup: () => Promise<void> }> {
@@ -53,3 +54,18 @@ export function seededRandom(seedArg: string | undefined): () => number {
 export const printLine = (line: string): void => {
   process.stdout.write(`${line}\n`);
 };
+
+/**
+ * A crash child's planned death: `"<op>:<path part>:<n>"` kills the process (SIGKILL) at the n-th
+ * such fs call, before it runs. Absent or `"timer"` (the parent kills it at a random moment): no hook.
+ */
+export function killAtFault(killArg: string | undefined): void {
+  if (!killArg || killArg === "timer") return;
+  const [op, where, nth] = killArg.split(":");
+  let seen = 0;
+  setFaultHook((called, filePath) => {
+    if (called === op && filePath.includes(where!) && ++seen === Number(nth))
+      process.kill(process.pid, "SIGKILL");
+    return undefined;
+  });
+}

@@ -9,9 +9,8 @@
  *   DEL <key> <sessionId>              delete done
  */
 import { deleteSession, resetSessionTranscript, type SessionEntry } from "@switchboard/core";
-import { setFaultHook } from "../src/fs-io";
 import { openFileStore } from "../src/index";
-import { printLine, seededRandom } from "./helpers";
+import { killAtFault, printLine, seededRandom } from "./helpers";
 
 const [dataDir, keysArg, seedArg, killArg] = process.argv.slice(2);
 const keysByWorker = JSON.parse(keysArg!) as string[][];
@@ -25,16 +24,7 @@ const store = await openFileStore({
   archiveOrphanTranscripts: true,
 });
 
-if (killArg && killArg !== "timer") {
-  // "<op>:<path part>:<n>": die at the n-th such call, before it runs.
-  const [op, where, nth] = killArg.split(":");
-  let seen = 0;
-  setFaultHook((called, filePath) => {
-    if (called === op && filePath.includes(where!) && ++seen === Number(nth))
-      process.kill(process.pid, "SIGKILL");
-    return undefined;
-  });
-}
+killAtFault(killArg);
 print("ready");
 
 async function worker(index: number, keys: string[]): Promise<void> {

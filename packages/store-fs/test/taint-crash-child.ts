@@ -9,9 +9,8 @@
  */
 import { createHmac } from "node:crypto";
 import { type AuditRecord, createAuditChain, LEVELS, type Level, type SessionEntry } from "@switchboard/core";
-import { setFaultHook } from "../src/fs-io";
 import { openFileStore } from "../src/index";
-import { printLine, seededRandom } from "./helpers";
+import { killAtFault, printLine, seededRandom } from "./helpers";
 
 const [dataDir, seedArg, killArg] = process.argv.slice(2);
 const random = seededRandom(seedArg);
@@ -22,16 +21,7 @@ const hmac = (key: Uint8Array, message: string) => createHmac("sha256", key).upd
 
 const store = await openFileStore({ dataDir: dataDir!, fsyncMode: "always", snapshotEvery: 40 });
 
-if (killArg && killArg !== "timer") {
-  // "<op>:<path part>:<n>": die at the n-th such call, before it runs.
-  const [op, where, nth] = killArg.split(":");
-  let seen = 0;
-  setFaultHook((called, filePath) => {
-    if (called === op && filePath.includes(where!) && ++seen === Number(nth))
-      process.kill(process.pid, "SIGKILL");
-    return undefined;
-  });
-}
+killAtFault(killArg);
 
 const last = await store.audit.last();
 const chain = createAuditChain({
