@@ -14,6 +14,7 @@ import { Db } from "./db";
 import { toStoreError } from "./errors";
 import { createMetaStore } from "./meta";
 import { migrate, quoteIdent, SCHEMA_VERSION } from "./migrations";
+import { connectionConfig, openPool } from "./pool";
 import { createRunRegistry } from "./runs";
 import { KeyedSerializer } from "./serial";
 import { createSessionIndex } from "./sessions";
@@ -61,48 +62,21 @@ export async function openPostgresStore(input: PostgresStoreOptions): Promise<Po
   const target = describeTarget(options.url);
   const where = { target, password: passwordOf(options.url) };
 
-  const pool = new pg.Pool({
-    connectionString: options.url,
+  const settings = {
+    url: options.url,
     max: options.pool.max,
-    connectionTimeoutMillis: options.connectTimeoutMs,
-    // The server stops the statement; the client-side timeout also covers a server that stopped answering.
-    statement_timeout: options.statementTimeoutMs,
-    query_timeout: options.statementTimeoutMs + 5_000,
-    idleTimeoutMillis: 30_000,
-    keepAlive: true,
-    application_name: options.applicationName,
-  });
-  // An idle connection the server drops (restart, pg_terminate_backend) is reported here and
-  // removed by the pool; without a listener it would crash the process.
-  pool.on("error", (error) => {
-    logger.warn(
-      { target, error: toStoreError(error, { ...where, action: "while idle" }).message },
-      "PostgreSQL connection lost",
-    );
-  });
-  // A checked-out connection (inside a transaction, between its statements) that dies emits `error` on
-  // the client, where the pool's listener is not: without one of its own it would crash the process.
-  // The statement in flight, or the next one, fails with UNAVAILABLE and the pool drops the client.
-  pool.on("connect", (client) => {
-    client.on("error", (error) => {
-      logger.warn(
-        { target, error: toStoreError(error, { ...where, action: "while in use" }).message },
-        "PostgreSQL connection lost",
-      );
-    });
-  });
+    connectTimeoutMs: options.connectTimeoutMs,
+    statementTimeoutMs: options.statementTimeoutMs,
+    applicationName: options.applicationName,
+  };
+  const pool = openPool(settings, where, logger);
   const db = new Db(pool, where, logger);
 
   // Migrations run on a connection of their own, without the statement timeouts: building an
   // index on a large table may take longer than any request should.
   let migration: PostgresStore["migration"];
   try {
-    const client = new pg.Client({
-      connectionString: options.url,
-      connectionTimeoutMillis: options.connectTimeoutMs,
-      keepAlive: true,
-      application_name: options.applicationName,
-    });
+    const client = new pg.Client(connectionConfig(settings));
     client.on("error", () => undefined);
     try {
       await client.connect();

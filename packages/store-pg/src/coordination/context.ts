@@ -12,6 +12,7 @@ import { z } from "zod";
 import { Db } from "../db";
 import { toStoreError } from "../errors";
 import { quoteIdent } from "../migrations";
+import { connectionConfig, openPool } from "../pool";
 import { describeTarget, passwordOf } from "../url";
 import { ensureCoordinationSchema } from "./schema";
 
@@ -72,43 +73,21 @@ export async function openCoordination(input: CoordinationOptions): Promise<Coor
   const logger = (options.logger ?? silentLogger).child({ component: "cluster", instanceId });
   const target = describeTarget(options.url);
   const where = { target, password: passwordOf(options.url) };
-  const clientConfig = {
-    connectionString: options.url,
-    connectionTimeoutMillis: options.connectTimeoutMs,
-    keepAlive: true,
-    application_name: options.applicationName,
-  };
-  const pool = new pg.Pool({
-    ...clientConfig,
+  const settings = {
+    url: options.url,
     max: options.pool.max,
-    statement_timeout: options.statementTimeoutMs,
-    idle_in_transaction_session_timeout: options.idleInTransactionTimeoutMs,
-    query_timeout: options.statementTimeoutMs + 5_000,
-    idleTimeoutMillis: 30_000,
-  });
-  pool.on("error", (error) => {
-    logger.warn(
-      { target, error: toStoreError(error, { ...where, action: "while idle" }).message },
-      "PostgreSQL connection lost",
-    );
-  });
-  // A connection can fail while checked out between two statements (the server ends an idle
-  // transaction, a network cut): the next statement reports it, but the event must be heard or it
-  // is an uncaught exception.
-  pool.on("connect", (client) => {
-    client.on("error", (error) => {
-      logger.debug(
-        { error: toStoreError(error, { ...where, action: "while in use" }).message },
-        "PostgreSQL connection failed",
-      );
-    });
-  });
+    connectTimeoutMs: options.connectTimeoutMs,
+    statementTimeoutMs: options.statementTimeoutMs,
+    idleInTransactionTimeoutMs: options.idleInTransactionTimeoutMs,
+    applicationName: options.applicationName,
+  };
+  const pool = openPool(settings, where, logger);
   const db = new Db(pool, where, logger);
   const schemaName = quoteIdent(options.schema);
   const q = (table: string) => `${schemaName}.${table}`;
   const fail = (error: unknown, action: string) => toStoreError(error, { ...where, action });
   const connect = async (purpose: string): Promise<pg.Client> => {
-    const client = new pg.Client(clientConfig);
+    const client = new pg.Client(connectionConfig(settings));
     // Errors of a dedicated connection are reported by its owner's `end`/`error` handling.
     client.on("error", () => undefined);
     try {
