@@ -117,16 +117,7 @@ export class AuditService {
     this.persisted = stored.catch(() => undefined);
     return stored.then(async (done) => {
       await this.head.anchorThrough(done.record.index);
-      const { record } = done;
-      this.bus.publish(
-        "audit.appended",
-        {
-          index: record.index,
-          kind: record.kind,
-          ...(record.sessionKey ? { sessionKey: record.sessionKey } : {}),
-        },
-        record.sessionKey ? { sessionKey: record.sessionKey } : {},
-      );
+      this.announce(done.record);
       return done;
     });
   }
