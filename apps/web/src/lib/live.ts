@@ -28,6 +28,23 @@ export interface RunInfo {
   pendingTools: Map<string, string>;
 }
 
+type ListedRun = Awaited<ReturnType<SwitchboardClient["run"]["list"]>>["runs"][number];
+
+/** A run known from `runs.list` (it started before this page opened), as running. */
+function listedRun(run: ListedRun): RunInfo {
+  const startedAt = run.startedAt ?? run.createdAt;
+  return {
+    runId: run.runId,
+    sessionKey: run.sessionKey,
+    agentId: run.agentId,
+    lane: run.lane,
+    startedAt,
+    status: "running",
+    timeline: [{ at: startedAt, text: `started on lane ${run.lane} (before this page opened)` }],
+    pendingTools: new Map(),
+  };
+}
+
 export interface BlockedCall {
   at: number;
   hook: string;
@@ -214,37 +231,22 @@ async function probe(api: SwitchboardClient): Promise<void> {
         continue;
       }
       if (runs.has(run.runId)) continue;
-      const startedAt = run.startedAt ?? run.createdAt;
-      runs.set(run.runId, {
-        runId: run.runId,
-        sessionKey: run.sessionKey,
-        agentId: run.agentId,
-        lane: run.lane,
-        startedAt,
-        status: "running",
-        timeline: [{ at: startedAt, text: `started on lane ${run.lane} (before this page opened)` }],
-        pendingTools: new Map(),
-      });
+      runs.set(run.runId, listedRun(run));
       void enrich(api, run.sessionKey);
     }
     for (const run of recent.runs) {
       if (runs.has(run.runId) || run.endedAt === undefined || run.endedAt < hourAgo) continue;
       if (run.status === "queued" || run.status === "running") continue;
-      const startedAt = run.startedAt ?? run.createdAt;
+      const info = listedRun(run);
       runs.set(run.runId, {
-        runId: run.runId,
-        sessionKey: run.sessionKey,
-        agentId: run.agentId,
-        lane: run.lane,
-        startedAt,
+        ...info,
         endedAt: run.endedAt,
         status: run.status,
         ...(run.error !== undefined ? { error: run.error } : {}),
         timeline: [
-          { at: startedAt, text: `started on lane ${run.lane} (before this page opened)` },
+          ...info.timeline,
           { at: run.endedAt, text: `ended ${run.status}${run.error ? `: ${run.error}` : ""}` },
         ],
-        pendingTools: new Map(),
       });
     }
     trimEnded();
