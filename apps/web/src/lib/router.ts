@@ -41,6 +41,10 @@ export function sessionHref(key: string): string {
   return `${BASE}/sessions/${encodeURIComponent(key)}`;
 }
 
+export function runHref(runId: string): string {
+  return `${BASE}/runs/${encodeURIComponent(runId)}`;
+}
+
 /** Link clicks inside the app change the view without reloading the page. */
 export function onLinkClick(event: MouseEvent): void {
   if (event.defaultPrevented || event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey)

@@ -3,7 +3,7 @@ import { api, client } from "../lib/connection";
 import { duration } from "../lib/format";
 import { useLoad, useNow } from "../lib/hooks";
 import { ensureProbe, liveRevision, queued, runs } from "../lib/live";
-import { href } from "../lib/router";
+import { href, runHref } from "../lib/router";
 import { Ago, ErrorText, Panel, SessionLink } from "./parts";
 
 export function AgentsView() {
@@ -70,7 +70,7 @@ export function AgentsView() {
               {active.map((run) => (
                 <tr key={run.runId}>
                   <td>
-                    <a href={href(`/runs/${encodeURIComponent(run.runId)}`)}>{run.runId}</a>
+                    <a href={runHref(run.runId)}>{run.runId}</a>
                   </td>
                   <td>
                     <SessionLink sessionKey={run.sessionKey} />
@@ -114,7 +114,7 @@ export function AgentsView() {
               {ended.map((run) => (
                 <tr key={run.runId}>
                   <td>
-                    <a href={href(`/runs/${encodeURIComponent(run.runId)}`)}>{run.runId}</a>
+                    <a href={runHref(run.runId)}>{run.runId}</a>
                   </td>
                   <td>
                     <SessionLink sessionKey={run.sessionKey} />

@@ -13,7 +13,7 @@ import {
   type RunInfo,
   runs,
 } from "../lib/live";
-import { href } from "../lib/router";
+import { href, runHref } from "../lib/router";
 import { Ago, Panel, SessionLink } from "./parts";
 
 const HOUR = 3_600_000;
@@ -26,7 +26,7 @@ function RunList({ items, now, empty }: { items: RunInfo[]; now: number; empty: 
       {items.slice(0, 20).map((run) => (
         <li key={run.runId}>
           <SessionLink sessionKey={run.sessionKey} />{" "}
-          <a class="muted" href={href(`/runs/${encodeURIComponent(run.runId)}`)}>
+          <a class="muted" href={runHref(run.runId)}>
             run {run.runId.slice(0, 8)}
           </a>{" "}
           {run.status === "running" ? (

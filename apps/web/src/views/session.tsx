@@ -12,7 +12,7 @@ import {
   transcriptItems,
 } from "../lib/format";
 import { useLoad, useNow, useThrottled } from "../lib/hooks";
-import { current, href, navigate } from "../lib/router";
+import { current, href, navigate, runHref } from "../lib/router";
 import { Ago, ErrorText, errorMessage, Level, Panel, SessionLink } from "./parts";
 
 const PAGE_MESSAGES = 50;
@@ -398,7 +398,7 @@ function StatusPanel({ status, now }: { status: SessionStatusResult; now: number
           <dt>Active run</dt>
           <dd>
             {status.activeRun ? (
-              <a href={href(`/runs/${encodeURIComponent(status.activeRun.runId)}`)}>
+              <a href={runHref(status.activeRun.runId)}>
                 {status.activeRun.runId} ({status.activeRun.lane}, since{" "}
                 <Ago ts={status.activeRun.startedAt} now={now} />)
               </a>

@@ -3,7 +3,7 @@ import { useEffect, useState } from "preact/hooks";
 import { api, role } from "../lib/connection";
 import { useLoad, useNow, useThrottled } from "../lib/hooks";
 import { liveRevision, runs } from "../lib/live";
-import { current, href, navigate, sessionHref } from "../lib/router";
+import { current, href, navigate, runHref, sessionHref } from "../lib/router";
 import { Ago, ErrorText, Level, SessionLink } from "./parts";
 
 /** Rows per page of `sessions.list` (newest first); older pages load on demand with its cursor. */
@@ -222,10 +222,7 @@ function SessionsTable() {
                 <td>{row.label ?? ""}</td>
                 <td>
                   {activeRuns.has(row.key) ? (
-                    <a
-                      class="badge working"
-                      href={href(`/runs/${encodeURIComponent(activeRuns.get(row.key)!)}`)}
-                    >
+                    <a class="badge working" href={runHref(activeRuns.get(row.key)!)}>
                       working
                     </a>
                   ) : row.abortedLastRun ? (
