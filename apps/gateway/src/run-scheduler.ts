@@ -702,8 +702,8 @@ export class RunScheduler {
                 message: { role: "assistant", content: [{ type: "text", text: outcome.reply }] },
               },
             ],
-            // Counted from the row as it is under the lock, so concurrent ends never lose tokens.
-            tokens ? (row) => ({ totalTokens: (row.totalTokens ?? 0) + tokens }) : {},
+            // Added by the store to the row as it is then, so concurrent ends never lose tokens.
+            tokens ? { addTokens: tokens } : {},
           );
         }
       } else if (status !== "ok") {

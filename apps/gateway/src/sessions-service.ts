@@ -57,7 +57,7 @@ const KEY_FACTS_LIMIT = 50_000;
 /** The sessions index, transcripts and label state, with every read-modify-write serialised per key. */
 export class SessionsService {
   private readonly keyFacts = new Map<string, KeyFacts>();
-  /** Row touches not durable yet, per key (the newest; each waits for the one before). */
+  /** Row touches not settled yet, per key (all of them issued so far). */
   private readonly touches = new Map<string, Promise<void>>();
 
   constructor(
@@ -349,59 +349,43 @@ export class SessionsService {
   }
 
   /**
-   * Appends to the session's transcript and bumps `updatedAt` (the row "touch"). Resolves once the
-   * entries are durable; the touch is issued then but not awaited by the caller: the key's lock
-   * stays held until it is durable, so every later write to the row still comes after it (for any
-   * store, a networked one included), while the caller goes on. A crash can therefore lose only the
-   * last touch (`updatedAt`/`totalTokens` one append behind), never an entry; a failed touch is logged.
+   * Appends to the session's transcript and marks the row's activity (`updatedAt`, and
+   * `addTokens` to `totalTokens`): the store's `touch`, issued once the entries are durable and not
+   * awaited by the caller. Every other write of the key waits for the key's touches (see
+   * `withLock`), so a row read for a write already holds them, for any store. A touch itself may be
+   * made durable a little later (the file store gathers them for up to 100 ms), so a crash can lose
+   * the activity marks of that moment, never an entry; a failed touch is logged.
    */
   append(
     key: string,
     inputs: TranscriptEntryInput[],
-    touch: Partial<SessionEntry> | ((entry: SessionEntry) => Partial<SessionEntry>) = {},
+    activity: { addTokens?: number } = {},
   ): Promise<TranscriptEntry[]> {
-    // Not `withLock`: an append need not wait for the previous append's touch (its own touch is
-    // chained after it instead), which keeps touches off the path of a run's next entry too.
+    // Not `withLock`: an append need not wait for the previous append's touch, which keeps
+    // touches off the path of a run's next entry.
     return this.locks.run(key, async () => {
       const entry = await this.require(key);
       const written = await this.store.transcripts.append(entry.sessionId, inputs);
       this.recent.add(entry.sessionId, written);
-      const change = typeof touch === "function" ? touch : () => touch;
-      // Bookkeeping events do not count as activity: only messages (or explicit changes) touch the row.
-      if (
-        inputs.some((input) => input.type !== "event") ||
-        typeof touch === "function" ||
-        Object.keys(touch).length > 0
-      )
-        this.touch(entry, change);
+      // Bookkeeping events do not count as activity: only messages (or tokens) touch the row.
+      if (activity.addTokens || inputs.some((input) => input.type !== "event"))
+        this.touch(entry, activity.addTokens);
       return written;
     });
   }
 
-  /**
-   * Bumps the row's `updatedAt` (and applies `change`) after an append, without the caller waiting
-   * for it: touches of one key are chained, and every other write of the key waits for them (see
-   * `withLock`), so the row's writes stay in order for any store. A crash can lose only the last
-   * touch (`updatedAt`/`totalTokens` one append behind), never an entry; a failed touch is logged.
-   */
-  private touch(entry: SessionEntry, change: (row: SessionEntry) => Partial<SessionEntry>): void {
+  /** Issues the row's touch; `withLock` waits for every touch of the key issued before it. */
+  private touch(entry: SessionEntry, addTokens: number | undefined): void {
     const key = entry.key;
     const previous = this.touches.get(key);
-    const write = (row: SessionEntry) =>
-      this.store.sessions.put({ ...row, ...change(row), updatedAt: Math.max(Date.now(), row.updatedAt) });
-    // With none in flight the row read under the lock is current, and the put is issued before the
-    // caller resumes: a store that applies puts at once (the file store) shows it to the next read.
-    const touched = (
-      previous
-        ? previous.then(async () => {
-            const row = await this.store.sessions.get(key);
-            if (row && row.sessionId === entry.sessionId) await write(row);
-          })
-        : write(entry)
-    ).then(
-      () => undefined,
-      (error: unknown) => this.log.warn({ err: error, key }, "could not record the session's last activity"),
-    );
+    const touch = this.store.sessions
+      .touch(key, { sessionId: entry.sessionId, at: Date.now(), ...(addTokens ? { addTokens } : {}) })
+      .then(
+        () => undefined,
+        (error: unknown) =>
+          this.log.warn({ err: error, key }, "could not record the session's last activity"),
+      );
+    const touched = previous ? Promise.all([previous, touch]).then(() => undefined) : touch;
     this.touches.set(key, touched);
     void touched.then(() => {
       if (this.touches.get(key) === touched) this.touches.delete(key);

@@ -1,4 +1,4 @@
-import { createMemoryStore, parseConfig, type SessionEntry, type Store } from "@switchboard/core";
+import { createMemoryStore, parseConfig, type Store } from "@switchboard/core";
 import type { Logger } from "pino";
 import { describe, expect, it, vi } from "vitest";
 import { AuditService } from "./audit-service";
@@ -17,19 +17,23 @@ function gatedRows(store: Store) {
   const held: Array<() => Promise<void>> = [];
   let failNext = false;
   const rows = store.sessions;
+  const gate =
+    <A extends unknown[], R>(write: (...args: A) => Promise<R>) =>
+    (...args: A): Promise<R> => {
+      if (failNext) {
+        failNext = false;
+        return Promise.reject(new Error("disk full"));
+      }
+      const copy = structuredClone(args);
+      return new Promise<R>((resolve, reject) => {
+        held.push(() => write(...copy).then(resolve, reject));
+      });
+    };
   const gated: Store = {
     ...store,
     sessions: Object.assign(Object.create(rows) as typeof rows, {
-      put: (entry: SessionEntry, options?: Parameters<typeof rows.put>[1]) => {
-        if (failNext) {
-          failNext = false;
-          return Promise.reject(new Error("disk full"));
-        }
-        const copy = structuredClone(entry);
-        return new Promise<number>((resolve, reject) => {
-          held.push(() => rows.put(copy, options).then(resolve, reject));
-        });
-      },
+      put: gate(rows.put.bind(rows)),
+      touch: gate(rows.touch.bind(rows)),
     }),
   };
   return {
@@ -86,15 +90,15 @@ describe("sessions: an append's row touch", () => {
     const first = sessions.append(KEY, [message("one")]).then(() => answered++);
     const second = sessions.append(KEY, [message("two")]).then(() => answered++);
     await Promise.all([first, second]);
-    // Both appends answered while no touch has landed yet.
+    // Both appends answered while no touch has landed yet. Touches are relative (updatedAt rises,
+    // tokens add), so both are issued at once: no order among them is needed.
     expect(answered).toBe(2);
-    expect(gate.held()).toBe(1);
+    expect(gate.held()).toBe(2);
     const history = await memory.transcripts.read(entry.sessionId, { limit: 10 });
     expect(history.entries.map((item) => item.message?.content[0])).toMatchObject([
       { text: "one" },
       { text: "two" },
     ]);
-    // The second touch is chained after the first, so the row ends at the newest one.
     await gate.releaseOne();
     await settle();
     await gate.releaseOne();
@@ -111,8 +115,8 @@ describe("sessions: an append's row touch", () => {
     await gate.releaseOne();
     await ensured;
 
-    await sessions.append(KEY, [message("hello")], (row) => ({ totalTokens: (row.totalTokens ?? 0) + 5 }));
-    await sessions.append(KEY, [message("again")], (row) => ({ totalTokens: (row.totalTokens ?? 0) + 7 }));
+    await sessions.append(KEY, [message("hello")], { addTokens: 5 });
+    await sessions.append(KEY, [message("again")], { addTokens: 7 });
     let updated = false;
     const update = sessions
       .update(KEY, (row) => ({ ...row, label: "renamed" }), "test")
@@ -122,7 +126,7 @@ describe("sessions: an append's row touch", () => {
     await settle();
     // The update waits for both touches: it has not even issued its write.
     expect(updated).toBe(false);
-    expect(gate.held()).toBe(1);
+    expect(gate.held()).toBe(2);
     await gate.releaseOne();
     await settle();
     await gate.releaseOne();

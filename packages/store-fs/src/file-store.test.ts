@@ -2,7 +2,7 @@ import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { sampleAuditRecords, sampleMessage, sampleSession } from "@switchboard/core/testing";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { recordingLogger, tempDir } from "../test/helpers";
 import { type FileStore, type FileStoreOptions, openFileStore } from "./file-store";
 
@@ -378,6 +378,44 @@ describe("crash recovery", () => {
 });
 
 describe("sessions journal and snapshots", () => {
+  it("gathers row touches into one journal write within 100 ms; a crash before it loses only them", async () => {
+    const dataDir = await freshDir();
+    const store = await open(dataDir, { fsyncMode: "always" });
+    const rows = Array.from({ length: 3 }, (_, i) =>
+      sampleSession({ key: `agent:main:t${i}`, updatedAt: 1000 }),
+    );
+    for (const row of rows) await store.sessions.put(row);
+    const journalDir = path.join(dataDir, "sessions");
+    const journal = path.join(
+      journalDir,
+      fs
+        .readdirSync(journalDir)
+        .filter((name) => name.startsWith("journal-"))
+        .sort()
+        .at(-1)!,
+    );
+    const linesBefore = fs.readFileSync(journal, "utf8").split("\n").length;
+    for (let round = 1; round <= 4; round++)
+      for (const row of rows)
+        await store.sessions.touch(row.key, { sessionId: row.sessionId, at: 1000 + round, addTokens: 1 });
+    // Seen at once, not written yet: a crash now keeps the rows as they were, and everything else.
+    expect((await store.sessions.get(rows[0]!.key))?.updatedAt).toBe(1004);
+    const early = await open(await crashCopy(dataDir));
+    expect(await early.sessions.get(rows[0]!.key)).toEqual(rows[0]);
+    expect(await early.sessions.count()).toBe(3);
+    // Within the interval the twelve touches go out as one line per row, without a close.
+    await vi.waitFor(
+      () => expect(fs.readFileSync(journal, "utf8").split("\n").length).toBe(linesBefore + 3),
+      {
+        timeout: 2_000,
+        interval: 20,
+      },
+    );
+    const late = await open(await crashCopy(dataDir));
+    for (const row of rows)
+      expect(await late.sessions.get(row.key)).toEqual({ ...row, updatedAt: 1004, totalTokens: 4 });
+  });
+
   it("appends updates to a journal, snapshots in the background, and reloads the same index", async () => {
     const dataDir = await freshDir();
     const store = await open(dataDir, { snapshotEvery: 10 });

@@ -29,6 +29,9 @@ export const JOURNAL_FORMAT_VERSION = 1;
  */
 export const SNAPSHOT_FORMAT_VERSION = 2;
 
+/** How long a `putLazily` value may wait for its journal write (what a crash can lose of it). */
+export const LAZY_FLUSH_MS = 100;
+
 const LOAD_CHUNK_BYTES = 1024 * 1024;
 const SNAPSHOT_BATCH = 2000;
 
@@ -364,6 +367,10 @@ export class JournaledMap<V> {
   /** Failed journal writes so far: a snapshot taken across one may hold a change that never happened. */
   private failures = 0;
   private readonly statsCounters = { snapshots: 0, tornTailsRepaired: 0 };
+  /** Keys `putLazily` set whose current value the journal may not hold yet. */
+  private readonly lazyKeys = new Set<string>();
+  private lazyTimer: NodeJS.Timeout | undefined;
+  private lazyFailing = false;
 
   private constructor(
     private readonly options: JournaledMapOptions<V>,
@@ -482,6 +489,69 @@ export class JournaledMap<V> {
     });
   }
 
+  /**
+   * Sets the value at once, like `put`, but journals it later: with every other lazily set value
+   * of the next `LAZY_FLUSH_MS`, or at close, in one write. For changes a crash may lose (a row's
+   * activity mark), never for ones a caller was told are durable. The flush writes each key's value
+   * as it is then, so a `put` or `delete` in between is never undone by it; a failed flush keeps
+   * the values in memory and is tried again.
+   */
+  putLazily(value: V): void {
+    this.assertOpen();
+    const key = this.options.keyOf(value);
+    this.values.set(key, value);
+    this.lazyKeys.add(key);
+    this.scheduleLazyFlush();
+  }
+
+  /** Journals the lazily set values now; resolves once they are durable. */
+  flushLazy(): Promise<void> {
+    if (this.lazyTimer) {
+      clearTimeout(this.lazyTimer);
+      this.lazyTimer = undefined;
+    }
+    if (this.lazyKeys.size === 0) return Promise.resolve();
+    const keys = [...this.lazyKeys];
+    this.lazyKeys.clear();
+    let lines = "";
+    for (const key of keys) {
+      const value = this.values.get(key);
+      if (value !== undefined) lines += `${JSON.stringify({ op: "put", value })}\n`;
+    }
+    if (lines === "") return Promise.resolve();
+    this.journalRecords += keys.length;
+    // Nothing is undone on failure (memory keeps the values), so `failures` does not count it.
+    const done = this.journal.append(lines, () => {
+      for (const key of keys) this.lazyKeys.add(key);
+      if (!this.closed) this.scheduleLazyFlush();
+    });
+    this.maybeCompact();
+    return done;
+  }
+
+  private scheduleLazyFlush(): void {
+    if (this.lazyTimer) return;
+    this.lazyTimer = setTimeout(() => {
+      this.lazyTimer = undefined;
+      this.flushLazy().then(
+        () => {
+          this.lazyFailing = false;
+        },
+        (error: unknown) => {
+          // Tried again every interval until the cause is gone (the store's health says so
+          // meanwhile); logged once per streak, not ten times a second.
+          if (this.lazyFailing) return;
+          this.lazyFailing = true;
+          this.options.logger.warn(
+            { error: String(error) },
+            `${this.options.format}: could not write lazily set values; trying again`,
+          );
+        },
+      );
+    }, LAZY_FLUSH_MS);
+    this.lazyTimer.unref();
+  }
+
   delete(key: string, onUndo?: (restored: V) => void): Promise<boolean> {
     this.assertOpen();
     const previous = this.values.get(key);
@@ -509,6 +579,12 @@ export class JournaledMap<V> {
 
   async close(): Promise<void> {
     if (this.closed) return;
+    await this.flushLazy().catch((error: unknown) => {
+      this.options.logger.warn(
+        { error: String(error) },
+        `${this.options.format}: lazily set values could not be written at close`,
+      );
+    });
     this.closed = true;
     while (this.compacting) await this.compacting.catch(() => undefined);
     await this.journal.close();

@@ -12,8 +12,11 @@ import {
   type SessionListOptions,
   type SessionListQuery,
   type SessionListResult,
+  type SessionTouch,
+  touchedRow,
   type Versioned,
   validateSessionEntry,
+  validateSessionTouch,
   type WriteOptions,
 } from "@switchboard/core";
 import { yieldToEventLoop } from "./fs-io";
@@ -234,6 +237,18 @@ export class FileSessionIndex implements SessionIndexStore {
     this.replace(previous, row);
     await done;
     return version;
+  }
+
+  async touch(key: string, touch: SessionTouch): Promise<boolean> {
+    const valid = validateSessionTouch(touch);
+    const previous = this.journal.get(key);
+    if (!previous || previous.sessionId !== valid.sessionId) return false;
+    // The row's other fields are already shared and frozen: only the copy needs freezing.
+    const row = Object.freeze(touchedRow(previous, valid));
+    this.versions.bump(key);
+    this.journal.putLazily(row);
+    this.replace(previous, row);
+    return true;
   }
 
   async delete(key: string, options: WriteOptions = {}): Promise<boolean> {

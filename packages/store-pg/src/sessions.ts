@@ -10,8 +10,10 @@ import {
   type SessionListOptions,
   type SessionListQuery,
   type SessionListResult,
+  type SessionTouch,
   type SessionVisibility,
   validateSessionEntry,
+  validateSessionTouch,
   type WriteOptions,
 } from "@switchboard/core";
 import { BatchedReads } from "./batched-reads";
@@ -228,6 +230,40 @@ export function createSessionIndex(
     (row) => writeOne(row, undefined),
   );
 
+  // Touches are relative (updatedAt rises, tokens add), so a group of them is one UPDATE with no
+  // read first; the row's JSON is changed in SQL. A group holds a key once (per-key order).
+  const touchMany = `UPDATE ${table} AS s SET
+      updated_at = greatest(s.updated_at, t.at),
+      row = (CASE WHEN t.add > 0
+        THEN jsonb_set(s.row::jsonb, '{totalTokens}', to_jsonb(coalesce((s.row->>'totalTokens')::bigint, 0) + t.add))
+        ELSE s.row::jsonb END || jsonb_build_object('updatedAt', greatest(s.updated_at, t.at)))::json,
+      version = nextval('${q("row_versions").replaceAll("'", "''")}')
+    FROM unnest($1::text[], $2::uuid[], $3::bigint[], $4::bigint[]) AS t(key, sid, at, add)
+    WHERE s.key = t.key AND s.session_id = t.sid
+    RETURNING s.key`;
+  const touchRows = async (items: Array<{ key: string; touch: SessionTouch }>): Promise<boolean[]> => {
+    const sorted = [...items].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    const touched = await db.query<{ key: string }>(
+      items.length === 1 ? `touching session ${items[0]!.key}` : `touching ${items.length} sessions`,
+      touchMany,
+      [
+        sorted.map((item) => item.key),
+        sorted.map((item) => item.touch.sessionId),
+        sorted.map((item) => item.touch.at),
+        sorted.map((item) => item.touch.addTokens ?? 0),
+      ],
+    );
+    const hit = new Set(touched.rows.map((row) => row.key));
+    return items.map((item) => hit.has(item.key));
+  };
+  const touches = new GroupedWrites<{ key: string; touch: SessionTouch }, boolean>(
+    touchRows,
+    async (item) => {
+      const [result] = await touchRows([item]);
+      return result!;
+    },
+  );
+
   return {
     async get(key) {
       // A key PostgreSQL refuses (NUL) fails alone, not the batch it would share.
@@ -262,6 +298,11 @@ export function createSessionIndex(
       const expected = options.expectedVersion;
       checkExpectedVersion(expected);
       return inOrder.run(row.key, () => writeRow(row, expected));
+    },
+    async touch(key, touch) {
+      const valid = validateSessionTouch(touch);
+      if (key.includes("\u0000")) return false;
+      return inOrder.run(key, () => touches.write({ key, touch: valid }));
     },
     async delete(key, options: WriteOptions = {}) {
       const expected = options.expectedVersion;

@@ -1,5 +1,5 @@
 import { setFaultHook } from "@switchboard/store-fs/testing";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { behaviour } from "../testing/behaviour";
 import { startTestGateway, type TestGateway, TestWorker } from "../testing/test-gateway";
 import type { TestPeer } from "../testing/test-peer";
@@ -79,9 +79,16 @@ describe.each(["ENOSPC", "EMFILE", "EPERM"])("storage fault %s", (code) => {
       status: "ok",
       reply: "echo: after",
     });
-    const up = await healthz();
-    expect(up.status).toBe(200);
-    expect(up.body.ok).toBe(true);
+    // Row touches are written within 100 ms of the append (the file store gathers them), so the
+    // sessions journal may report its recovery that much later than the send's answer.
+    await vi.waitFor(
+      async () => {
+        const up = await healthz();
+        expect(up.status).toBe(200);
+        expect(up.body.ok).toBe(true);
+      },
+      { timeout: 3_000, interval: 50 },
+    );
     // The run in flight ended one way or the other (never stuck as running).
     const ended = await op.call<{ status: string }>("agent.wait", { runId: inFlight, timeoutMs: 10_000 });
     expect(["ok", "error"]).toContain(ended.status);

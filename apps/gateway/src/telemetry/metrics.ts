@@ -23,7 +23,7 @@ export interface MetricSources {
 }
 
 const STORE_WRITES = {
-  sessions: ["put", "delete"],
+  sessions: ["put", "touch", "delete"],
   transcripts: ["append", "create", "archive", "remove"],
   runs: ["put"],
   audit: ["append"],

@@ -441,6 +441,51 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
       });
     });
 
+    it("touches a row: updatedAt never falls, tokens add up, a reset row is left alone", async () => {
+      await withStore(async (store) => {
+        const row = sampleSession({ key: "agent:main:touched", updatedAt: 1_000 });
+        const version = await store.sessions.put(row);
+        const touch = { sessionId: row.sessionId, at: 2_000 };
+        expect(await store.sessions.touch(row.key, touch)).toBe(true);
+        expect(await store.sessions.touch(row.key, { ...touch, at: 1_500, addTokens: 7 })).toBe(true);
+        await Promise.all([
+          store.sessions.touch(row.key, { ...touch, addTokens: 5 }),
+          store.sessions.touch(row.key, { ...touch, addTokens: 3 }),
+        ]);
+        expect(await store.sessions.get(row.key)).toEqual({ ...row, updatedAt: 2_000, totalTokens: 15 });
+        const listed = await store.sessions.list({ limit: 1 });
+        expect(listed.entries[0]?.updatedAt).toBe(2_000);
+        // The version moved on: a compare-and-set based on the read before the touches is refused.
+        await expect(
+          store.sessions.put({ ...row, label: "stale" }, { expectedVersion: version }),
+        ).rejects.toEqual(code("CONFLICT"));
+        // Another sessionId (the key was reset meanwhile) or no row: nothing is written.
+        expect(await store.sessions.touch(row.key, { sessionId: uuid(), at: 9_000, addTokens: 1 })).toBe(
+          false,
+        );
+        expect(await store.sessions.touch("agent:main:absent", { ...touch, at: 9_000 })).toBe(false);
+        expect(await store.sessions.get("agent:main:absent")).toBeUndefined();
+        expect((await store.sessions.get(row.key))?.updatedAt).toBe(2_000);
+      });
+    });
+
+    it("rejects a bad touch naming the field, and changes nothing", async () => {
+      await withStore(async (store) => {
+        const row = sampleSession({ key: "agent:main:badtouch" });
+        await store.sessions.put(row);
+        for (const [touch, field] of [
+          [{ sessionId: "../../etc", at: 1 }, "sessionId"],
+          [{ sessionId: row.sessionId, at: -1 }, "at"],
+          [{ sessionId: row.sessionId, at: 1, addTokens: 1.5 }, "addTokens"],
+        ] as const) {
+          const refused = store.sessions.touch(row.key, touch as never);
+          await expect(refused).rejects.toEqual(code("INVALID_REQUEST"));
+          await refused.catch((error: Error) => expect(error.message).toContain(field));
+        }
+        expect(await store.sessions.get(row.key)).toEqual(row);
+      });
+    });
+
     it("lets exactly one of concurrent compare-and-set writes of one version win", async () => {
       await withStore(async (store) => {
         const row = sampleSession({ key: "agent:main:race" });
@@ -1347,6 +1392,8 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
         for (const row of rows) await store.sessions.put(row);
         await store.sessions.put({ ...rows[0]!, updatedAt: 500, label: "bumped" });
         await store.sessions.delete(rows[1]!.key);
+        // Touches are written by close at the latest.
+        await store.sessions.touch(rows[2]!.key, { sessionId: rows[2]!.sessionId, at: 400, addTokens: 9 });
 
         const sessionId = uuid();
         const archived = uuid();
@@ -1374,8 +1421,13 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
           updatedAt: 500,
           label: "bumped",
         });
+        expect(await again.sessions.get(rows[2]!.key)).toEqual({
+          ...rows[2]!,
+          updatedAt: 400,
+          totalTokens: 9,
+        });
         const listed = await again.sessions.list({ limit: 2 });
-        expect(listed.entries.map((row) => row.key)).toEqual(["agent:main:s0", "agent:main:s4"]);
+        expect(listed.entries.map((row) => row.key)).toEqual(["agent:main:s0", "agent:main:s2"]);
         expect(await again.sessions.keysForSessionId(rows[3]!.sessionId)).toEqual([rows[3]!.key]);
 
         expect(await again.transcripts.exists(sessionId)).toBe(true);

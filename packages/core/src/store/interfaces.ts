@@ -1,7 +1,7 @@
 import type { AuditRecord } from "../audit/index";
 import type { WriteOptions } from "./row-versions";
 import type { RunRecord, RunStatus } from "./run-record";
-import type { SessionEntry } from "./session-entry";
+import type { SessionEntry, SessionTouch } from "./session-entry";
 import type { ResidualVisibility, SessionVisibility } from "./session-visibility";
 import type { TranscriptEntry, TranscriptEntryInput, TranscriptHeader } from "./transcript-entry";
 
@@ -79,6 +79,15 @@ export interface SessionIndexStore {
    * a compare-and-set: CONFLICT (naming the key and both versions) when the row changed meanwhile.
    */
   put(entry: SessionEntry, options?: WriteOptions): Promise<number>;
+  /**
+   * Marks activity on the row of `key` (see `SessionTouch`): true when its current sessionId is
+   * `touch.sessionId` and it was touched. Reads see it at once and the row's version moves on (a
+   * compare-and-set based on an older read is refused), but it need not be durable when this
+   * resolves: a store may gather touches and write them within a short interval (the file store:
+   * 100 ms, and at close). A crash can lose the touches of that last interval, nothing else, which
+   * is why only the activity mark goes this way.
+   */
+  touch(key: string, touch: SessionTouch): Promise<boolean>;
   /** Removes the row; false when there was none. `expectedVersion` as for `put`. */
   delete(key: string, options?: WriteOptions): Promise<boolean>;
   /** Query the index: the plain filters of `query`, then the caller's visibility (see `SessionListOptions`). */

@@ -16,7 +16,7 @@ import type {
 } from "./interfaces";
 import { RowVersions } from "./row-versions";
 import type { RunRecord } from "./run-record";
-import type { SessionEntry } from "./session-entry";
+import { type SessionEntry, touchedRow } from "./session-entry";
 import {
   buildTranscriptHeader,
   checkIdempotencyKeyFree,
@@ -39,6 +39,7 @@ import {
   validateMetaValue,
   validateRunRecord,
   validateSessionEntry,
+  validateSessionTouch,
   validateTailLimit,
   validateTaintRise,
 } from "./store-rules";
@@ -139,6 +140,15 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store {
       sessionVersions.check(row.key, sessionRows.has(row.key), writeOptions.expectedVersion);
       sessionRows.set(row.key, clone(row));
       return sessionVersions.bump(row.key).version;
+    },
+    async touch(key, touch) {
+      assertOpen();
+      const valid = validateSessionTouch(touch);
+      const row = sessionRows.get(key);
+      if (!row || row.sessionId !== valid.sessionId) return false;
+      sessionRows.set(key, touchedRow(row, valid));
+      sessionVersions.bump(key);
+      return true;
     },
     async delete(key, writeOptions = {}) {
       assertOpen();

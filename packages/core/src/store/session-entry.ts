@@ -45,3 +45,24 @@ export const SessionEntrySchema = z.object({
   archivedAt: z.number().int().nonnegative().optional(),
 });
 export type SessionEntry = z.infer<typeof SessionEntrySchema>;
+
+/**
+ * A row's activity mark after an append (`SessionIndexStore.touch`): `updatedAt` rises to `at`
+ * (never falls) and `totalTokens` grows by `addTokens`, on the row of `key` only while its current
+ * sessionId is `sessionId` (a reset in between makes the touch a no-op, not a write to the new row).
+ */
+export const SessionTouchSchema = z.object({
+  sessionId: z.uuid(),
+  at: z.number().int().nonnegative(),
+  addTokens: z.number().int().nonnegative().optional(),
+});
+export type SessionTouch = z.infer<typeof SessionTouchSchema>;
+
+/** The row `touch` makes of `row` (the same rule in every store). */
+export function touchedRow(row: SessionEntry, touch: SessionTouch): SessionEntry {
+  return {
+    ...row,
+    updatedAt: Math.max(row.updatedAt, touch.at),
+    ...(touch.addTokens ? { totalTokens: (row.totalTokens ?? 0) + touch.addTokens } : {}),
+  };
+}

@@ -12,7 +12,12 @@ import type {
   TranscriptReadResult,
 } from "./interfaces";
 import { type RunRecord, RunRecordSchema, TERMINAL_RUN_STATUSES } from "./run-record";
-import { type SessionEntry, SessionEntrySchema } from "./session-entry";
+import {
+  type SessionEntry,
+  SessionEntrySchema,
+  type SessionTouch,
+  SessionTouchSchema,
+} from "./session-entry";
 import { compileSessionVisibility, type SessionClassifier, sessionClassifierFor } from "./session-visibility";
 import {
   TRANSCRIPT_FORMAT_VERSION,
@@ -53,6 +58,12 @@ function invalid(lines: string[], field: string): SwitchboardError {
 export function validateSessionEntry(entry: unknown): SessionEntry {
   const parsed = SessionEntrySchema.safeParse(entry);
   if (!parsed.success) throw invalid(formatZodIssues(parsed.error, "session"), "session");
+  return { ...parsed.data, sessionId: parsed.data.sessionId.toLowerCase() };
+}
+
+export function validateSessionTouch(touch: unknown): SessionTouch {
+  const parsed = SessionTouchSchema.safeParse(touch);
+  if (!parsed.success) throw invalid(formatZodIssues(parsed.error, "touch"), "touch");
   return { ...parsed.data, sessionId: parsed.data.sessionId.toLowerCase() };
 }
 
