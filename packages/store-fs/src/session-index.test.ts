@@ -167,6 +167,33 @@ describe("sessions.list kinds over many rows", () => {
     });
   });
 
+  it("keeps a touched row in place in every list: by recency, agent, kind and search", async () => {
+    const { dir, cleanup } = await tempDir();
+    cleanups.push(cleanup);
+    const first = await openStore(dir);
+    const rows = Array.from({ length: 50 }, (_, i) => row(i));
+    const job = rows[20]!;
+    await Promise.all(rows.map((entry) => first.sessions.put(entry)));
+    await first.sessions.close();
+    // Touched once before the deferred build reached the row (just reopened), once after it.
+    const { sessions } = await openStore(dir);
+    for (const at of [T + 1_000, T + 2_000]) {
+      expect(await sessions.touch(job.key, { sessionId: job.sessionId, at, addTokens: 2 })).toBe(true);
+      const expected = { ...job, updatedAt: at, totalTokens: at === T + 1_000 ? 2 : 4 };
+      for (const query of [
+        { limit: 1 },
+        { agentId: job.agentId, limit: 1 },
+        { kinds: ["cron" as const], limit: 1 },
+        { search: "job-20", limit: 1 },
+      ])
+        expect((await sessions.list(query)).entries).toEqual([expected]);
+      // The row is listed once, where its new time puts it.
+      const cron = keysOf(await sessions.list({ kinds: ["cron"], limit: 50 }));
+      expect(cron.filter((key) => key === job.key)).toHaveLength(1);
+      expect(cron).toHaveLength(5);
+    }
+  });
+
   it("rebuilds the indexes when a store is reopened", async () => {
     const { dir, cleanup } = await tempDir();
     cleanups.push(cleanup);
@@ -246,6 +273,12 @@ function specRow(spec: RowSpec): SessionEntry {
 const opArb = fc.oneof(
   { weight: 4, arbitrary: rowArb.map((spec) => ({ op: "put" as const, spec })) },
   { weight: 1, arbitrary: rowArb.map((spec) => ({ op: "delete" as const, spec })) },
+  {
+    weight: 3,
+    arbitrary: fc
+      .tuple(rowArb, fc.integer({ min: 0, max: 60 }), fc.integer({ min: 0, max: 3 }), fc.boolean())
+      .map(([spec, at, addTokens, current]) => ({ op: "touch" as const, spec, at, addTokens, current })),
+  },
   { weight: 1, arbitrary: fc.constant({ op: "reopen" as const }) },
 );
 
@@ -273,7 +306,7 @@ const queryArb = fc
   );
 
 describe("sessions.list indexes against the plain scan (property)", () => {
-  it("lists what core's memory store lists, under puts, deletes and reopening", async () => {
+  it("lists what core's memory store lists, under puts, touches, deletes and reopening", async () => {
     const { dir, cleanup } = await tempDir();
     cleanups.push(cleanup);
     let round = 0;
@@ -294,6 +327,18 @@ describe("sessions.list indexes against the plain scan (property)", () => {
               const entry = specRow(step.spec);
               await store.sessions.put(entry);
               await memory.sessions.put(entry);
+            } else if (step.op === "touch") {
+              // A touch of the row as it is (or, now and then, of an older sessionId of its key).
+              const key = specRow(step.spec).key;
+              const sessionId = step.current
+                ? ((await memory.sessions.get(key))?.sessionId ?? crypto.randomUUID())
+                : crypto.randomUUID();
+              const touch = {
+                sessionId,
+                at: T + step.at,
+                ...(step.addTokens ? { addTokens: step.addTokens } : {}),
+              };
+              expect(await store.sessions.touch(key, touch)).toBe(await memory.sessions.touch(key, touch));
             } else {
               const key = specRow(step.spec).key;
               expect(await store.sessions.delete(key)).toBe(await memory.sessions.delete(key));

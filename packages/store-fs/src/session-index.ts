@@ -247,7 +247,7 @@ export class FileSessionIndex implements SessionIndexStore {
     const row = Object.freeze(touchedRow(previous, valid));
     this.versions.bump(key);
     this.journal.putLazily(row);
-    this.replace(previous, row);
+    this.retime(previous, row);
     return true;
   }
 
@@ -457,6 +457,23 @@ export class FileSessionIndex implements SessionIndexStore {
       listIn(this.byKind, kind).insert(row);
       if (!built || !sameSearchTexts(built, row)) this.search.add(row.key, searchTexts(row));
     }
+  }
+
+  /**
+   * `replace` for a row whose `updatedAt` alone changed (a touch): only the recency-ordered lists
+   * move it; its key, sessionId, agent, kind and search texts are the same.
+   */
+  private retime(previous: SessionEntry, row: SessionEntry): void {
+    const kind = this.kindOf.get(previous);
+    // A loaded row the deferred build has not reached yet: the new row indexes itself in full.
+    if (kind === undefined) return this.replace(previous, row);
+    this.byRecency.remove(previous);
+    this.byRecency.insert(row);
+    const byAgent = this.byAgent.get(row.agentId);
+    if (byAgent?.remove(previous)) byAgent.insert(row);
+    this.kindOf.set(row, kind);
+    const byKind = this.byKind.get(kind);
+    if (byKind?.remove(previous)) byKind.insert(row);
   }
 
   private link(row: SessionEntry): void {
