@@ -466,7 +466,10 @@ export class FileSessionIndex implements SessionIndexStore {
   private retime(previous: SessionEntry, row: SessionEntry): void {
     const kind = this.kindOf.get(previous);
     // A loaded row the deferred build has not reached yet: the new row indexes itself in full.
-    if (kind === undefined) return this.replace(previous, row);
+    if (kind === undefined) {
+      this.replace(previous, row);
+      return;
+    }
     this.byRecency.remove(previous);
     this.byRecency.insert(row);
     const byAgent = this.byAgent.get(row.agentId);
