@@ -11,14 +11,26 @@ import { SwitchboardError } from "../errors";
  * cycles and non-plain objects such as `Map` or `Set` (which would become `{}`).
  */
 export function canonicalJson(value: unknown): string {
-  const out = write(value, "$", new Set());
+  const out = write(value, [], new Set());
   if (out === undefined) {
     throw canonicalError("$", `cannot encode ${describe(value)} as JSON`);
   }
   return out;
 }
 
-function write(value: unknown, path: string, seen: Set<object>): string | undefined {
+/**
+ * Where `write` is, as segments: an error names it (`$.a.list[1]`). Kept as a stack and joined only
+ * for an error, since every audit record is encoded and a path string per property was most of it.
+ */
+type Path = Array<string | number>;
+
+function pathText(path: Path): string {
+  let text = "$";
+  for (const part of path) text += typeof part === "number" ? `[${part}]` : `.${part}`;
+  return text;
+}
+
+function write(value: unknown, path: Path, seen: Set<object>): string | undefined {
   if (value === null) return "null";
   switch (typeof value) {
     case "string":
@@ -26,10 +38,11 @@ function write(value: unknown, path: string, seen: Set<object>): string | undefi
     case "boolean":
       return value ? "true" : "false";
     case "number":
-      if (!Number.isFinite(value)) throw canonicalError(path, `number ${String(value)} is not finite`);
+      if (!Number.isFinite(value))
+        throw canonicalError(pathText(path), `number ${String(value)} is not finite`);
       return JSON.stringify(value);
     case "bigint":
-      throw canonicalError(path, "bigint values are not JSON; convert to a string or number first");
+      throw canonicalError(pathText(path), "bigint values are not JSON; convert to a string or number first");
     case "undefined":
     case "function":
     case "symbol":
@@ -41,31 +54,39 @@ function write(value: unknown, path: string, seen: Set<object>): string | undefi
   if (typeof (object as { toJSON?: unknown }).toJSON === "function") {
     return write((object as { toJSON: () => unknown }).toJSON(), path, seen);
   }
-  if (seen.has(object)) throw canonicalError(path, "circular reference");
+  if (seen.has(object)) throw canonicalError(pathText(path), "circular reference");
   seen.add(object);
   try {
     if (Array.isArray(object)) {
-      const parts = object.map((item, index) => {
-        const itemPath = `${path}[${index}]`;
-        const encoded = write(item, itemPath, seen);
+      let out = "[";
+      for (let index = 0; index < object.length; index++) {
+        path.push(index);
+        const item: unknown = object[index];
+        const encoded = write(item, path, seen);
         if (encoded === undefined) {
-          throw canonicalError(itemPath, `${describe(item)} is not allowed in an array`);
+          throw canonicalError(pathText(path), `${describe(item)} is not allowed in an array`);
         }
-        return encoded;
-      });
-      return `[${parts.join(",")}]`;
+        path.pop();
+        out += index === 0 ? encoded : `,${encoded}`;
+      }
+      return `${out}]`;
     }
     const prototype = Object.getPrototypeOf(object);
     if (prototype !== Object.prototype && prototype !== null) {
-      throw canonicalError(path, `${describe(object)} is not a plain object`);
+      throw canonicalError(pathText(path), `${describe(object)} is not a plain object`);
     }
     const record = object as Record<string, unknown>;
-    const parts: string[] = [];
+    let out = "{";
+    let first = true;
     for (const key of Object.keys(record).sort()) {
-      const encoded = write(record[key], `${path}.${key}`, seen);
-      if (encoded !== undefined) parts.push(`${JSON.stringify(key)}:${encoded}`);
+      path.push(key);
+      const encoded = write(record[key], path, seen);
+      path.pop();
+      if (encoded === undefined) continue;
+      out += `${first ? "" : ","}${JSON.stringify(key)}:${encoded}`;
+      first = false;
     }
-    return `{${parts.join(",")}}`;
+    return `${out}}`;
   } finally {
     seen.delete(object);
   }
