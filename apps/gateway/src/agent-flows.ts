@@ -314,8 +314,8 @@ export class AgentFlows {
       ...(options.timeoutSeconds ? { timeoutSeconds: options.timeoutSeconds } : {}),
       ...(options.idempotencyKey ? { idempotencyKey: options.idempotencyKey } : {}),
       ...(options.spawn ? { spawn: options.spawn } : {}),
-      // Issued as soon as the run exists, so it shares commits with the run's input.
-      onStored: (record) => {
+      // Issued with the run's write, so it shares a commit with the call's impersonation record.
+      onCreate: (record) => {
         audited = this.audit
           .append({
             kind: "delivery",

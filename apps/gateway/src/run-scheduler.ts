@@ -37,10 +37,12 @@ export interface RunSpec {
   /** Record the input in the transcript (false for isolated runs such as summaries). */
   recordInput?: boolean;
   /**
-   * Called once the new run's record is stored, before its input is written: what goes with the
-   * run (its delivery's audit record) can share that commit instead of waiting for the whole create.
+   * Called with the new run's record as its write is issued, before the run is assigned or its
+   * input written: what goes with the run (its delivery's audit record) is written beside it and
+   * shares the commits of the call's other audit records. A failed run write leaves that record
+   * behind: an audit record of an attempt, never a delivery without its record.
    */
-  onStored?: (record: RunRecord) => void;
+  onCreate?: (record: RunRecord) => void;
 }
 
 export interface WaitResult {
@@ -230,15 +232,16 @@ export class RunScheduler {
     // The run record goes first: a crash between the two writes leaves a run whose input is
     // missing (recovery writes it, or ends it when it was stored `running`), never an input
     // without a run (a retry would duplicate it).
+    const stored = this.store.runs.put(record);
+    spec.onCreate?.(record);
     try {
-      await this.store.runs.put(record);
+      await stored;
     } catch (error) {
       if (worker) this.unclaim(active, worker);
       throw error;
     }
     // Stored: the run's span starts, as a child of the call that created it (the async context).
     this.telemetry?.created(record);
-    spec.onStored?.(record);
     // Issued first: its append takes the session's lock now, so every later entry of the run
     // (its reply, its tool calls) lands after the input.
     const input = spec.recordInput === false ? undefined : this.recordInput(record, spec.label);

@@ -35,6 +35,13 @@ export interface AppendLogOptions {
   /** Names the file's part of the store in health reports (`sessions journal`, `commit log`). */
   label: string;
   health?: StoreHealthTracker;
+  /**
+   * When a batch starts after its first write: a few microtask turns later (the default), or at the
+   * end of the current turn of the event loop (`turn`), for a log whose writes of one request are
+   * issued far apart within that turn (the audit log: a call's impersonation record at its start,
+   * its delivery record once the run is built) and which only its own records share.
+   */
+  gather?: "microtasks" | "turn";
 }
 
 /**
@@ -144,7 +151,8 @@ export class AppendLog {
       // first of them went alone and the rest waited a whole round behind it: under B5's load a
       // fifth to a quarter of all batches held one write. (Waiting for the loop's check phase
       // instead batched as well but delayed batches behind long poll phases.)
-      for (let turn = 0; turn < 3; turn++) await Promise.resolve();
+      if (this.options.gather === "turn") await new Promise<void>((resolve) => setImmediate(resolve));
+      else for (let turn = 0; turn < 3; turn++) await Promise.resolve();
       while (this.queue.length > 0) {
         const batch = this.queue;
         this.queue = [];

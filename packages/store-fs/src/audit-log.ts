@@ -73,6 +73,7 @@ export class FileAuditLog implements AuditStore {
     const logOptions = {
       durable: options.durable,
       label: "audit log",
+      gather: "turn" as const,
       ...(options.health ? { health: options.health } : {}),
     };
     const header = JSON.stringify({ type: "audit", version: AUDIT_FORMAT_VERSION });
