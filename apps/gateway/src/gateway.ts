@@ -167,7 +167,7 @@ export class Gateway {
     const config = options.config ?? parseConfig({});
     const log = options.logger ?? pino({ level: "silent" });
     const dataDir = resolve(options.dataDir ?? process.env.SWITCHBOARD_HOME ?? config.gateway.dataDir);
-    const telemetry = createTelemetry(config, options.telemetry);
+    const telemetry = await createTelemetry(config, options.telemetry);
     const opened =
       options.store ??
       (await openConfiguredStore(config, {

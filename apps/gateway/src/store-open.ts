@@ -1,6 +1,5 @@
 import { type Config, type Store, SwitchboardError } from "@switchboard/core";
 import { openFileStore } from "@switchboard/store-fs";
-import { openPostgresStore } from "@switchboard/store-pg";
 import type { Logger } from "pino";
 
 export interface StoreOpenOptions {
@@ -46,6 +45,8 @@ export async function openConfiguredStore(config: Config, options: StoreOpenOpti
   const logger = options.logger.child({ component: "store" });
   const store = config.store;
   if (store.kind === "postgres") {
+    // Loaded only for this store (the driver and its migrations cost ~100 ms of every start-up).
+    const { openPostgresStore } = await import("@switchboard/store-pg");
     return openPostgresStore({
       url: postgresUrl(store, options.env),
       schema: store.schema,

@@ -1,5 +1,5 @@
 import type { Config } from "@switchboard/core";
-import { type Cluster, type LostRun, openCluster } from "@switchboard/store-pg";
+import type { Cluster, LostRun } from "@switchboard/store-pg";
 import type { Logger } from "pino";
 import { postgresUrl } from "../store-open";
 
@@ -19,10 +19,12 @@ export interface GatewayClusterOptions {
  * the store's (lease renewals never queue behind requests) and as large as the store's (at least
  * 4): every run takes a lane claim and every event a publish on it.
  */
-export function openGatewayCluster(config: Config, options: GatewayClusterOptions): Promise<Cluster> {
+export async function openGatewayCluster(config: Config, options: GatewayClusterOptions): Promise<Cluster> {
   const store = config.store;
   if (store.kind !== "postgres") throw new Error("a cluster needs the postgres store");
   const log = options.logger;
+  // Loaded only for the postgres store, like the store itself (see `openConfiguredStore`).
+  const { openCluster } = await import("@switchboard/store-pg");
   return openCluster({
     url: postgresUrl(store, options.env),
     schema: store.schema,

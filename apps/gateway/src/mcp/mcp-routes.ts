@@ -1,13 +1,33 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { isIP } from "node:net";
-import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { isSwitchboardError } from "@switchboard/core";
 import type { HttpRoute } from "../http/http-route";
 import type { HttpRouteDeps } from "../http/routes";
-import { createMcpServer } from "./mcp-server";
 import { McpSessionTools } from "./mcp-session-tools";
 
 export const MCP_PATH = "/mcp";
+
+/**
+ * The MCP SDK's server side, loaded by the first `/mcp` request: it costs ~100 ms of every
+ * gateway's start-up otherwise, and most gateways never serve MCP.
+ */
+let mcpSdk:
+  | Promise<{
+      createMcpServer: typeof import("./mcp-server").createMcpServer;
+      StreamableHTTPServerTransport: typeof import("@modelcontextprotocol/sdk/server/streamableHttp.js").StreamableHTTPServerTransport;
+    }>
+  | undefined;
+
+function loadMcpSdk() {
+  mcpSdk ??= Promise.all([
+    import("./mcp-server"),
+    import("@modelcontextprotocol/sdk/server/streamableHttp.js"),
+  ]).then(([server, http]) => ({
+    createMcpServer: server.createMcpServer,
+    StreamableHTTPServerTransport: http.StreamableHTTPServerTransport,
+  }));
+  return mcpSdk;
+}
 
 const LOOPBACK_NAMES = new Set(["localhost", "127.0.0.1", "[::1]", "::1"]);
 
@@ -150,6 +170,7 @@ export function mcpRoutes(deps: HttpRouteDeps): HttpRoute[] {
           return;
         }
 
+        const { createMcpServer, StreamableHTTPServerTransport } = await loadMcpSdk();
         const server = createMcpServer(
           {
             listTools: () => tools.list(binding),

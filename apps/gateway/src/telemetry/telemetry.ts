@@ -48,11 +48,11 @@ function outcomeOf(error: unknown): string {
   return isSwitchboardError(error) ? error.code : "INTERNAL";
 }
 
-export function createTelemetry(config: Config, options: TelemetryOptions = {}): Telemetry {
+export async function createTelemetry(config: Config, options: TelemetryOptions = {}): Promise<Telemetry> {
   const metrics = config.telemetry.metrics.enabled ? new GatewayMetrics() : undefined;
   const tracing =
     options.tracing?.exporter || tracesWanted(config, options.tracing?.env ?? process.env)
-      ? new GatewayTracing(config, options.tracing)
+      ? await GatewayTracing.create(config, options.tracing)
       : undefined;
 
   const timed = metrics

@@ -8,15 +8,7 @@ import {
   type Tracer,
   trace,
 } from "@opentelemetry/api";
-import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
-import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
-import { resourceFromAttributes } from "@opentelemetry/resources";
-import {
-  BasicTracerProvider,
-  BatchSpanProcessor,
-  SimpleSpanProcessor,
-  type SpanExporter,
-} from "@opentelemetry/sdk-trace-base";
+import type { BasicTracerProvider, SpanExporter } from "@opentelemetry/sdk-trace-base";
 import type { Config, RunRecord } from "@switchboard/core";
 import { isSwitchboardError } from "@switchboard/core";
 import { VERSION } from "../version";
@@ -48,6 +40,28 @@ const SHUTDOWN_GRACE_MS = 3_000;
 
 const ENDED = new Set(["ok", "error", "timeout"]);
 
+/**
+ * The OpenTelemetry SDK (provider, processors, OTLP exporter, context manager): loaded only when a
+ * gateway traces, since it costs ~150 ms of every start-up and traces are off by default.
+ */
+async function loadSdk() {
+  const [asyncHooks, otlp, resources, base] = await Promise.all([
+    import("@opentelemetry/context-async-hooks"),
+    import("@opentelemetry/exporter-trace-otlp-http"),
+    import("@opentelemetry/resources"),
+    import("@opentelemetry/sdk-trace-base"),
+  ]);
+  return {
+    AsyncLocalStorageContextManager: asyncHooks.AsyncLocalStorageContextManager,
+    OTLPTraceExporter: otlp.OTLPTraceExporter,
+    resourceFromAttributes: resources.resourceFromAttributes,
+    BasicTracerProvider: base.BasicTracerProvider,
+    BatchSpanProcessor: base.BatchSpanProcessor,
+    SimpleSpanProcessor: base.SimpleSpanProcessor,
+  };
+}
+type Sdk = Awaited<ReturnType<typeof loadSdk>>;
+
 let contextManagerSet = false;
 
 /**
@@ -55,11 +69,11 @@ let contextManagerSet = false;
  * inside a traced tool call is its child without every layer passing a context along. Registered
  * once per process, and only when some gateway traces.
  */
-function ensureContextManager(): void {
+function ensureContextManager(sdk: Sdk): void {
   if (contextManagerSet) return;
   contextManagerSet = true;
   // false when the embedding application registered its own: that one is used.
-  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+  context.setGlobalContextManager(new sdk.AsyncLocalStorageContextManager().enable());
 }
 
 function traceparentOf(span: Span): string {
@@ -79,24 +93,29 @@ export class GatewayTracing {
   private readonly tracer: Tracer;
   private readonly runs = new Map<string, Span>();
 
-  constructor(config: Config, options: TracingOptions = {}) {
-    ensureContextManager();
+  /** Loads the SDK first (see `loadSdk`). */
+  static async create(config: Config, options: TracingOptions = {}): Promise<GatewayTracing> {
+    return new GatewayTracing(await loadSdk(), config, options);
+  }
+
+  private constructor(sdk: Sdk, config: Config, options: TracingOptions) {
+    ensureContextManager(sdk);
     const env = options.env ?? process.env;
     const exporter =
       options.exporter ??
-      new OTLPTraceExporter(
+      new sdk.OTLPTraceExporter(
         // Absent: the exporter reads OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT and headers itself.
         config.telemetry.traces?.endpoint
           ? { url: `${config.telemetry.traces.endpoint.replace(/\/+$/, "")}/v1/traces` }
           : {},
       );
-    this.provider = new BasicTracerProvider({
-      resource: resourceFromAttributes({
+    this.provider = new sdk.BasicTracerProvider({
+      resource: sdk.resourceFromAttributes({
         "service.name": env.OTEL_SERVICE_NAME || "switchboard-gateway",
         "service.version": VERSION,
       }),
       spanProcessors: [
-        options.exporter ? new SimpleSpanProcessor(exporter) : new BatchSpanProcessor(exporter),
+        options.exporter ? new sdk.SimpleSpanProcessor(exporter) : new sdk.BatchSpanProcessor(exporter),
       ],
     });
     this.tracer = this.provider.getTracer("switchboard-gateway", VERSION);
