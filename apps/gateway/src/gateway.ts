@@ -397,6 +397,8 @@ export class Gateway {
         }),
         log: log.child({ component: "transport" }),
       });
+      // Serving now: what the store left for later (the file store's index build) may start.
+      store.startDeferredWork?.();
       const firstSeq = bus.currentSeq;
       telemetry.metrics?.setSources({
         connections: () => transport.connections,

@@ -60,6 +60,8 @@ export async function openConfiguredStore(config: Config, options: StoreOpenOpti
     // Every transcript the gateway writes belongs to a row; one without is what a kill in the
     // middle of a reset or delete left behind, so it is archived as the interrupted step would have.
     archiveOrphanTranscripts: true,
+    // Built once the gateway serves (`startDeferredWork`), not while the rest of it starts.
+    deferIndexing: true,
     ...(options.fsync ? { fsyncMode: options.fsync } : {}),
   });
 }

@@ -63,10 +63,8 @@ export class SwitchboardError extends Error {
    * keep the ordinary prototype check: a brand says "some SwitchboardError", not which subclass.
    */
   static override [Symbol.hasInstance](value: unknown): boolean {
-    // biome-ignore lint/complexity/noThisInStatic: the class on the right of instanceof, maybe a subclass
-    const target = this;
-    if (target === SwitchboardError) return isSwitchboardError(value);
-    return Function.prototype[Symbol.hasInstance].call(target, value);
+    if (this === SwitchboardError) return isSwitchboardError(value);
+    return Function.prototype[Symbol.hasInstance].call(this, value);
   }
 
   /** The wire form; `cause` stays local so stack traces and internals never leave the process. */

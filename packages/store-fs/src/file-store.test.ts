@@ -387,6 +387,29 @@ describe("crash recovery", () => {
 });
 
 describe("sessions journal and snapshots", () => {
+  it("builds the kind and search indexes after open, or only once asked with deferIndexing", async () => {
+    const dataDir = await freshDir();
+    const first = await open(dataDir);
+    for (let i = 0; i < 30; i++) await first.sessions.put(sampleSession({ key: `agent:main:cron:job-${i}` }));
+    await first.close();
+
+    const eager = await open(dataDir);
+    await vi.waitFor(async () => expect((await eager.stats()).indexBuilt).toBe(true));
+    await eager.close();
+
+    const deferred = await open(dataDir, { deferIndexing: true });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect((await deferred.stats()).indexBuilt).toBe(false);
+    deferred.startDeferredWork?.();
+    await vi.waitFor(async () => expect((await deferred.stats()).indexBuilt).toBe(true));
+    await deferred.close();
+
+    // A list that needs the indexes builds them itself, asked or not.
+    const listing = await open(dataDir, { deferIndexing: true });
+    expect((await listing.sessions.list({ kinds: ["cron"], limit: 50 })).entries).toHaveLength(30);
+    expect((await listing.stats()).indexBuilt).toBe(true);
+  });
+
   it("gathers row touches into one journal write within 100 ms; a crash before it loses only them", async () => {
     const dataDir = await freshDir();
     const store = await open(dataDir, { fsyncMode: "always" });

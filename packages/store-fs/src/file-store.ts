@@ -47,6 +47,12 @@ export const FileStoreOptionsSchema = z.object({
    * such a transcript is what a crash in the middle of a reset or delete left behind.
    */
   archiveOrphanTranscripts: z.boolean().default(false),
+  /**
+   * Leave the background build of the kind and search indexes to `startDeferredWork()` instead of
+   * starting it once open (a list that needs them still starts it): for an owner with more start-up
+   * work after the open, like the gateway, which starts it once it is serving.
+   */
+  deferIndexing: z.boolean().default(false),
   /** Chunk size of backward transcript scans. */
   readChunkBytes: z
     .number()
@@ -73,6 +79,8 @@ export interface FileStoreStats {
   tornTailsRepaired: number;
   /** Transcripts an interrupted reset or delete left in place, archived at open. */
   orphansArchived: number;
+  /** Whether the kind and search indexes of the rows loaded at open are built (see `deferIndexing`). */
+  indexBuilt: boolean;
   /** Taint rises a crash interrupted, finished at this open (see `commitTaintRise`). */
   taintRisesFinished: number;
   /** Acknowledged entries re-applied from the commit log at open. */
@@ -146,8 +154,9 @@ export async function openFileStore(options: FileStoreOptions): Promise<FileStor
 
     const taintParts = { sessions, transcripts, audit, meta, maxEntryBytes: config.maxEntryBytes, logger };
     const taintRisesFinished = await finishTaintRises(taintParts);
-    // Kinds and search postings of the loaded rows are built from here on, in the background.
-    void sessions.startIndexing();
+    // Kinds and search postings of the loaded rows are built from here on (or once the owner says
+    // so), in the background.
+    if (!config.deferIndexing) void sessions.startIndexing();
     let closing: Promise<void> | undefined;
     return {
       dataDir: layout.dataDir,
@@ -158,6 +167,9 @@ export async function openFileStore(options: FileStoreOptions): Promise<FileStor
       audit,
       meta,
       commitTaintRise: (rise) => commitTaintRise(taintParts, rise),
+      startDeferredWork() {
+        void sessions.startIndexing();
+      },
       async stats() {
         const transcriptStats = transcripts.stats();
         const sessionStats = sessions.stats();
@@ -173,6 +185,7 @@ export async function openFileStore(options: FileStoreOptions): Promise<FileStor
             transcriptStats.tornTailsRepaired + sessionStats.tornTailsRepaired + runStats.tornTailsRepaired,
           entriesRestored: transcriptStats.entriesRestored,
           orphansArchived,
+          indexBuilt: sessions.indexed,
           taintRisesFinished,
           journals: {
             sessions: {

@@ -402,6 +402,11 @@ export class FileSessionIndex implements SessionIndexStore {
     return this.journal.stats();
   }
 
+  /** Whether the kind and search indexes of the rows loaded at open are built (see `startIndexing`). */
+  get indexed(): boolean {
+    return this.unbuilt === undefined && this.building === undefined;
+  }
+
   close(): Promise<void> {
     return this.journal.close();
   }

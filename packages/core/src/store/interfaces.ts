@@ -260,6 +260,12 @@ export interface Store {
    * files, permissions) reports it here until writes work again; it never needs a restart.
    */
   health(): Promise<StoreHealth>;
+  /**
+   * Starts background work the store was asked to leave until its owner serves (the file store's
+   * `deferIndexing`: building its kind and search indexes), so that work does not slow the owner's
+   * own start-up. Optional; a no-op when nothing was deferred.
+   */
+  startDeferredWork?(): void;
   /** Flush everything and release resources (and locks). */
   close(): Promise<void>;
 }
