@@ -1,3 +1,5 @@
+import type { Db } from "./db";
+
 /**
  * Point reads by key, grouped when many arrive at once: at most `maxInFlight` statements run at a
  * time, and the keys asked for meanwhile go together in the next one (`load` reads them all, e.g.
@@ -47,4 +49,24 @@ export class BatchedReads<T> {
         });
     }
   }
+}
+
+/**
+ * `BatchedReads` of the JSON `row` column of `table`, keyed by its text column `keyColumn`
+ * (`action` names the read in errors).
+ */
+export function batchedRowReads<T>(
+  db: Db,
+  action: string,
+  table: string,
+  keyColumn: string,
+): BatchedReads<T> {
+  return new BatchedReads<T>(async (keys) => {
+    const found = await db.read<{ id: string; row: T }>(
+      action,
+      `SELECT ${keyColumn} AS id, row FROM ${table} WHERE ${keyColumn} = ANY($1::text[])`,
+      [keys],
+    );
+    return new Map(found.rows.map((hit) => [hit.id, hit.row]));
+  });
 }

@@ -8,7 +8,7 @@ import {
   validateRunRecord,
   type WriteOptions,
 } from "@switchboard/core";
-import { BatchedReads } from "./batched-reads";
+import { batchedRowReads } from "./batched-reads";
 import type { Db } from "./db";
 import { isUniqueViolation } from "./errors";
 import type { KeyedSerializer } from "./serial";
@@ -49,14 +49,7 @@ export function createRunRegistry(
   };
 
   // Waits on several instances read a run as its end is heard: under load those reads share statements.
-  const reads = new BatchedReads<RunRecord>(async (runIds) => {
-    const found = await db.read<{ run_id: string; row: RunRecord }>(
-      "reading runs",
-      `SELECT run_id, row FROM ${table} WHERE run_id = ANY($1::text[])`,
-      [runIds],
-    );
-    return new Map(found.rows.map((hit) => [hit.run_id, hit.row]));
-  });
+  const reads = batchedRowReads<RunRecord>(db, "reading runs", table, "run_id");
 
   return {
     async put(input, options: WriteOptions = {}) {

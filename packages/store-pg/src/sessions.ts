@@ -16,7 +16,7 @@ import {
   validateSessionTouch,
   type WriteOptions,
 } from "@switchboard/core";
-import { BatchedReads } from "./batched-reads";
+import { batchedRowReads } from "./batched-reads";
 import type { Db } from "./db";
 import { GroupedWrites } from "./grouped-writes";
 import type { KeyedSerializer } from "./serial";
@@ -195,14 +195,7 @@ export function createSessionIndex(
   };
 
   // A send reads its sessions' rows a dozen times or more: under load those reads share statements.
-  const reads = new BatchedReads<SessionEntry>(async (keys) => {
-    const found = await db.read<{ key: string; row: SessionEntry }>(
-      "reading sessions",
-      `SELECT key, row FROM ${table} WHERE key = ANY($1::text[])`,
-      [keys],
-    );
-    return new Map(found.rows.map((hit) => [hit.key, hit.row]));
-  });
+  const reads = batchedRowReads<SessionEntry>(db, "reading sessions", table, "key");
 
   // Unconditional writes (the row "touch" after each append, mostly) of different keys that arrive
   // while one is in flight go in one statement: one commit for the group instead of one per row.
