@@ -514,12 +514,15 @@ export class JournaledMap<V> {
     const keys = [...this.lazyKeys];
     this.lazyKeys.clear();
     let lines = "";
+    let records = 0;
     for (const key of keys) {
       const value = this.values.get(key);
-      if (value !== undefined) lines += `${JSON.stringify({ op: "put", value })}\n`;
+      if (value === undefined) continue;
+      lines += `${JSON.stringify({ op: "put", value })}\n`;
+      records++;
     }
-    if (lines === "") return Promise.resolve();
-    this.journalRecords += keys.length;
+    if (records === 0) return Promise.resolve();
+    this.journalRecords += records;
     // Nothing is undone on failure (memory keeps the values), so `failures` does not count it.
     const done = this.journal.append(lines, () => {
       for (const key of keys) this.lazyKeys.add(key);
