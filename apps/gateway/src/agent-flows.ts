@@ -205,7 +205,15 @@ export class AgentFlows {
       }
 
       if (!waits) return { status: "accepted", runId: record.runId, sessionKey: targetEntry.key, delivery };
-      result = await this.scheduler.wait(record.runId, timeoutSeconds * 1000, caller.signal);
+      const waited = await this.scheduler.waitIssued(record.runId, timeoutSeconds * 1000, caller.signal);
+      result = waited.result;
+      if (caller.holdAnswer) {
+        // The run's end and the delivery's audit record may still be in flight: the answer waits
+        // for them, the caller's own record of this call does not (it joins their group commit).
+        if (waited.settled) caller.holdAnswer(waited.settled);
+        if (audited) caller.holdAnswer(audited);
+        audited = undefined;
+      } else await waited.settled;
     } finally {
       release();
       // No answer (result or error) before the delivery's audit record is durable.

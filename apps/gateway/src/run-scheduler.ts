@@ -593,11 +593,20 @@ export class RunScheduler {
     // entry was lost still answers `agent.wait` from its record. Several instances: the record
     // first, since it is written only if this instance still holds the run.
     let recorded = this.cluster ? undefined : this.recordEnd(record, status, outcome);
+    const saving = this.saveEnd(record);
+    if (recorded) {
+      // Waiters hear the end as soon as its writes are issued, with their settling to hold their
+      // answers for: a waiting send records its own toolCall/toolResult in the same group commit
+      // as the reply (one durable round less on its path), and answers once both are durable.
+      const settled = Promise.allSettled([saving, recorded]).then(() => undefined);
+      if (active) active.endSettled = settled;
+      this.waiters.ended(record, settled);
+    }
     // The end is announced, waiters woken and the lane freed even when the store refuses the write
     // (disk full): the caller still hears about the failure, and nothing waits forever.
     let persistError: unknown;
     try {
-      if (!(await this.saveEnd(record))) {
+      if (!(await saving)) {
         await this.droppedEnd(record, laneKey, freedWorker);
         return;
       }
@@ -753,24 +762,44 @@ export class RunScheduler {
 
   /** Waits for a run's end up to `timeoutMs`; answers at once for ended runs (also across restarts). */
   async wait(runId: string, timeoutMs: number, signal?: AbortSignal): Promise<WaitResult> {
+    const { result, settled } = await this.waitIssued(runId, timeoutMs, signal);
+    await settled;
+    return result;
+  }
+
+  /**
+   * `wait`, answering as soon as the end's writes are issued: `settled` (when present) settles once
+   * they are durable or failed, and whatever the caller answers from `result` must wait for it.
+   */
+  async waitIssued(
+    runId: string,
+    timeoutMs: number,
+    signal?: AbortSignal,
+  ): Promise<{ result: WaitResult; settled?: Promise<void> }> {
     const active = this.active.get(runId);
-    if (!active) {
-      const unsaved = this.active.unsaved(runId);
-      // Not held here: the cluster's wait reads the run itself, after subscribing to its end.
-      if (this.cluster && !unsaved) return this.cluster.wait(runId, timeoutMs, signal);
-      const stored = unsaved ?? (await this.store.runs.get(runId));
-      if (!stored) throw new SwitchboardError("NOT_FOUND", `run not found: ${runId}`, { details: { runId } });
-      if (!TERMINAL_RUN_STATUSES.includes(stored.status)) {
-        // Held by another instance (or queued there): its end comes through the cluster's events.
-        if (this.cluster) return this.cluster.wait(runId, timeoutMs, signal);
-        // Ended between the two lookups, or not yet active after recovery: poll once via the store.
-        return { runId, status: "timeout", error: "run has not ended yet" };
-      }
-      return toWaitResult(stored);
-    }
+    if (active?.endSettled) return { result: toWaitResult(active.record), settled: active.endSettled };
+    if (!active) return { result: await this.waitInactive(runId, timeoutMs, signal) };
     const outcome = await this.waiters.wait(runId, timeoutMs, signal);
-    if ("ended" in outcome) return toWaitResult(outcome.ended);
-    return { runId, status: "timeout", error: outcome.stopped };
+    if ("ended" in outcome) {
+      const result = toWaitResult(outcome.ended);
+      return outcome.settled ? { result, settled: outcome.settled } : { result };
+    }
+    return { result: { runId, status: "timeout", error: outcome.stopped } };
+  }
+
+  private async waitInactive(runId: string, timeoutMs: number, signal?: AbortSignal): Promise<WaitResult> {
+    const unsaved = this.active.unsaved(runId);
+    // Not held here: the cluster's wait reads the run itself, after subscribing to its end.
+    if (this.cluster && !unsaved) return this.cluster.wait(runId, timeoutMs, signal);
+    const stored = unsaved ?? (await this.store.runs.get(runId));
+    if (!stored) throw new SwitchboardError("NOT_FOUND", `run not found: ${runId}`, { details: { runId } });
+    if (!TERMINAL_RUN_STATUSES.includes(stored.status)) {
+      // Held by another instance (or queued there): its end comes through the cluster's events.
+      if (this.cluster) return this.cluster.wait(runId, timeoutMs, signal);
+      // Ended between the two lookups, or not yet active after recovery: poll once via the store.
+      return { runId, status: "timeout", error: "run has not ended yet" };
+    }
+    return toWaitResult(stored);
   }
 
   /** Spawned runs of a requester that have not ended yet (for `maxChildren`). */

@@ -110,6 +110,10 @@ export class ToolCalls {
     toolCallId: string,
   ): Promise<ToolResult> {
     const call: RecordedCall = { sessionKey: entry.key, runId: caller.runId, toolCallId, name: tool };
+    // Writes the backend issued without waiting (a waited-for run's end): this call's record joins
+    // their group commit, and the answer waits for both.
+    const held: Promise<void>[] = [];
+    const holding: ToolCaller = { ...caller, holdAnswer: (settled) => held.push(settled) };
     const progress = (kind: "tool-call" | "tool-result") => {
       if (!caller.runId) return;
       this.bus.publish(
@@ -121,13 +125,17 @@ export class ToolCalls {
     progress("tool-call");
     const finish = async (result: ToolResult) => {
       progress("tool-result");
-      await this.record(call, {
-        call: { args, label: entry.taint },
-        result: {
-          value: result,
-          label: resultLabel(result, toolLevel(this.config.labels, tool), entry.taint),
-        },
-      });
+      try {
+        await this.record(call, {
+          call: { args, label: entry.taint },
+          result: {
+            value: result,
+            label: resultLabel(result, toolLevel(this.config.labels, tool), entry.taint),
+          },
+        });
+      } finally {
+        if (held.length > 0) await Promise.all(held);
+      }
       return result;
     };
     const gate = this.gate(entry, tool);
@@ -141,7 +149,7 @@ export class ToolCalls {
     );
     this.telemetry?.decided(tool, decisionOf(decision.action));
     if (decision.action === "BLOCK") return finish({ status: "forbidden", error: decision.message });
-    const result = await this.executor.invoke(tool, args, caller);
+    const result = await this.executor.invoke(tool, args, holding);
     if (result.status === "ok" || result.status === "accepted") {
       await this.takeIn(entry.key, tool, toolLevel(this.config.labels, tool));
     }

@@ -39,7 +39,8 @@ export interface AppendLogOptions {
    * When a batch starts after its first write: a few microtask turns later (the default), or at the
    * end of the current turn of the event loop (`turn`), for a log whose writes of one request are
    * issued far apart within that turn (the audit log: a call's impersonation record at its start,
-   * its delivery record once the run is built) and which only its own records share.
+   * its delivery record once the run is built; the commit log: a run's reply and the waiting
+   * caller's record of the call).
    */
   gather?: "microtasks" | "turn";
 }

@@ -6,6 +6,12 @@ export interface ActiveRun<W> {
   worker?: W;
   timer?: NodeJS.Timeout;
   deadline?: number;
+  /**
+   * Set once the run has ended and its end's writes (record, transcript entry) are issued: settles
+   * when they are durable or failed. A waiter arriving in between hears the end at once and holds
+   * its answer for this.
+   */
+  endSettled?: Promise<void>;
 }
 
 /**

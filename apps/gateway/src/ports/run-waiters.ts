@@ -1,7 +1,11 @@
 import type { RunRecord } from "@switchboard/core";
 
-/** How a wait ended: the run's final record, or why the waiter stopped waiting first. */
-export type RunWaitOutcome = { ended: RunRecord } | { stopped: string };
+/**
+ * How a wait ended: the run's final record (with `settled` when the end's writes were issued but
+ * may not be durable yet: no answer built on it goes out before it settles), or why the waiter
+ * stopped waiting first.
+ */
+export type RunWaitOutcome = { ended: RunRecord; settled?: Promise<void> } | { stopped: string };
 
 /**
  * Callers waiting for a run's end (`agent.wait`, a waiting `sessions_send`, a summary). Only the
@@ -11,13 +15,16 @@ export type RunWaitOutcome = { ended: RunRecord } | { stopped: string };
 export interface RunWaiters {
   /** Resolves when `ended` is called for `runId`, after `timeoutMs`, or when `signal` aborts. */
   wait(runId: string, timeoutMs: number, signal?: AbortSignal): Promise<RunWaitOutcome>;
-  /** The run ended: wakes everyone waiting for it. */
-  ended(record: RunRecord): void;
+  /**
+   * The run ended: wakes everyone waiting for it. With `settled`, the end's writes are issued but
+   * not yet durable; the waiters get it along.
+   */
+  ended(record: RunRecord, settled?: Promise<void>): void;
 }
 
 /** Wake-up callbacks per run id; a run nobody waits for holds no memory. */
 export class InProcessRunWaiters implements RunWaiters {
-  private readonly byRun = new Map<string, Set<(record: RunRecord) => void>>();
+  private readonly byRun = new Map<string, Set<(record: RunRecord, settled?: Promise<void>) => void>>();
 
   wait(runId: string, timeoutMs: number, signal?: AbortSignal): Promise<RunWaitOutcome> {
     return new Promise<RunWaitOutcome>((resolve) => {
@@ -33,9 +40,9 @@ export class InProcessRunWaiters implements RunWaiters {
         set.delete(done);
         if (set.size === 0 && this.byRun.get(runId) === set) this.byRun.delete(runId);
       };
-      const done = (record: RunRecord) => {
+      const done = (record: RunRecord, settled?: Promise<void>) => {
         forget();
-        resolve({ ended: record });
+        resolve(settled ? { ended: record, settled } : { ended: record });
       };
       const onAbort = () => {
         forget();
@@ -51,11 +58,11 @@ export class InProcessRunWaiters implements RunWaiters {
     });
   }
 
-  ended(record: RunRecord): void {
+  ended(record: RunRecord, settled?: Promise<void>): void {
     const waiters = this.byRun.get(record.runId);
     if (!waiters) return;
     this.byRun.delete(record.runId);
-    for (const wake of [...waiters]) wake(record);
+    for (const wake of [...waiters]) wake(record, settled);
   }
 
   /** Runs somebody waits for (tests: nothing is left behind). */

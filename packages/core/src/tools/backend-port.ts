@@ -25,6 +25,12 @@ export interface ToolCaller {
   /** Set when an operator acts as the session (audited). */
   operator?: string;
   signal?: AbortSignal;
+  /**
+   * Set by the gateway's tool-call pipeline: a backend hands it writes it issued but did not wait
+   * for (a waited-for run's end), so the call's own transcript record joins their group commit;
+   * the answer goes out only once they settle. Without it, the backend waits for them itself.
+   */
+  holdAnswer?: (settled: Promise<void>) => void;
 }
 
 /** A `sessions_spawn` call after validation, clamping and defaults. */
