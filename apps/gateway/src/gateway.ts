@@ -23,7 +23,7 @@ import { PolicyService } from "./policy-service";
 import { InProcessActiveRuns } from "./ports/active-runs";
 import { MemoryCallBudget } from "./ports/call-budget";
 import type { EventLog } from "./ports/event-log";
-import { InProcessRecentMessages } from "./ports/recent-messages";
+import { InProcessRecentMessages, UncachedRecentMessages } from "./ports/recent-messages";
 import { RefusalAudit } from "./ports/refusal-audit";
 import { InProcessRunLanes } from "./ports/run-lanes";
 import { InProcessRunWaiters } from "./ports/run-waiters";
@@ -223,7 +223,8 @@ export class Gateway {
         audit,
         log.child({ component: "sessions" }),
         new InProcessSessionLocks(),
-        new InProcessRecentMessages(),
+        // Several instances append to the same sessions: a per-process cache would go stale.
+        cluster ? new UncachedRecentMessages() : new InProcessRecentMessages(),
       );
       const policy = new PolicyService(config, sessions, audit, bus);
       const tools = new ToolCatalog(config, sessions);

@@ -285,6 +285,19 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
         "n4",
         "n5",
       ]);
+      // The worker's history holds what every instance wrote into the session: the inputs were
+      // written on A and C, the replies on B.
+      const history5 = worker.runs.at(-1)!.history as Array<{
+        role: string;
+        content: Array<{ text?: string }>;
+      }>;
+      const lastHistory = history5.map(
+        (message) => `${message.role}: ${message.content.map((part) => part.text ?? "").join("")}`,
+      );
+      expect(lastHistory.filter((line) => line.startsWith("user: "))).toEqual(
+        ["early", "n0", "n1", "n2", "n3", "n4"].map((text) => `user: ${text}`),
+      );
+      expect(lastHistory.at(-1)).toBe("assistant: b: n4");
       const history = await opC.peer.call<{ messages: Array<{ role: string }> }>("sessions.history", {
         sessionKey: "main",
         limit: 50,

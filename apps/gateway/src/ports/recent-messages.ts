@@ -46,3 +46,20 @@ export class InProcessRecentMessages implements RecentMessagesCache {
     if (entries.length > this.depth) entries.splice(0, entries.length - this.depth);
   }
 }
+
+/**
+ * No cache: every read goes to the store. For several instances on one store, where another
+ * instance's appends (a run's input written where the send was accepted) would not reach a cache
+ * filled here, and `run.assigned` would carry a history with holes.
+ */
+export class UncachedRecentMessages implements RecentMessagesCache {
+  readonly depth = 24;
+
+  get(): undefined {
+    return undefined;
+  }
+
+  fill(): void {}
+
+  add(): void {}
+}
