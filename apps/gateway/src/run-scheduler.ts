@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import {
+  type EventPayload,
   type Lane,
   type Level,
   type Provenance,
@@ -619,18 +620,10 @@ export class RunScheduler {
     recorded ??= this.recordEnd(record, status, outcome);
     await recorded;
     this.active.delete(record.runId);
-    this.bus.publish(
-      "run.ended",
-      {
-        runId: record.runId,
-        sessionKey: record.sessionKey,
-        status,
-        ...(record.reply !== undefined ? { reply: record.reply } : {}),
-        ...(record.error !== undefined ? { error: record.error } : {}),
-        ...(record.usage ? { usage: record.usage } : {}),
-      },
-      { sessionKey: record.sessionKey, agentId: record.agentId },
-    );
+    this.bus.publish("run.ended", runEndedPayload(record, status), {
+      sessionKey: record.sessionKey,
+      agentId: record.agentId,
+    });
     this.waiters.ended(record);
     const notify = () =>
       this.telemetry
@@ -859,6 +852,39 @@ function laneKeyOf(record: Pick<RunRecord, "sessionKey" | "lane" | "origin">): s
 }
 
 /** What a wait answers for a run record (a run not ended yet reads as `timeout`). */
+/**
+ * A run's `run.ended` event: everything a wait answers with, so an instance waiting for a run that
+ * another one ended needs no read of the record.
+ */
+export function runEndedPayload(
+  record: RunRecord,
+  status: "ok" | "error" | "timeout",
+): EventPayload<"run.ended"> {
+  return {
+    runId: record.runId,
+    sessionKey: record.sessionKey,
+    status,
+    ...(record.reply !== undefined ? { reply: record.reply } : {}),
+    ...(record.error !== undefined ? { error: record.error } : {}),
+    ...(record.usage ? { usage: record.usage } : {}),
+    ...(record.startedAt !== undefined ? { startedAt: record.startedAt } : {}),
+    ...(record.endedAt !== undefined ? { endedAt: record.endedAt } : {}),
+  };
+}
+
+/** The wait result a `run.ended` event carries; undefined for one without `endedAt` (older instances). */
+export function waitResultOfEnded(payload: EventPayload<"run.ended">): WaitResult | undefined {
+  if (payload.endedAt === undefined) return undefined;
+  return {
+    runId: payload.runId,
+    status: payload.status,
+    ...(payload.reply !== undefined ? { reply: payload.reply } : {}),
+    ...(payload.error !== undefined ? { error: payload.error } : {}),
+    ...(payload.startedAt !== undefined ? { startedAt: payload.startedAt } : {}),
+    endedAt: payload.endedAt,
+  };
+}
+
 export function toWaitResult(record: RunRecord): WaitResult {
   const status =
     record.status === "ok" || record.status === "error" || record.status === "timeout"

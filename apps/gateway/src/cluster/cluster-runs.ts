@@ -1,9 +1,15 @@
 import { createHash } from "node:crypto";
-import { type RunRecord, type Store, SwitchboardError, TERMINAL_RUN_STATUSES } from "@switchboard/core";
+import {
+  type EventPayload,
+  type RunRecord,
+  type Store,
+  SwitchboardError,
+  TERMINAL_RUN_STATUSES,
+} from "@switchboard/core";
 import type { Cluster, ClusterRunLanes, LostRun } from "@switchboard/store-pg";
 import type { Logger } from "pino";
 import type { EventLog } from "../ports/event-log";
-import { toWaitResult, type WaitResult } from "../run-scheduler";
+import { runEndedPayload, toWaitResult, type WaitResult, waitResultOfEnded } from "../run-scheduler";
 
 /** How often a run waiting for its lane (held by another instance) tries the claim again. */
 const CLAIM_RETRY_MS = 25;
@@ -398,11 +404,10 @@ export class ClusterRuns {
     record.error = reason;
     record.endedAt = Date.now();
     await this.store.runs.put(record);
-    this.bus.publish(
-      "run.ended",
-      { runId: record.runId, sessionKey: record.sessionKey, status: "error", error: reason },
-      { sessionKey: record.sessionKey, agentId: record.agentId },
-    );
+    this.bus.publish("run.ended", runEndedPayload(record, "error"), {
+      sessionKey: record.sessionKey,
+      agentId: record.agentId,
+    });
     this.log.warn({ runId: record.runId, lostInstance: lost.lostInstance }, "run of a lost instance ended");
   }
 
@@ -440,11 +445,10 @@ export class ClusterRuns {
     record.error = error;
     record.endedAt = Date.now();
     await this.store.runs.put(record);
-    this.bus.publish(
-      "run.ended",
-      { runId: record.runId, sessionKey: record.sessionKey, status: "timeout", error },
-      { sessionKey: record.sessionKey, agentId: record.agentId },
-    );
+    this.bus.publish("run.ended", runEndedPayload(record, "timeout"), {
+      sessionKey: record.sessionKey,
+      agentId: record.agentId,
+    });
     return true;
   }
 
@@ -467,14 +471,24 @@ export class ClusterRuns {
 
   /** Waits for a run held by another instance (or not started yet) to end, up to `timeoutMs`. */
   async wait(runId: string, timeoutMs: number, signal?: AbortSignal): Promise<WaitResult> {
-    let finish: (record: RunRecord | undefined) => void = () => undefined;
-    const ended = new Promise<RunRecord | undefined>((resolve) => {
+    let finish: (result: WaitResult | undefined) => void = () => undefined;
+    const ended = new Promise<WaitResult | undefined>((resolve) => {
       finish = resolve;
     });
     const unsubscribe = this.bus.subscribe({
       accepts: (event) => event.event === "run.ended" && event.payload.runId === runId,
-      deliver: () => {
-        void this.readEnded(runId).then(finish, () => finish(undefined));
+      deliver: (event) => {
+        // The event carries the stored end (published once it is written); one from an instance
+        // that does not send `endedAt` yet is answered from the record.
+        const heard = waitResultOfEnded(event.payload as EventPayload<"run.ended">);
+        if (heard) return finish(heard);
+        void this.readEnded(runId).then(
+          (record) =>
+            finish(
+              record && TERMINAL_RUN_STATUSES.includes(record.status) ? toWaitResult(record) : undefined,
+            ),
+          () => finish(undefined),
+        );
       },
     });
     const timer = setTimeout(() => finish(undefined), timeoutMs);
@@ -485,8 +499,8 @@ export class ClusterRuns {
       const stored = await this.store.runs.get(runId);
       if (!stored) throw new SwitchboardError("NOT_FOUND", `run not found: ${runId}`, { details: { runId } });
       if (TERMINAL_RUN_STATUSES.includes(stored.status)) return toWaitResult(stored);
-      const record = await ended;
-      if (record && TERMINAL_RUN_STATUSES.includes(record.status)) return toWaitResult(record);
+      const result = await ended;
+      if (result) return result;
       return {
         runId,
         status: "timeout",

@@ -195,13 +195,23 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
       // Each wait is answered by the instance that did not accept the run.
       const results = await Promise.all(
         sends.map(({ runId }, i) =>
-          (i % 2 === 0 ? opB : opA).peer.call<{ status: string; reply?: string }>("agent.wait", {
+          (i % 2 === 0 ? opB : opA).peer.call<{
+            status: string;
+            reply?: string;
+            startedAt?: number;
+            endedAt?: number;
+          }>("agent.wait", {
             runId,
             timeoutMs: 10_000,
           }),
         ),
       );
       expect(results.map((result) => result.status)).toEqual(["ok", "ok", "ok", "ok"]);
+      // Answered from the run's end as stored, whether it came with the event or from a read.
+      for (const result of results) {
+        expect(result.startedAt).toEqual(expect.any(Number));
+        expect(result.endedAt).toBeGreaterThanOrEqual(result.startedAt!);
+      }
       expect(results.map((result) => result.reply)).toEqual(["done: m0", "done: m1", "done: m2", "done: m3"]);
       expect(overlap).toBe(1);
       expect(workers[0]!.runs.length).toBeGreaterThan(0);

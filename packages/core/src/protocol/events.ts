@@ -61,6 +61,9 @@ export const Events = {
     reply: z.string().optional(),
     error: z.string().optional(),
     usage: UsageSchema.optional(),
+    /** When the run started (absent for a run that ended before a worker took it) and ended. */
+    startedAt: z.number().optional(),
+    endedAt: z.number().optional(),
   }),
   "session.updated": z.object({ key: z.string(), sessionId: z.string(), reason: z.string() }),
   "session.taint": z.object({ key: z.string(), from: LevelSchema, to: LevelSchema, reason: z.string() }),
