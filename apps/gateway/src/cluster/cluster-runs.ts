@@ -295,7 +295,7 @@ export class ClusterRuns {
         this.queueMayHold = 0;
         return;
       }
-      const record = await this.store.runs.get(claim.runId);
+      const record = claim.record ?? (await this.store.runs.get(claim.runId));
       if (!record || TERMINAL_RUN_STATUSES.includes(record.status)) {
         await this.lanes.release(claim.laneKey, claim.runId);
         continue;

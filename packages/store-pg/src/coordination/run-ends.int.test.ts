@@ -49,6 +49,8 @@ await describeWithPg("cluster run ends (fencing)", () => {
     await b.lanes.release(lane, first.runId);
     const adopted = await b.lanes.claimNext(["main"]);
     expect(adopted?.runId).toBe(second.runId);
+    // The claim brings the run's record as stored (beside the store's tables, no read after it).
+    expect(adopted?.record).toEqual(await store.runs.get(second.runId));
 
     // A's worker results arrive once A reaches the database again: neither is written.
     expect(await a.ends.write(ended(first, "ok", "late"))).toBe(false);

@@ -15,6 +15,8 @@ export interface RunClaim {
   agentId: string;
   /** Times it was reassigned after losing an instance (0: first try). */
   attempts: number;
+  /** The run's record as stored when it was claimed (read in the claim's own statement). */
+  record?: RunRecord;
 }
 
 /**
@@ -72,6 +74,8 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
       { retryable: true },
     );
 
+  let withRecords: Promise<boolean> | undefined;
+
   return {
     async enqueue(laneKey, runId, { agentId, front = false }) {
       await db.query(
@@ -121,6 +125,24 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
     },
     async claimNext(agentIds) {
       if (agentIds.length === 0) return undefined;
+      withRecords ??= db
+        .read<{ found: string | null }>(
+          "looking for the runs table",
+          "SELECT to_regclass($1)::text AS found",
+          [q("runs")],
+        )
+        .then(
+          (found) => found.rows[0]?.found != null,
+          () => {
+            withRecords = undefined;
+            return false;
+          },
+        );
+      // With the store's tables in this schema (always, beside a gateway), the claim also returns the
+      // run's record: one statement where the claimer would read the run right after.
+      const record = (await withRecords)
+        ? `, (SELECT r.row FROM ${q("runs")} r WHERE r.run_id = c.run_id) AS record`
+        : "";
       // A few tries: a lane head can be claimed by another instance between our snapshot and our
       // insert (the lane's UNIQUE claim refuses the second, and the statement rolls back whole).
       for (let attempt = 0; attempt < 5; attempt++) {
@@ -130,6 +152,7 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
             lane_key: string;
             agent_id: string;
             attempts: number;
+            record?: RunRecord | null;
           }>(
             "claiming the next run",
             `WITH head AS (
@@ -144,14 +167,20 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
              ), taken AS (
                DELETE FROM ${queue} WHERE run_id IN (SELECT run_id FROM head) RETURNING run_id, lane_key, agent_id, attempts
              )
-             INSERT INTO ${claims} (run_id, lane_key, agent_id, instance_id, attempts)
+             INSERT INTO ${claims} AS c (run_id, lane_key, agent_id, instance_id, attempts)
              SELECT run_id, lane_key, agent_id, $2, attempts FROM taken
-             RETURNING run_id, lane_key, agent_id, attempts`,
+             RETURNING c.run_id, c.lane_key, c.agent_id, c.attempts${record}`,
             [agentIds, instanceId],
           );
           const row = found.rows[0];
           return row
-            ? { runId: row.run_id, laneKey: row.lane_key, agentId: row.agent_id, attempts: row.attempts }
+            ? {
+                runId: row.run_id,
+                laneKey: row.lane_key,
+                agentId: row.agent_id,
+                attempts: row.attempts,
+                ...(row.record ? { record: row.record } : {}),
+              }
             : undefined;
         } catch (error) {
           if (!isLaneTaken(error)) throw error;
