@@ -851,7 +851,6 @@ function laneKeyOf(record: Pick<RunRecord, "sessionKey" | "lane" | "origin">): s
     : `${record.sessionKey}|${record.lane}`;
 }
 
-/** What a wait answers for a run record (a run not ended yet reads as `timeout`). */
 /**
  * A run's `run.ended` event: everything a wait answers with, so an instance waiting for a run that
  * another one ended needs no read of the record.
@@ -874,18 +873,13 @@ export function runEndedPayload(
 
 /** The wait result a `run.ended` event carries; undefined for one without `endedAt` (older instances). */
 export function waitResultOfEnded(payload: EventPayload<"run.ended">): WaitResult | undefined {
-  if (payload.endedAt === undefined) return undefined;
-  return {
-    runId: payload.runId,
-    status: payload.status,
-    ...(payload.reply !== undefined ? { reply: payload.reply } : {}),
-    ...(payload.error !== undefined ? { error: payload.error } : {}),
-    ...(payload.startedAt !== undefined ? { startedAt: payload.startedAt } : {}),
-    endedAt: payload.endedAt,
-  };
+  return payload.endedAt === undefined ? undefined : toWaitResult(payload);
 }
 
-export function toWaitResult(record: RunRecord): WaitResult {
+/** What a wait answers for a run record (a run not ended yet reads as `timeout`). */
+export function toWaitResult(
+  record: Pick<RunRecord, "runId" | "reply" | "error" | "startedAt" | "endedAt"> & { status: string },
+): WaitResult {
   const status =
     record.status === "ok" || record.status === "error" || record.status === "timeout"
       ? record.status
