@@ -24,6 +24,20 @@ async function instance(options: Parameters<typeof openClusterEventLog>[1] = {})
   return { coordination, log, seen, errors };
 }
 
+/** Counts the reader's queries of the events table on one instance. */
+function countTableReads(coordination: Coordination) {
+  const counter = { count: 0 };
+  const read = coordination.db.read.bind(coordination.db);
+  coordination.db.read = ((
+    action: string,
+    ...rest: Parameters<typeof read> extends [string, ...infer R] ? R : never
+  ) => {
+    if (action === "reading new events") counter.count += 1;
+    return read(action, ...rest);
+  }) as typeof read;
+  return counter;
+}
+
 const ids = (events: ClusterEvent[]) => events.map((event) => String(event.payload.id));
 
 const publishMany = async (log: ClusterEventLog, prefix: string, count: number) => {
@@ -113,6 +127,33 @@ await describeWithPg("cluster event log", () => {
     expect((await b.log.replay(0, () => true)).map((event) => event.seq)).toEqual([s1, s2]);
   });
 
+  it("delivers batches from their NOTIFY without reading, and big events and gaps in one order", async () => {
+    const a = await instance();
+    const b = await instance({ pollMs: 600_000 });
+    const reads = countTableReads(b.coordination);
+    // Small events ride along with their wake-up: b reads the table for none of them.
+    await publishMany(a.log, "a", 30);
+    await eventually(() => b.seen.length === 30, 3000, "small events on b");
+    expect(reads.count).toBe(0);
+    // An event too big for a NOTIFY payload (8000 bytes) makes b read; numbers drawn and never
+    // used (a publish that rolled back) leave a gap the table proves empty.
+    const big = a.log.publish("audit.appended", { index: 30, kind: "x".repeat(9000), id: "big" } as never);
+    const after = a.log.publish("audit.appended", { index: 31, kind: "x", id: "after-big" } as never);
+    await Promise.all([big, after]);
+    await a.coordination.db.query(
+      "drawing numbers",
+      `SELECT nextval('${cluster.schema}.event_seq') FROM generate_series(1, 3)`,
+    );
+    const last = await a.log.publish("audit.appended", { index: 32, kind: "x", id: "after-gap" } as never);
+    await eventually(() => b.seen.length === 33, 3000, "every event on b");
+    expect(ids(b.seen).slice(-3)).toEqual(["big", "after-big", "after-gap"]);
+    expect(b.seen.at(-2)!.payload.kind).toBe("x");
+    expect(b.seen.at(-3)!.payload.kind).toHaveLength(9000);
+    expect(b.log.currentSeq).toBe(last);
+    expect(reads.count).toBeGreaterThan(0);
+    expect(ids(a.seen)).toEqual(ids(b.seen));
+  });
+
   it("recovers events whose NOTIFY was lost while its listener connection was killed", async () => {
     // No safety-net poll here: only the reconnect's catch-up read can find the events.
     const a = await instance({ pollMs: 600_000, reconnectMs: 50 });
@@ -169,5 +210,3 @@ await describeWithPg("cluster event log", () => {
     );
   });
 });
-
-export type { Coordination };

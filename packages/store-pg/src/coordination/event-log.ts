@@ -85,8 +85,15 @@ export interface ClusterEventLogOptions {
   onError?: (error: unknown) => void;
 }
 
-/** Events per publishing transaction. */
+/** Events per publishing statement. */
 const MAX_BATCH = 500;
+/**
+ * A NOTIFY payload must be shorter than 8000 bytes; a batch whose events fit in this many rides
+ * along with its wake-up, and listeners deliver it without reading the table.
+ */
+const MAX_CARRIED_BYTES = 7900;
+/** Carried batches waiting for a reader before they are dropped for one read of the table. */
+const MAX_CARRIED = 1000;
 /** First key of the publish lock; the second is the schema's events table. */
 const EVENT_LOCK_CLASS = 0x5357_4245; // "SWBE"
 
@@ -165,47 +172,56 @@ export async function openClusterEventLog(
   const batch: PendingEvent[] = [];
   let flushScheduled = false;
   let flushing: Promise<void> = Promise.resolve();
+  /** This instance's publish statement in flight (one at a time; see `deliver`). */
+  let publishing: Promise<unknown> | undefined;
+  const sequenceName = sequence.replaceAll("'", "''");
 
   const flush = async (items: PendingEvent[]): Promise<void> => {
+    // One statement, so one round trip, holds the lock from drawing the numbers to the commit:
+    // the lock is taken first (the CTE `base` reads from `lock`), and a transaction-level lock
+    // lasts until the statement's own transaction has committed. The NOTIFY goes out at commit.
+    const statement = db.query<{ first: string }>(
+      "publishing events",
+      `WITH lock AS (SELECT pg_advisory_xact_lock($9, hashtext($10)) AS held),
+       base AS (
+         SELECT setval('${sequenceName}', nextval('${sequenceName}') + $1::int - 1) - $1::int + 1 AS first
+         FROM lock
+       ),
+       inserted AS (
+         INSERT INTO ${table} (seq, instance_id, event, payload, session_key, agent_id, connection_id, direct)
+         SELECT base.first + t.ord - 1, $2, t.event, t.payload, t.session_key, t.agent_id, t.connection_id, t.direct
+         FROM base, unnest($3::text[], $4::json[], $5::text[], $6::text[], $7::text[], $8::boolean[])
+           WITH ORDINALITY AS t(event, payload, session_key, agent_id, connection_id, direct, ord)
+       )
+       SELECT base.first, pg_notify($11, (base.first + $1::int - 1)::text || $12::text) FROM base`,
+      [
+        items.length,
+        instanceId,
+        items.map((item) => item.event),
+        items.map((item) => item.payload),
+        items.map((item) => item.scope.sessionKey ?? null),
+        items.map((item) => item.scope.agentId ?? null),
+        items.map((item) => item.scope.connectionId ?? null),
+        items.map((item) => item.direct),
+        ...lockKey,
+        channel,
+        carriedEvents(items),
+      ],
+    );
+    publishing = statement;
     try {
-      const seqs = await db.transaction("publishing events", async (client) => {
-        await client.query("SELECT pg_advisory_xact_lock($1, hashtext($2))", lockKey);
-        // One nextval + setval claims a block of n numbers; nobody else draws under the lock.
-        const inserted = await client.query<{ seq: string }>(
-          `WITH base AS (
-             SELECT setval('${sequence.replaceAll("'", "''")}', nextval('${sequence.replaceAll("'", "''")}') + $1::int - 1) - $1::int + 1 AS first
-           )
-           INSERT INTO ${table} (seq, instance_id, event, payload, session_key, agent_id, connection_id, direct)
-           SELECT base.first + t.ord - 1, $2, t.event, t.payload, t.session_key, t.agent_id, t.connection_id, t.direct
-           FROM base, unnest($3::text[], $4::json[], $5::text[], $6::text[], $7::text[], $8::boolean[])
-             WITH ORDINALITY AS t(event, payload, session_key, agent_id, connection_id, direct, ord)
-           RETURNING seq`,
-          [
-            items.length,
-            instanceId,
-            items.map((item) => item.event),
-            items.map((item) => item.payload),
-            items.map((item) => item.scope.sessionKey ?? null),
-            items.map((item) => item.scope.agentId ?? null),
-            items.map((item) => item.scope.connectionId ?? null),
-            items.map((item) => item.direct),
-          ],
-        );
-        const numbers = inserted.rows.map((row) => toNumber(row.seq)).sort((a, b) => a - b);
-        // Registered before COMMIT, so the reader cannot pass a direct seq before knowing it.
-        for (const [index, item] of items.entries())
-          if (item.send) directSends.set(numbers[index]!, item.send);
-        await client.query("SELECT pg_notify($1, $2)", [channel, String(numbers.at(-1))]);
-        return numbers;
-      });
-      for (const [index, item] of items.entries()) item.resolve(seqs[index]!);
-      wake();
-    } catch (error) {
-      // Rolled back: the numbers drawn are gaps nobody will ever see filled.
-      for (const item of items) {
-        if (item.send) for (const [seq, send] of directSends) if (send === item.send) directSends.delete(seq);
-        item.reject(error);
+      const first = toNumber((await statement).rows[0]!.first);
+      for (const [index, item] of items.entries()) {
+        if (item.send) directSends.set(first + index, item.send);
+        item.resolve(first + index);
       }
+      // Our own NOTIFY brings the batch back to the reader; without a listener, read.
+      if (listener === undefined) wake();
+    } catch (error) {
+      // Failed or rolled back: the numbers drawn, if any, are gaps nobody will ever see filled.
+      for (const item of items) item.reject(error);
+    } finally {
+      if (publishing === statement) publishing = undefined;
     }
   };
 
@@ -216,21 +232,68 @@ export async function openClusterEventLog(
       if (flushScheduled) return;
       flushScheduled = true;
       // Group commit: everything published in this tick, and everything published while the
-      // previous transaction was in flight, goes in the next one (one lock and one commit for all
-      // of it, instead of one transaction per tick queued behind each other). Batches leave in order.
+      // previous statement was in flight, goes in the next one (one lock and one commit for all
+      // of it, instead of one per tick queued behind each other). Batches leave in order.
       setImmediate(() => {
         flushing = flushing.then(async () => {
           flushScheduled = false;
-          // Bounded transactions: a burst of thousands of events goes in several, still in order.
+          // Bounded statements: a burst of thousands of events goes in several, still in order.
           while (batch.length > 0) await flush(batch.splice(0, MAX_BATCH));
         });
       });
     });
   };
 
-  let reading: Promise<void> | undefined;
-  let readAgain = false;
+  /**
+   * Delivers one committed event if it is past what was delivered. A direct seq of this instance
+   * is known only once its publish statement returned, which can be after the commit made the
+   * row (or its NOTIFY) visible here: the reader then waits for that statement first.
+   */
+  const deliver = async (item: StreamItem): Promise<void> => {
+    if (item.seq <= delivered) return;
+    if (item.event === undefined) {
+      let send = directSends.get(item.seq);
+      if (send === undefined && publishing !== undefined) {
+        await publishing.catch(() => undefined);
+        send = directSends.get(item.seq);
+      }
+      delivered = Math.max(delivered, item.seq);
+      if (send) {
+        directSends.delete(item.seq);
+        send(item.seq);
+      }
+      return;
+    }
+    delivered = item.seq;
+    for (const subscriber of subscribers) {
+      // One failing subscriber must not keep the event from the others, nor stop the reader.
+      try {
+        if (subscriber.accepts(item.event)) subscriber.deliver(item.event);
+      } catch (error) {
+        onError(error);
+      }
+    }
+  };
+
+  /** Batches carried by NOTIFYs, in commit order, not yet delivered. */
+  const carried: StreamItem[][] = [];
+  /** Something may have been committed that no carried batch holds: query the table. */
+  let mustRead = true;
   const readOnce = async (): Promise<void> => {
+    // A carried batch that continues the stream is delivered as it came. One that does not is
+    // past a gap: the numbers of a rolled-back publish (never filled), or a batch whose NOTIFY
+    // could not carry its events; the table tells which.
+    while (carried.length > 0 && !mustRead) {
+      const next = carried[0]!;
+      if (next[0]!.seq > delivered + 1) {
+        mustRead = true;
+        break;
+      }
+      carried.shift();
+      for (const item of next) await deliver(item);
+    }
+    if (!mustRead) return;
+    mustRead = false;
     for (;;) {
       const rows = await db.read<EventRow>(
         "reading new events",
@@ -238,31 +301,16 @@ export async function openClusterEventLog(
          FROM ${table} WHERE seq > $1 ORDER BY seq LIMIT $2`,
         [delivered, readBatch],
       );
-      for (const row of rows.rows) {
-        const seq = toNumber(row.seq);
-        delivered = seq;
-        if (row.direct) {
-          const send = directSends.get(seq);
-          if (send) {
-            directSends.delete(seq);
-            send(seq);
-          }
-          continue;
-        }
-        const event = toEvent(row);
-        for (const subscriber of subscribers) {
-          // One failing subscriber must not keep the event from the others, nor stop the reader.
-          try {
-            if (subscriber.accepts(event)) subscriber.deliver(event);
-          } catch (error) {
-            onError(error);
-          }
-        }
-      }
-      if (rows.rows.length < readBatch || stopped) return;
+      for (const row of rows.rows) await deliver(toStreamItem(row));
+      if (rows.rows.length < readBatch || stopped) break;
     }
+    // What the read passed is dropped; what is newer is delivered on the next turn.
+    while (carried.length > 0 && carried[0]!.at(-1)!.seq <= delivered) carried.shift();
+    if (carried.length > 0) readAgain = true;
   };
   /** One reader at a time; a wake-up during a read makes it read once more. */
+  let reading: Promise<void> | undefined;
+  let readAgain = false;
   const catchUp = (): Promise<void> => {
     if (reading) {
       readAgain = true;
@@ -274,13 +322,29 @@ export async function openClusterEventLog(
           readAgain = false;
           await readOnce();
         } while (readAgain && !stopped);
+      } catch (error) {
+        // The table is read again on the next wake-up (or poll).
+        mustRead = true;
+        throw error;
       } finally {
         reading = undefined;
       }
     })();
     return reading;
   };
+  /** Reads the table: a poll, a (re)connected listener, a NOTIFY without its events. */
   const wake = () => {
+    mustRead = true;
+    if (!stopped) catchUp().catch(onError);
+  };
+  const notified = (message: pg.Notification) => {
+    const batch = carriedBatch(message.payload);
+    if (batch === undefined || carried.length >= MAX_CARRIED) {
+      carried.length = 0;
+      wake();
+      return;
+    }
+    carried.push(batch);
     if (!stopped) catchUp().catch(onError);
   };
 
@@ -303,7 +367,7 @@ export async function openClusterEventLog(
       return;
     }
     listener = client;
-    client.on("notification", wake);
+    client.on("notification", notified);
     const lost = () => {
       if (listener !== client) return;
       listener = undefined;
@@ -356,7 +420,10 @@ export async function openClusterEventLog(
       subscribers.add(subscriber);
       return () => subscribers.delete(subscriber);
     },
-    catchUp,
+    catchUp: () => {
+      mustRead = true;
+      return catchUp();
+    },
     async oldestSeq() {
       const found = await db.read<{ seq: string | null }>(
         "reading the oldest event",
@@ -392,6 +459,70 @@ export async function openClusterEventLog(
       await reading?.catch(() => undefined);
     },
   };
+}
+
+/** An event of the stream as the reader delivers it; a direct seq has no event. */
+interface StreamItem {
+  seq: number;
+  event?: ClusterEvent;
+}
+
+function toStreamItem(row: EventRow): StreamItem {
+  const seq = toNumber(row.seq);
+  return row.direct ? { seq } : { seq, event: toEvent(row) };
+}
+
+/**
+ * The tail of a publish's NOTIFY payload, after the batch's last seq: `:` and the batch's events
+ * as JSON (`0` for a direct seq, which only its own instance sends), or nothing when they do not
+ * fit. The payload strings are JSON already and are spliced in.
+ */
+function carriedEvents(items: readonly PendingEvent[]): string {
+  const parts: string[] = [];
+  let bytes = 3;
+  for (const item of items) {
+    const part = item.direct
+      ? "0"
+      : `[${JSON.stringify(item.event)},${item.payload},${JSON.stringify(item.scope.sessionKey ?? null)},${JSON.stringify(item.scope.agentId ?? null)},${JSON.stringify(item.scope.connectionId ?? null)}]`;
+    bytes += Buffer.byteLength(part) + 1;
+    if (bytes > MAX_CARRIED_BYTES) return "";
+    parts.push(part);
+  }
+  return `:[${parts.join(",")}]`;
+}
+
+type CarriedEvent = 0 | [string, Record<string, unknown>, string | null, string | null, string | null];
+
+/** A batch from a NOTIFY payload (`<last seq>:<events>`); undefined when it carries none. */
+function carriedBatch(payload: string | undefined): StreamItem[] | undefined {
+  const colon = payload?.indexOf(":") ?? -1;
+  if (payload === undefined || colon < 0) return undefined;
+  const last = Number(payload.slice(0, colon));
+  let events: CarriedEvent[];
+  try {
+    events = JSON.parse(payload.slice(colon + 1)) as CarriedEvent[];
+  } catch {
+    return undefined;
+  }
+  if (!Number.isSafeInteger(last) || !Array.isArray(events) || events.length === 0) return undefined;
+  const first = last - events.length + 1;
+  return events.map((carried, index) => {
+    const seq = first + index;
+    if (carried === 0) return { seq };
+    const [event, eventPayload, sessionKey, agentId, connectionId] = carried;
+    return {
+      seq,
+      event: toEvent({
+        seq: String(seq),
+        event,
+        payload: eventPayload,
+        session_key: sessionKey,
+        agent_id: agentId,
+        connection_id: connectionId,
+        direct: false,
+      }),
+    };
+  });
 }
 
 function toEvent(row: EventRow): ClusterEvent {
