@@ -90,23 +90,15 @@ export function openClusterCallBudget(
       });
     },
     async reserve(sessionKey, kind) {
-      const taken = await db.transaction("reserving from a session's call budget", async (client) => {
-        // The lock before the count's statement: its snapshot then includes every earlier holder's
-        // row. Old rows are left to `prune` (the count skips them), to keep this at two statements.
-        await client.query("SELECT pg_advisory_xact_lock($1, hashtext($2))", [
-          BUDGET_LOCK_CLASS,
-          JSON.stringify([schema, kind, sessionKey]),
-        ]);
-        // Rows have no id: the reservation is found again by its timestamp, unique per session and
-        // kind since the lock serialises these inserts.
-        const inserted = await client.query<{ used: string; at: string }>(
-          `WITH before AS (${countSql})
-           INSERT INTO ${table} (session_key, kind) VALUES ($1, $2)
-           RETURNING (SELECT count FROM before) AS used, at::text`,
-          [sessionKey, kind, windowMs],
-        );
-        return { used: Number(inserted.rows[0]?.used ?? 0), at: inserted.rows[0]!.at };
-      });
+      // Lock, count and insert in one round trip (see the function in schema.ts). Old rows are
+      // left to `prune` (the count skips them). Rows have no id: the reservation is found again
+      // by its timestamp, unique per session and kind since the lock serialises these inserts.
+      const inserted = await db.query<{ used: string; reserved_at: string }>(
+        "reserving from a session's call budget",
+        `SELECT used, reserved_at FROM ${q("reserve_call")}($1, $2, $3, $4, $5)`,
+        [sessionKey, kind, windowMs, BUDGET_LOCK_CLASS, JSON.stringify([schema, kind, sessionKey])],
+      );
+      const taken = { used: Number(inserted.rows[0]?.used ?? 0), at: inserted.rows[0]!.reserved_at };
       let released: Promise<void> | undefined;
       return {
         used: taken.used,

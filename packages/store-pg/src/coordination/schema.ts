@@ -160,7 +160,57 @@ export const COORDINATION_MIGRATIONS: readonly Migration[] = [
       `CREATE INDEX flow_claims_kind ON ${q("flow_claims")} (kind, claimed_at)`,
     ],
   },
+  {
+    version: 5,
+    name: "a send's wait check and budget reservation in one round trip each",
+    // Each takes its advisory lock and then reads in a statement of its own: a VOLATILE function's
+    // statements each get a fresh snapshot, which then includes every earlier lock holder's rows.
+    // One statement with the lock in a CTE would not: its snapshot predates the lock. So these were
+    // BEGIN, lock, statement, COMMIT from the gateway, with the lock held across three round trips
+    // (the wait lock is cluster-wide: every send with a wait queues behind it).
+    statements: (q) => [
+      `CREATE FUNCTION ${q("try_wait")}(waiter_key text, target_key text, instance text, lock_class integer, lock_key text)
+       RETURNS TABLE (cycle_path text[], wait_id bigint) LANGUAGE plpgsql VOLATILE AS $fn$
+       BEGIN
+         PERFORM pg_advisory_xact_lock(lock_class, hashtext(lock_key));
+         RETURN QUERY ${waitCycleWalk(q, "waiter_key", "target_key")},
+           cycle AS (SELECT walk.path FROM walk WHERE walk.node = waiter_key LIMIT 1),
+           inserted AS (
+             INSERT INTO ${q("waits")} (waiter, target, instance_id)
+             SELECT waiter_key, target_key, instance WHERE NOT EXISTS (SELECT 1 FROM cycle)
+               AND EXISTS (SELECT 1 FROM ${q("cluster_instances")} ci WHERE ci.instance_id = instance)
+             RETURNING ${q("waits")}.id
+           )
+           SELECT (SELECT cycle.path FROM cycle), (SELECT inserted.id FROM inserted);
+       END $fn$`,
+      `CREATE FUNCTION ${q("reserve_call")}(call_session text, call_kind text, window_ms double precision, lock_class integer, lock_key text)
+       RETURNS TABLE (used bigint, reserved_at text) LANGUAGE plpgsql VOLATILE AS $fn$
+       BEGIN
+         PERFORM pg_advisory_xact_lock(lock_class, hashtext(lock_key));
+         RETURN QUERY WITH before AS (
+             SELECT count(*) AS n FROM ${q("call_budget")} b
+             WHERE b.session_key = call_session AND b.kind = call_kind
+               AND b.at > clock_timestamp() - make_interval(secs => window_ms / 1000)
+           )
+           INSERT INTO ${q("call_budget")} (session_key, kind) VALUES (call_session, call_kind)
+           RETURNING (SELECT before.n FROM before), ${q("call_budget")}.at::text;
+       END $fn$`,
+    ],
+  },
 ];
+
+/**
+ * From `target` along current waits; reaching `waiter` closes a cycle. `path` stops loops among
+ * other sessions from walking forever. The two are SQL expressions (parameters or names).
+ */
+export function waitCycleWalk(q: (table: string) => string, waiter: string, target: string): string {
+  return `WITH RECURSIVE walk(node, path) AS (
+      SELECT ${target}::text COLLATE "C", ARRAY[${target}::text COLLATE "C"]
+      UNION ALL
+      SELECT w.target, walk.path || w.target FROM walk JOIN ${q("waits")} w ON w.waiter = walk.node
+      WHERE walk.node <> ${waiter} AND NOT (w.target = ANY(walk.path))
+    )`;
+}
 
 export const COORDINATION_VERSION = COORDINATION_MIGRATIONS.at(-1)!.version;
 

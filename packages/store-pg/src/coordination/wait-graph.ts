@@ -1,5 +1,6 @@
 import { SwitchboardError } from "@switchboard/core";
 import type { Coordination } from "./context";
+import { waitCycleWalk } from "./schema";
 
 /**
  * Backs the gateway's `WaitGraph` port across instances: current agent-to-agent waits are rows of
@@ -29,25 +30,7 @@ const WAIT_LOCK_CLASS = 0x5357_4257; // "SWBW"
 export function openClusterWaitGraph(coordination: Coordination): ClusterWaitGraph {
   const { db, q, instanceId, schema } = coordination;
   const waits = q("waits");
-  // From the target along current waits; reaching the waiter closes a cycle. `path` stops loops
-  // among other sessions from walking forever.
-  const walk = `WITH RECURSIVE walk(node, path) AS (
-      SELECT $2::text COLLATE "C", ARRAY[$2::text COLLATE "C"]
-      UNION ALL
-      SELECT w.target, walk.path || w.target FROM walk JOIN ${waits} w ON w.waiter = walk.node
-      WHERE walk.node <> $1 AND NOT (w.target = ANY(walk.path))
-    )`;
-  const cycleSql = `${walk} SELECT path FROM walk WHERE node = $1 LIMIT 1`;
-  // The walk, and the insert when it found no cycle, as one statement ($3: this instance).
-  const checkAndInsertSql = `${walk},
-    cycle AS (SELECT path FROM walk WHERE node = $1 LIMIT 1),
-    inserted AS (
-      INSERT INTO ${waits} (waiter, target, instance_id)
-      SELECT $1, $2, $3 WHERE NOT EXISTS (SELECT 1 FROM cycle)
-        AND EXISTS (SELECT 1 FROM ${q("cluster_instances")} WHERE instance_id = $3)
-      RETURNING id
-    )
-    SELECT (SELECT path FROM cycle) AS path, (SELECT id FROM inserted) AS id`;
+  const cycleSql = `${waitCycleWalk(q, "$1", "$2")} SELECT path FROM walk WHERE node = $1 LIMIT 1`;
   const insertSql = `INSERT INTO ${waits} (waiter, target, instance_id)
     SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM ${q("cluster_instances")} WHERE instance_id = $3)
     RETURNING id`;
@@ -86,29 +69,17 @@ export function openClusterWaitGraph(coordination: Coordination): ClusterWaitGra
     },
     async tryWait(waiter, target) {
       if (waiter === target) return { cycle: [waiter, target] };
-      const outcome = await db.transaction(
+      // The lock, the walk and the insert in one round trip (see the function in schema.ts).
+      const found = await db.query<{ cycle_path: string[] | null; wait_id: string | null }>(
         "checking and recording an agent-to-agent wait",
-        async (client) => {
-          await client.query("SELECT pg_advisory_xact_lock($1, hashtext($2))", [
-            WAIT_LOCK_CLASS,
-            `${schema}.waits`,
-          ]);
-          // The walk and the insert in one statement (the lock above makes its snapshot current).
-          const found = await client.query<{ path: string[] | null; id: string | null }>(checkAndInsertSql, [
-            waiter,
-            target,
-            instanceId,
-          ]);
-          const path = found.rows[0]?.path;
-          if (path) return { cycle: [waiter, ...path] };
-          const id = found.rows[0]?.id;
-          if (id === null || id === undefined) throw notMember();
-          return { id };
-        },
+        `SELECT cycle_path, wait_id FROM ${q("try_wait")}($1, $2, $3, $4, $5)`,
+        [waiter, target, instanceId, WAIT_LOCK_CLASS, `${schema}.waits`],
       );
-      return "cycle" in outcome && outcome.cycle
-        ? { cycle: outcome.cycle }
-        : { release: releaser(outcome.id!) };
+      const path = found.rows[0]?.cycle_path;
+      if (path) return { cycle: [waiter, ...path] };
+      const id = found.rows[0]?.wait_id;
+      if (id === null || id === undefined) throw notMember();
+      return { release: releaser(id) };
     },
   };
 }
