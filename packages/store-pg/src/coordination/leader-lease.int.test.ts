@@ -23,6 +23,16 @@ async function candidates(count: number, leaseMs: number) {
 }
 
 await describeWithPg("leader lease", () => {
+  it("stays released when a renewal was still in flight at release", async () => {
+    const [only] = await candidates(1, 5000);
+    // start() sends its first acquisition at once; release() comes before its answer.
+    only!.lease.start();
+    await only!.lease.release();
+    expect(only!.lease.isLeader).toBe(false);
+    expect(only!.events).toEqual(["acquired 1", "lost"]);
+    expect(await only!.lease.holder()).toMatchObject({ holder: only!.id, expired: true });
+  });
+
   it("has one leader at a time and a takeover within lease + renewal when the leader dies", async () => {
     const leaseMs = 600;
     const all = await candidates(3, leaseMs);

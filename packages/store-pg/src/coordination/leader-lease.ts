@@ -79,7 +79,18 @@ export function openLeaderLease(coordination: Coordination, options: LeaderLease
     }
   };
 
-  const tryAcquire = async (): Promise<boolean> => {
+  /** The acquisition in flight: `release` waits for it, else its answer could make us leader again. */
+  let acquiring: Promise<boolean> | undefined;
+  const tryAcquire = (): Promise<boolean> => {
+    const attempt = acquire();
+    acquiring = attempt;
+    const settled = () => {
+      if (acquiring === attempt) acquiring = undefined;
+    };
+    attempt.then(settled, settled);
+    return attempt;
+  };
+  const acquire = async (): Promise<boolean> => {
     const started = performance.now();
     let found: { term: string } | undefined;
     try {
@@ -143,6 +154,7 @@ export function openLeaderLease(coordination: Coordination, options: LeaderLease
     async release() {
       clearInterval(timer);
       timer = undefined;
+      await acquiring?.catch(() => undefined);
       lose();
       // Expired, not deleted: the row keeps the term, so the next leader's is higher.
       await db.query(
