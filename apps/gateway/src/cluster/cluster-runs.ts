@@ -228,9 +228,11 @@ export class ClusterRuns {
 
   /** No worker of the agent on this instance: the run waits in the cluster's queue for any. */
   async handOff(record: RunRecord): Promise<void> {
-    await this.lanes.enqueue(clusterLaneKey(record), record.runId, { agentId: record.agentId });
+    await this.lanes.enqueue(clusterLaneKey(record), record.runId, {
+      agentId: record.agentId,
+      notify: runChannel(this.cluster.coordination.schema),
+    });
     this.armQueuedTimeout(record);
-    await this.notifyQueued();
   }
 
   /**

@@ -34,7 +34,12 @@ export interface RunClaim {
  */
 export interface ClusterRunLanes {
   /** Queues a run at the back of its lane (`front`: at the head, for a run handed back). */
-  enqueue(laneKey: string, runId: string, options: { agentId: string; front?: boolean }): Promise<void>;
+  /** `notify`: a LISTEN channel to wake when the run is queued (in the same statement). */
+  enqueue(
+    laneKey: string,
+    runId: string,
+    options: { agentId: string; front?: boolean; notify?: string },
+  ): Promise<void>;
   /** The run next in line, or undefined when nothing waits. */
   next(laneKey: string): Promise<string | undefined>;
   /** Drops the head of the lane (a run that no longer exists). */
@@ -77,13 +82,17 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
   let withRecords: Promise<boolean> | undefined;
 
   return {
-    async enqueue(laneKey, runId, { agentId, front = false }) {
+    async enqueue(laneKey, runId, { agentId, front = false, notify }) {
+      const insert = `INSERT INTO ${queue} (run_id, lane_key, agent_id, position)
+         VALUES ($1, $2, $3, ${front ? "-" : ""}nextval(${position}))
+         ON CONFLICT (run_id) DO UPDATE SET position = EXCLUDED.position, lane_key = EXCLUDED.lane_key`;
       await db.query(
         "queuing a run",
-        `INSERT INTO ${queue} (run_id, lane_key, agent_id, position)
-         VALUES ($1, $2, $3, ${front ? "-" : ""}nextval(${position}))
-         ON CONFLICT (run_id) DO UPDATE SET position = EXCLUDED.position, lane_key = EXCLUDED.lane_key`,
-        [runId, laneKey, agentId],
+        // The wake-up goes out at the insert's commit: one round trip, and no wake-up without the run.
+        notify === undefined
+          ? insert
+          : `WITH queued AS (${insert} RETURNING run_id) SELECT pg_notify($4, '') FROM queued`,
+        notify === undefined ? [runId, laneKey, agentId] : [runId, laneKey, agentId, notify],
       );
     },
     async next(laneKey) {
