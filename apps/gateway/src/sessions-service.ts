@@ -11,6 +11,7 @@ import {
   isUuid,
   type KeyContext,
   type Level,
+  LOWEST_LEVEL,
   mainKeyFor,
   resetSessionTranscript,
   resolveClearance,
@@ -321,6 +322,8 @@ export class SessionsService {
     reason: string,
     source: string,
   ): Promise<{ from: Level; to: Level } | undefined> {
+    // Nothing lies below the lowest level: no row to read (in a cluster, each read is a query).
+    if (level === LOWEST_LEVEL) return undefined;
     // Fast path without the lock: taint only rises (a reset replaces the row), so a row already at
     // or above `level` needs nothing.
     const current = await this.store.sessions.get(key);
