@@ -114,19 +114,18 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
     },
     async claim(laneKey, runId, agentId) {
       try {
-        return await db.transaction("claiming a run", async (client) => {
-          const queued = await client.query<{ attempts: number }>(
-            `DELETE FROM ${queue} WHERE run_id = $1 RETURNING attempts`,
-            [runId],
-          );
-          const inserted = await client.query(
-            `INSERT INTO ${claims} (run_id, lane_key, agent_id, instance_id, attempts)
-             SELECT $1, $2, $3, $4, $5 WHERE EXISTS (SELECT 1 FROM ${q("cluster_instances")} WHERE instance_id = $4)`,
-            [runId, laneKey, agentId, instanceId, queued.rows[0]?.attempts ?? 0],
-          );
-          if (inserted.rowCount === 0) throw notMember();
-          return true;
-        });
+        // One statement: a lane held by another run refuses the insert and the whole statement
+        // (the queue row's delete too) rolls back; without this instance's lease nothing is done.
+        const member = `EXISTS (SELECT 1 FROM ${q("cluster_instances")} WHERE instance_id = $4)`;
+        const inserted = await db.query(
+          "claiming a run",
+          `WITH queued AS (DELETE FROM ${queue} WHERE run_id = $1 AND ${member} RETURNING attempts)
+           INSERT INTO ${claims} (run_id, lane_key, agent_id, instance_id, attempts)
+           SELECT $1, $2, $3, $4, coalesce((SELECT attempts FROM queued), 0) WHERE ${member}`,
+          [runId, laneKey, agentId, instanceId],
+        );
+        if (inserted.rowCount === 0) throw notMember();
+        return true;
       } catch (error) {
         if (isLaneTaken(error)) return false;
         throw error;
