@@ -80,6 +80,44 @@ await describeWithPg("cluster audit chains", () => {
     expect(await a.verify()).toMatchObject({ ok: true, entries: 29 });
   });
 
+  it("stores records appended at once in few transactions; a refused one fails alone", async () => {
+    const { a, sql } = await twoWriters();
+    const before = (await a.tail(1))[0]!;
+    const stored = await Promise.all(Array.from({ length: 40 }, (_, n) => a.append(entry(100 + n, "a"))));
+    expect(stored.map((record) => record.index)).toEqual(
+      Array.from({ length: 40 }, (_, n) => before.index + 1 + n),
+    );
+    const groups = (await sql(
+      `SELECT count(DISTINCT xid)::int AS n FROM $schema.audit_chain_records WHERE chain_id = $1 AND idx > $2`,
+      [a.chainId, before.index],
+    )) as { rows: Array<{ n: number }> };
+    expect(groups.rows[0]!.n).toBeLessThan(10);
+    // Paged by position, 7 at a time: every record once, in order, across the groups' edges.
+    const paged: number[] = [];
+    for (let after = before.position!; ; ) {
+      const page = await a.tail(7, after);
+      if (page.length === 0) break;
+      paged.push(...page.filter((record) => record.chainId === a.chainId).map((record) => record.index));
+      after = page.at(-1)!.position!;
+    }
+    expect(paged).toEqual(stored.map((record) => record.index));
+
+    await sql(
+      `ALTER TABLE $schema.audit_chain_records ADD CONSTRAINT refuse_205 CHECK ((record->'data'->>'n') IS DISTINCT FROM '205')`,
+    );
+    const outcomes = await Promise.allSettled(
+      Array.from({ length: 10 }, (_, n) => a.append(entry(200 + n, "a"))),
+    );
+    expect(outcomes.map((outcome) => outcome.status)).toEqual(
+      Array.from({ length: 10 }, (_, n) => (n === 5 ? "rejected" : "fulfilled")),
+    );
+    const last = stored.at(-1)!.index;
+    expect(
+      outcomes.flatMap((outcome) => (outcome.status === "fulfilled" ? [outcome.value.index] : [])),
+    ).toEqual(Array.from({ length: 9 }, (_, n) => last + 1 + n));
+    expect(await a.verify()).toMatchObject({ ok: true });
+  });
+
   it("detects an edited record, naming its chain and index", async () => {
     const { a, b, sql } = await twoWriters();
     await sql(

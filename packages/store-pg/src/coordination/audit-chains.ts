@@ -98,6 +98,17 @@ interface RecordRow {
   record: AuditRecord;
 }
 
+/** Records per group insert, at most. */
+const MAX_GROUP = 500;
+/** Positions per transaction in `tail` (more than MAX_GROUP records). */
+const POSITION_SLOTS = 1024;
+
+interface PendingAudit {
+  entry: AuditEntry;
+  resolve: (record: AuditRecord) => void;
+  reject: (error: unknown) => void;
+}
+
 export async function openClusterAuditLog(
   coordination: Coordination,
   key: Uint8Array,
@@ -118,6 +129,18 @@ export async function openClusterAuditLog(
   const insertValues = (record: AuditRecord) => [chainId, record.index, record.at, JSON.stringify(record)];
   const insert = (record: AuditRecord) =>
     db.query("appending an audit record", insertSql, insertValues(record));
+  const insertMany = (group: AuditRecord[]) =>
+    db.query(
+      "appending audit records",
+      `INSERT INTO ${records} (chain_id, idx, at, record)
+       SELECT $1, t.idx, t.at, t.record FROM unnest($2::bigint[], $3::bigint[], $4::json[]) AS t(idx, at, record)`,
+      [
+        chainId,
+        group.map((record) => record.index),
+        group.map((record) => record.at),
+        group.map((record) => JSON.stringify(record)),
+      ],
+    );
   /** The chain continued after what the database holds (the truth after any failure). */
   const rebuild = async (): Promise<AuditChain> => {
     const found = await db.read<{ record: AuditRecord }>(
@@ -136,35 +159,72 @@ export async function openClusterAuditLog(
   let chain: AuditChain | undefined = createAuditChain({ key, hmac });
   let queue: Promise<unknown> = Promise.resolve();
   /**
-   * Chains and stores one record at a time (one writer per chain, so no lock). After a failed
-   * insert the chain is rebuilt from the database, which may hold the record after all (COMMIT
-   * reached the server, its answer did not): then the index is taken, and the entry is chained
-   * once more after it.
+   * Chains and stores one record (one writer per chain, so no lock). After a failed insert the
+   * chain is rebuilt from the database, which may hold the record after all (COMMIT reached the
+   * server, its answer did not): then the index is taken, and the entry is chained once more after it.
    */
-  const append = (entry: AuditEntry): Promise<AuditRecord> => {
-    const run = queue.then(async () => {
-      for (let attempt = 0; ; attempt++) {
-        chain ??= await rebuild();
-        const record = await chain.next(entry);
-        try {
-          await insert(record);
-          return record;
-        } catch (error) {
-          chain = undefined;
-          chain = await rebuild().catch(() => undefined);
-          const taken = isUniqueViolation((error as { cause?: unknown }).cause ?? error);
-          if (attempt > 0 || !taken) throw error;
-        }
+  const appendOne = async (entry: AuditEntry): Promise<AuditRecord> => {
+    for (let attempt = 0; ; attempt++) {
+      chain ??= await rebuild();
+      const record = await chain.next(entry);
+      try {
+        await insert(record);
+        return record;
+      } catch (error) {
+        chain = undefined;
+        chain = await rebuild().catch(() => undefined);
+        const taken = isUniqueViolation((error as { cause?: unknown }).cause ?? error);
+        if (attempt > 0 || !taken) throw error;
       }
-    });
-    queue = run.catch(() => undefined);
-    return run;
+    }
   };
+  /**
+   * Entries appended while the previous write is in flight, stored together in one statement (a
+   * group commit: one writer per chain made every record of an instance wait for the previous
+   * record's commit). A group that fails is rebuilt from the database and written record by record,
+   * so a record the database refuses fails alone.
+   */
+  const appendGroup = async (group: PendingAudit[]): Promise<void> => {
+    if (group.length > 1) {
+      let records: AuditRecord[] | undefined;
+      try {
+        chain ??= await rebuild();
+        records = [];
+        for (const item of group) records.push(await chain.next(item.entry));
+        await insertMany(records);
+        for (const [index, item] of group.entries()) item.resolve(records[index]!);
+        return;
+      } catch {
+        chain = undefined;
+        chain = await rebuild().catch(() => undefined);
+      }
+    }
+    for (const item of group) await appendOne(item.entry).then(item.resolve, item.reject);
+  };
+  /** The group not yet being written, which a new entry joins. */
+  let open: PendingAudit[] | undefined;
+  const append = (entry: AuditEntry): Promise<AuditRecord> =>
+    new Promise<AuditRecord>((resolve, reject) => {
+      if (open && open.length < MAX_GROUP) {
+        open.push({ entry, resolve, reject });
+        return;
+      }
+      const group: PendingAudit[] = [{ entry, resolve, reject }];
+      open = group;
+      queue = queue
+        .then(() => {
+          if (open === group) open = undefined;
+          return appendGroup(group);
+        })
+        .catch(() => undefined);
+    });
   /** One record and its data in one transaction, in chain order; the chain is rebuilt after a failure. */
   const appendWith = <T>(
     entry: AuditEntry,
     write: (client: pg.ClientBase, record: AuditRecord) => Promise<T>,
   ): Promise<{ record: ClusterAuditRecord; result: T }> => {
+    // Entries appended after this one come after it: the open group takes no more.
+    open = undefined;
     const run = queue.then(async () => {
       chain ??= await rebuild();
       const record = await chain.next(entry);
@@ -266,37 +326,45 @@ export async function openClusterAuditLog(
       return headsOf(found.rows[0]?.record);
     },
     /**
-     * The position is the id of the transaction that wrote the record (one record per
-     * transaction, always its first write). Ids are handed out in start order, not commit order,
-     * so only records below every transaction that may still add one are answered: those can no
-     * longer be joined by a record with a smaller id, and a reader continuing after the last
-     * position never skips one that commits late. "May still add one": in progress at this
-     * statement's snapshot, unless it is still running without any lock on the records table —
-     * it has written something else first, so (first write) it writes no record. Other writers of
-     * the database therefore do not hold readers back. Instances append without a shared lock.
+     * The position is the id of the transaction that wrote the record, times POSITION_SLOTS, plus
+     * the record's place among that transaction's records (a group commit writes up to MAX_GROUP
+     * records of one chain in one statement, always the transaction's first write). Ids are handed
+     * out in start order, not commit order, so only records below every transaction that may still
+     * add one are answered: those can no longer be joined by a record with a smaller id, and a
+     * reader continuing after the last position never skips one that commits late. "May still add
+     * one": in progress at this statement's snapshot, unless it is still running without any lock on
+     * the records table — it has written something else first, so (first write) it writes no
+     * record. Other writers of the database therefore do not hold readers back. Instances append
+     * without a shared lock.
      */
     async tail(limit, after) {
-      const settled = `xid < COALESCE(
+      const settled = `r.xid < COALESCE(
         (SELECT min(f.x) FROM pg_snapshot_xip(pg_current_snapshot()) AS f(x) WHERE NOT EXISTS (
           SELECT 1 FROM pg_locks t WHERE t.locktype = 'transactionid' AND t.mode = 'ExclusiveLock'
             AND t.transactionid = f.x::xid
             AND NOT EXISTS (SELECT 1 FROM pg_locks r WHERE r.pid = t.pid AND r.locktype = 'relation'
               AND r.relation = '${records.replaceAll("'", "''")}'::regclass))),
         pg_snapshot_xmax(pg_current_snapshot()))`;
+      const place = `(r.idx - (SELECT min(p.idx) FROM ${records} p WHERE p.xid = r.xid AND p.chain_id = r.chain_id))`;
+      const position = `(r.xid::text::numeric * ${POSITION_SLOTS} + ${place})::text AS position`;
       const found =
         after === undefined
           ? await db.read<RecordRow & { position: string }>(
               "reading the newest audit records",
-              `SELECT chain_id, record, xid::text AS position FROM ${records} WHERE ${settled}
-               ORDER BY xid DESC, chain_id DESC, idx DESC LIMIT $1`,
+              `SELECT r.chain_id, r.record, ${position} FROM ${records} r WHERE ${settled}
+               ORDER BY r.xid DESC, r.chain_id DESC, r.idx DESC LIMIT $1`,
               [limit],
             )
           : await db.read<RecordRow & { position: string }>(
               "reading audit records after a position",
-              `SELECT chain_id, record, xid::text AS position FROM ${records}
-               WHERE ${settled} AND xid > $2::text::xid8
-               ORDER BY xid, chain_id, idx LIMIT $1`,
-              [limit, String(Math.max(0, after))],
+              `SELECT r.chain_id, r.record, ${position} FROM ${records} r
+               WHERE ${settled} AND (r.xid > $2::text::xid8 OR (r.xid = $2::text::xid8 AND ${place} > $3))
+               ORDER BY r.xid, r.chain_id, r.idx LIMIT $1`,
+              [
+                limit,
+                String(Math.max(0, Math.floor(after / POSITION_SLOTS))),
+                after < 0 ? -1 : after % POSITION_SLOTS,
+              ],
             );
       const rows = after === undefined ? found.rows.reverse() : found.rows;
       return rows.map((row) => ({ ...row.record, chainId: row.chain_id, position: Number(row.position) }));
