@@ -121,6 +121,27 @@ await describeWithPg("PostgreSQL store: session writes under load", () => {
   });
 });
 
+await describeWithPg("PostgreSQL store: a capped read finds its transcript in the same statement", () => {
+  it("answers an empty transcript with nothing, and an unknown or archived one NOT_FOUND, as the memory store does", async () => {
+    const empty = randomUUID();
+    const archived = randomUUID();
+    for (const target of [store, memory]) {
+      await target.transcripts.create({ sessionId: empty, key: "agent:main:capped-empty", createdAt: 1 });
+      await target.transcripts.create({ sessionId: archived, key: "agent:main:capped-gone", createdAt: 1 });
+      await target.transcripts.append(archived, inputs().slice(0, 3));
+      await target.transcripts.archive(archived, "reset");
+    }
+    const capped = { limit: 20, maxBytes: 50_000 };
+    const ours = await store.transcripts.read(empty, capped);
+    expect(ours).toEqual(await memory.transcripts.read(empty, capped));
+    expect(ours.entries).toEqual([]);
+    for (const id of [randomUUID(), archived]) {
+      await expect(store.transcripts.read(id, capped)).rejects.toMatchObject({ code: "NOT_FOUND" });
+      await expect(memory.transcripts.read(id, capped)).rejects.toMatchObject({ code: "NOT_FOUND" });
+    }
+  });
+});
+
 await describeWithPg("PostgreSQL store: transcript appends under load", () => {
   it("appends to many transcripts at once, each dense from 1, and one without a transcript fails alone", async () => {
     const ids = Array.from({ length: 20 }, () => randomUUID());

@@ -149,9 +149,9 @@ export function createTranscriptStore(
   // The newest entries before $2 (at most $3) with each one's stored size and the running total:
   // an entry's JSON is fetched only while the total fits in $4 bytes (the newest one always), so a
   // byte-capped page decides from the (seq, bytes) index which entries it can keep.
-  const cappedTail = `SELECT t.seq, t.size,
+  const cappedTailOf = (transcriptId: string) => `SELECT t.seq, t.size,
       CASE WHEN t.running <= $4 OR t.rn = 1 THEN
-        (SELECT e.entry FROM ${entriesTable} e WHERE e.transcript_id = $1 AND e.seq = t.seq)
+        (SELECT e.entry FROM ${entriesTable} e WHERE e.transcript_id = ${transcriptId} AND e.seq = t.seq)
       END AS entry
     FROM (
       SELECT s.seq, s.size,
@@ -159,10 +159,17 @@ export function createTranscriptStore(
         row_number() OVER (ORDER BY s.seq DESC) AS rn
       FROM (
         SELECT seq, bytes + 7 + length(seq::text) AS size FROM ${entriesTable}
-        WHERE transcript_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3
+        WHERE transcript_id = ${transcriptId} AND seq < $2 ORDER BY seq DESC LIMIT $3
       ) s
     ) t
     ORDER BY t.seq DESC`;
+  const cappedTail = cappedTailOf("$1");
+  // The same for a session's live transcript, found in the same statement ($1: its sessionId): no
+  // row when there is none, one row with a null seq when it has no entry before $2.
+  const liveCappedTail = `SELECT x.seq, x.size, x.entry
+    FROM (SELECT id FROM ${transcripts} WHERE session_id = $1 AND archived_at IS NULL) tr
+    LEFT JOIN LATERAL (${cappedTailOf("tr.id")}) x ON true
+    ORDER BY x.seq DESC NULLS LAST`;
 
   // Appends to different transcripts that arrive while one is in flight go in one statement (one
   // commit); the store's per-sessionId order keeps one append per transcript in flight.
@@ -307,21 +314,23 @@ export function createTranscriptStore(
       const id = parseSessionId(sessionId);
       const normalised = normaliseReadOptions(options);
       const action = `reading transcript ${id}`;
-      const transcript = await live(id, action);
       const collector = new TailCollector(normalised);
       const before = normalised.before ?? NO_BEFORE;
 
       if (normalised.filter === undefined && normalised.maxBytes !== undefined) {
         // A byte cap without a filter is decided from the index (seq, bytes): entries that do not
         // fit are never fetched, so a page of small entries next to a huge one costs the small ones.
-        const found = await db.read<CappedTailRow>(action, cappedTail, [
-          transcript.id,
-          before,
-          normalised.limit,
-          normalised.maxBytes,
-        ]);
+        // The transcript is looked up in the same statement (a run's history: one round trip).
+        const found = await db.read<CappedTailRow | { seq: null; size: null; entry: null }>(
+          action,
+          liveCappedTail,
+          [id, before, normalised.limit, normalised.maxBytes],
+        );
+        if (found.rows.length === 0)
+          throw new SwitchboardError("NOT_FOUND", `no transcript for sessionId ${id}`);
+        const rows = found.rows.filter((row): row is CappedTailRow => row.seq !== null);
         let stopped = false;
-        for (const row of found.rows) {
+        for (const row of rows) {
           const seq = toNumber(row.seq);
           if (row.entry === null) {
             // Past the byte cap: the collector stops here without keeping it.
@@ -339,9 +348,10 @@ export function createTranscriptStore(
             break;
           }
         }
-        return collector.result(!stopped && found.rows.length < normalised.limit);
+        return collector.result(!stopped && rows.length < normalised.limit);
       }
 
+      const transcript = await live(id, action);
       if (normalised.filter !== undefined && normalised.maxBytes !== undefined) {
         return budgetedScan(transcript.id, before, normalised.limit, normalised.maxBytes, collector, action);
       }
