@@ -8,5 +8,6 @@ export {
   openFileStore,
 } from "./file-store";
 export { STORE_FORMAT_VERSION } from "./format-version";
+export { LAZY_FLUSH_MS } from "./journaled-map";
 export type { LockInfo } from "./lock-file";
 export type { StoreLogger } from "./logger";

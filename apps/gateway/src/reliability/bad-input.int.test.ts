@@ -1,6 +1,7 @@
 import { readdir, stat } from "node:fs/promises";
 import { dirname, join, relative } from "node:path";
 import { METHOD_NAMES, TOOL_NAMES } from "@switchboard/core";
+import { LAZY_FLUSH_MS } from "@switchboard/store-fs";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { behaviour } from "../testing/behaviour";
 import { startTestGateway, type TestGateway, TestWorker } from "../testing/test-gateway";
@@ -62,6 +63,15 @@ beforeEach(async () => {
   await settle(gw.gateway);
 });
 
+/**
+ * The data dir's files once the setup's writes are all on disk: a run's end marks its session's
+ * activity in a write the file store gathers for up to LAZY_FLUSH_MS, after `settle` returns.
+ */
+async function quietFiles(dataDir: string): Promise<Record<string, number>> {
+  await new Promise((resolve) => setTimeout(resolve, LAZY_FLUSH_MS * 3));
+  return files(dataDir);
+}
+
 afterEach(async () => {
   await settle(gw.gateway).catch(() => undefined);
   worker.close();
@@ -107,7 +117,7 @@ async function expectInvalid(peer: TestPeer, method: string, params: unknown, fi
 
 describe("methods", () => {
   it("refuse missing, wrong-typed and oversized params with INVALID_REQUEST naming the field, writing nothing", async () => {
-    const filesBefore = await files(gw.dataDir);
+    const filesBefore = await quietFiles(gw.dataDir);
     const before = await footprint();
     const long = (n: number) => "x".repeat(n);
     const cases: Array<[TestPeer, string, unknown, string]> = [
@@ -186,7 +196,7 @@ describe("methods", () => {
   });
 
   it("reject path-like and unsafe session keys wherever a key is accepted, writing nothing", async () => {
-    const filesBefore = await files(gw.dataDir);
+    const filesBefore = await quietFiles(gw.dataDir);
     const before = await footprint();
     const takesKey: Array<[string, (key: string) => Record<string, unknown>, string]> = [
       ["sessions.create", (key) => ({ key }), "key"],
@@ -291,7 +301,7 @@ describe("tools", () => {
     );
     expect(new Set(toolCases.map(([tool]) => tool))).toEqual(new Set(TOOL_NAMES));
 
-    const filesBefore = await files(gw.dataDir);
+    const filesBefore = await quietFiles(gw.dataDir);
     const before = await footprint();
     const auditBefore = before.audit;
     for (const [tool, args, field] of toolCases) {
