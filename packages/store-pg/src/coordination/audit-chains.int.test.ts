@@ -118,6 +118,30 @@ await describeWithPg("cluster audit chains", () => {
     expect(await a.verify()).toMatchObject({ ok: true });
   });
 
+  it("does not store a group twice when its insert committed but the answer was lost", async () => {
+    const coordination = await cluster.open({ instanceId: "gw-lost" });
+    const log = await openClusterAuditLog(coordination, key);
+    const query = coordination.db.query.bind(coordination.db);
+    let lost = 0;
+    coordination.db.query = (async (action: string, ...rest: unknown[]) => {
+      const result = await (query as (...args: unknown[]) => Promise<unknown>)(action, ...rest);
+      if (action === "appending audit records" && lost++ === 0)
+        throw new Error("connection lost after COMMIT");
+      return result;
+    }) as typeof coordination.db.query;
+    // Appended in one tick: the six go as one group, whose answer is lost.
+    const stored = await Promise.all(Array.from({ length: 6 }, (_, n) => log.append(entry(300 + n, "lost"))));
+    expect(lost).toBeGreaterThan(0);
+    expect(stored.map((record) => record.index)).toEqual([1, 2, 3, 4, 5, 6]);
+    const rows = (await adminQuery(
+      `SELECT count(*)::int AS n FROM "${cluster.schema}".audit_chain_records WHERE chain_id = $1`,
+      [log.chainId],
+    )) as { rows: Array<{ n: number }> };
+    // The chain's opening record and the six, each once.
+    expect(rows.rows[0]!.n).toBe(7);
+    expect(await log.verify()).toMatchObject({ ok: true });
+  });
+
   it("detects an edited record, naming its chain and index", async () => {
     const { a, b, sql } = await twoWriters();
     await sql(

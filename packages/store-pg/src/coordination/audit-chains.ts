@@ -141,16 +141,19 @@ export async function openClusterAuditLog(
         group.map((record) => JSON.stringify(record)),
       ],
     );
-  /** The chain continued after what the database holds (the truth after any failure). */
-  const rebuild = async (): Promise<AuditChain> => {
+  /** This chain's newest record in the database (the truth after any failure). */
+  const storedHead = async (): Promise<AuditRecord | undefined> => {
     const found = await db.read<{ record: AuditRecord }>(
       "reading an audit chain's head",
       `SELECT record FROM ${records} WHERE chain_id = $1 ORDER BY idx DESC LIMIT 1`,
       [chainId],
     );
-    const last = found.rows[0]?.record;
-    return createAuditChain({ key, hmac, ...(last ? { last: { index: last.index, hash: last.hash } } : {}) });
+    return found.rows[0]?.record;
   };
+  const chainAfter = (last: AuditRecord | undefined): AuditChain =>
+    createAuditChain({ key, hmac, ...(last ? { last: { index: last.index, hash: last.hash } } : {}) });
+  /** The chain continued after what the database holds. */
+  const rebuild = async (): Promise<AuditChain> => chainAfter(await storedHead());
   await db.query(
     "registering an audit chain",
     `INSERT INTO ${q("audit_chains")} (chain_id, instance_id) VALUES ($1, $2)`,
@@ -186,17 +189,31 @@ export async function openClusterAuditLog(
    */
   const appendGroup = async (group: PendingAudit[]): Promise<void> => {
     if (group.length > 1) {
-      let records: AuditRecord[] | undefined;
+      const records: AuditRecord[] = [];
       try {
         chain ??= await rebuild();
-        records = [];
         for (const item of group) records.push(await chain.next(item.entry));
         await insertMany(records);
         for (const [index, item] of group.entries()) item.resolve(records[index]!);
         return;
-      } catch {
+      } catch (error) {
         chain = undefined;
-        chain = await rebuild().catch(() => undefined);
+        // One statement: the database holds all of the group or none of it. Unless it is known to
+        // hold none, writing the entries again could store them twice.
+        let last: AuditRecord | undefined;
+        try {
+          last = await storedHead();
+        } catch {
+          for (const item of group) item.reject(error);
+          return;
+        }
+        chain = chainAfter(last);
+        const final = records.at(-1);
+        if (final && last?.index === final.index && last.hash === final.hash) {
+          // Stored, though its answer was lost.
+          for (const [index, item] of group.entries()) item.resolve(records[index]!);
+          return;
+        }
       }
     }
     for (const item of group) await appendOne(item.entry).then(item.resolve, item.reject);
