@@ -173,7 +173,12 @@ export const COORDINATION_MIGRATIONS: readonly Migration[] = [
        RETURNS TABLE (cycle_path text[], wait_id bigint) LANGUAGE plpgsql VOLATILE AS $fn$
        BEGIN
          PERFORM pg_advisory_xact_lock(lock_class, hashtext(lock_key));
-         RETURN QUERY ${waitCycleWalk(q, "waiter_key", "target_key")},
+         RETURN QUERY WITH RECURSIVE walk(node, path) AS (
+             SELECT target_key::text COLLATE "C", ARRAY[target_key::text COLLATE "C"]
+             UNION ALL
+             SELECT w.target, walk.path || w.target FROM walk JOIN ${q("waits")} w ON w.waiter = walk.node
+             WHERE walk.node <> waiter_key AND NOT (w.target = ANY(walk.path))
+           ),
            cycle AS (SELECT walk.path FROM walk WHERE walk.node = waiter_key LIMIT 1),
            inserted AS (
              INSERT INTO ${q("waits")} (waiter, target, instance_id)
@@ -198,19 +203,6 @@ export const COORDINATION_MIGRATIONS: readonly Migration[] = [
     ],
   },
 ];
-
-/**
- * From `target` along current waits; reaching `waiter` closes a cycle. `path` stops loops among
- * other sessions from walking forever. The two are SQL expressions (parameters or names).
- */
-export function waitCycleWalk(q: (table: string) => string, waiter: string, target: string): string {
-  return `WITH RECURSIVE walk(node, path) AS (
-      SELECT ${target}::text COLLATE "C", ARRAY[${target}::text COLLATE "C"]
-      UNION ALL
-      SELECT w.target, walk.path || w.target FROM walk JOIN ${q("waits")} w ON w.waiter = walk.node
-      WHERE walk.node <> ${waiter} AND NOT (w.target = ANY(walk.path))
-    )`;
-}
 
 export const COORDINATION_VERSION = COORDINATION_MIGRATIONS.at(-1)!.version;
 

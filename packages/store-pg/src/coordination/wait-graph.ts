@@ -1,6 +1,5 @@
 import { SwitchboardError } from "@switchboard/core";
 import type { Coordination } from "./context";
-import { waitCycleWalk } from "./schema";
 
 /**
  * Backs the gateway's `WaitGraph` port across instances: current agent-to-agent waits are rows of
@@ -30,7 +29,15 @@ const WAIT_LOCK_CLASS = 0x5357_4257; // "SWBW"
 export function openClusterWaitGraph(coordination: Coordination): ClusterWaitGraph {
   const { db, q, instanceId, schema } = coordination;
   const waits = q("waits");
-  const cycleSql = `${waitCycleWalk(q, "$1", "$2")} SELECT path FROM walk WHERE node = $1 LIMIT 1`;
+  // From the target along current waits; reaching the waiter closes a cycle. `path` stops loops
+  // among other sessions from walking forever. (`try_wait` in schema.ts walks the same way; a
+  // released migration is never edited, so it keeps its own copy.)
+  const cycleSql = `WITH RECURSIVE walk(node, path) AS (
+      SELECT $2::text COLLATE "C", ARRAY[$2::text COLLATE "C"]
+      UNION ALL
+      SELECT w.target, walk.path || w.target FROM walk JOIN ${waits} w ON w.waiter = walk.node
+      WHERE walk.node <> $1 AND NOT (w.target = ANY(walk.path))
+    ) SELECT path FROM walk WHERE node = $1 LIMIT 1`;
   const insertSql = `INSERT INTO ${waits} (waiter, target, instance_id)
     SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM ${q("cluster_instances")} WHERE instance_id = $3)
     RETURNING id`;
