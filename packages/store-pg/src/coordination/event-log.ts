@@ -333,9 +333,12 @@ export async function openClusterEventLog(
     return reading;
   };
   /** Reads the table: a poll, a (re)connected listener, a NOTIFY without its events. */
-  const wake = () => {
+  const readTable = (): Promise<void> => {
     mustRead = true;
-    if (!stopped) catchUp().catch(onError);
+    return catchUp();
+  };
+  const wake = () => {
+    if (!stopped) readTable().catch(onError);
   };
   const notified = (message: pg.Notification) => {
     const batch = carriedBatch(message.payload);
@@ -420,10 +423,7 @@ export async function openClusterEventLog(
       subscribers.add(subscriber);
       return () => subscribers.delete(subscriber);
     },
-    catchUp: () => {
-      mustRead = true;
-      return catchUp();
-    },
+    catchUp: readTable,
     async oldestSeq() {
       const found = await db.read<{ seq: string | null }>(
         "reading the oldest event",
