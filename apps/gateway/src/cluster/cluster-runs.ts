@@ -17,6 +17,8 @@ const CLAIM_RETRY_MS = 25;
 const PULL_POLL_MS = 1000;
 const RELISTEN_MS = 250;
 const PARALLEL_DRAINS = 4;
+/** How long the end of a run this instance handed off is kept for waits that come late. */
+const HANDED_OFF_KEEP_MS = 5_000;
 /** How long a run of a lost instance waits in the queue for another worker before it fails. */
 const REASSIGN_WAIT_MS = 1500;
 
@@ -28,7 +30,7 @@ export interface LocalRuns {
 }
 
 /** The LISTEN channel on which instances are told a run waits in the cluster's queue. */
-function runChannel(schema: string): string {
+export function runChannel(schema: string): string {
   return `sb_runs_${createHash("sha256").update(schema).digest("hex").slice(0, 24)}`;
 }
 
@@ -67,12 +69,21 @@ export class ClusterRuns {
   private stopped = false;
   private readonly poll: NodeJS.Timeout;
   private relisten: NodeJS.Timeout | undefined;
+  /** A LISTEN being set up (see `listenWhileWorkers`). */
+  private listening: Promise<void> | undefined;
   /** Reads of ended runs in flight (see `readEnded`). */
   private readonly endReads = new Map<string, Promise<RunRecord | undefined>>();
   /** Runs adopted from the cluster's queue whose lane claim `claimNext` already holds here. */
   private readonly adopted = new Set<string>();
   /** Deadlines of runs this instance handed to the cluster's queue. */
   private readonly queuedTimers = new Set<NodeJS.Timeout>();
+  /**
+   * Runs this instance handed to the cluster's queue, heard on the event log from before they could
+   * start anywhere: a wait for one needs no store read to learn whether it ended before the wait
+   * subscribed (see `wait`). `ended` is kept for a few seconds after the end (`forgetHandedOff`).
+   */
+  private readonly handedOff = new Map<string, { ended?: WaitResult; until: number }>();
+  private handedOffSubscription: (() => void) | undefined;
 
   constructor(
     private readonly cluster: Cluster,
@@ -82,6 +93,7 @@ export class ClusterRuns {
   ) {
     this.lanes = cluster.lanes;
     this.poll = setInterval(() => {
+      this.forgetHandedOff(Date.now());
       this.queueMayHold = Number.POSITIVE_INFINITY;
       this.pull();
       void this.refreshPresence().catch((error: unknown) =>
@@ -97,11 +109,36 @@ export class ClusterRuns {
     await this.refreshPresence().catch((error: unknown) =>
       this.log.warn({ err: error }, "could not read which agents have workers elsewhere"),
     );
-    await this.listen().catch((error: unknown) => {
-      this.log.warn({ err: error }, "could not listen for queued runs; polling until it can");
-      this.scheduleRelisten();
-    });
+    await this.listenWhileWorkers();
     this.pull();
+  }
+
+  /**
+   * Listens for queued runs only while this instance has workers to run them. PostgreSQL wakes
+   * every listening connection of the database on each NOTIFY, whatever its channel: an instance
+   * with no workers (callers only) listening would cost the server a wake-up per queued run for
+   * nothing, since it could not adopt the run anyway.
+   */
+  private async listenWhileWorkers(): Promise<void> {
+    const wanted = !this.stopped && (this.local?.connectedAgents().length ?? 0) > 0;
+    if (wanted && !this.listener && !this.listening) {
+      this.listening = this.listen()
+        .then(() => this.pull())
+        .catch((error: unknown) => {
+          this.log.warn({ err: error }, "could not listen for queued runs; polling until it can");
+          this.scheduleRelisten();
+        })
+        .finally(() => {
+          this.listening = undefined;
+        });
+      await this.listening;
+    } else if (!wanted && this.listener) {
+      const client = this.listener;
+      this.listener = undefined;
+      clearTimeout(this.relisten);
+      this.relisten = undefined;
+      await client.end().catch(() => undefined);
+    }
   }
 
   stop(): void {
@@ -109,6 +146,8 @@ export class ClusterRuns {
     for (const timer of this.queuedTimers) clearTimeout(timer);
     clearInterval(this.poll);
     clearTimeout(this.relisten);
+    this.handedOffSubscription?.();
+    this.handedOff.clear();
     void this.listener?.end().catch(() => undefined);
   }
 
@@ -130,13 +169,18 @@ export class ClusterRuns {
     });
     await client.query(`LISTEN ${runChannel(this.cluster.coordination.schema)}`);
     this.listener = client;
-    if (this.stopped) void client.end().catch(() => undefined);
+    // Stopped, or the last worker left, while the connection was being set up.
+    if (this.stopped || (this.local?.connectedAgents().length ?? 0) === 0) {
+      this.listener = undefined;
+      void client.end().catch(() => undefined);
+    }
   }
 
   private scheduleRelisten(): void {
     if (this.stopped || this.relisten) return;
     this.relisten = setTimeout(() => {
       this.relisten = undefined;
+      if ((this.local?.connectedAgents().length ?? 0) === 0) return;
       void this.listen()
         .then(() => this.pull())
         .catch(() => this.scheduleRelisten());
@@ -157,6 +201,7 @@ export class ClusterRuns {
    * agents it has workers of, for other instances' `delivery.status` and `agents.list`.
    */
   workersChanged(): void {
+    void this.listenWhileWorkers();
     const agents = JSON.stringify(this.local?.connectedAgents().sort() ?? []);
     const { db, q } = this.cluster.coordination;
     this.presenceWrite = this.presenceWrite
@@ -228,11 +273,46 @@ export class ClusterRuns {
 
   /** No worker of the agent on this instance: the run waits in the cluster's queue for any. */
   async handOff(record: RunRecord): Promise<void> {
-    await this.lanes.enqueue(clusterLaneKey(record), record.runId, {
-      agentId: record.agentId,
-      notify: runChannel(this.cluster.coordination.schema),
-    });
+    this.trackHandedOff(record);
+    try {
+      await this.lanes.enqueue(clusterLaneKey(record), record.runId, {
+        agentId: record.agentId,
+        notify: runChannel(this.cluster.coordination.schema),
+      });
+    } catch (error) {
+      this.handedOff.delete(record.runId);
+      throw error;
+    }
     this.armQueuedTimeout(record);
+  }
+
+  /** Listens for the run's end before it can start elsewhere (see `handedOff`). */
+  private trackHandedOff(record: RunRecord): void {
+    this.handedOffSubscription ??= this.bus.subscribe({
+      accepts: (event) => event.event === "run.ended" && this.handedOff.has(event.payload.runId as string),
+      deliver: (event) => {
+        const payload = event.payload as EventPayload<"run.ended">;
+        const tracked = this.handedOff.get(payload.runId);
+        if (!tracked || tracked.ended) return;
+        const heard = waitResultOfEnded(payload);
+        // An end without its fields (an older instance): waits read the record, as for any run.
+        if (!heard) this.handedOff.delete(payload.runId);
+        else {
+          tracked.ended = heard;
+          tracked.until = Date.now() + HANDED_OFF_KEEP_MS;
+        }
+      },
+    });
+    const now = Date.now();
+    // Kept past the run's deadline only until the leader's sweep must have ended it.
+    const deadline = record.timeoutSeconds
+      ? record.createdAt + record.timeoutSeconds * 1000
+      : now + 3_600_000;
+    this.handedOff.set(record.runId, { until: Math.max(deadline, now) + HANDED_OFF_KEEP_MS });
+  }
+
+  private forgetHandedOff(now: number): void {
+    for (const [runId, tracked] of this.handedOff) if (tracked.until <= now) this.handedOff.delete(runId);
   }
 
   /**
@@ -497,10 +577,17 @@ export class ClusterRuns {
     const onAbort = () => finish(undefined);
     signal?.addEventListener("abort", onAbort, { once: true });
     try {
-      // Subscribed first: an end committed from now on is heard; one committed before is stored.
-      const stored = await this.store.runs.get(runId);
-      if (!stored) throw new SwitchboardError("NOT_FOUND", `run not found: ${runId}`, { details: { runId } });
-      if (TERMINAL_RUN_STATUSES.includes(stored.status)) return toWaitResult(stored);
+      // Handed off by this instance: its end was heard since before it could start, so it either was
+      // heard already or will be heard by the subscription above (no await since the check).
+      const tracked = this.handedOff.get(runId);
+      if (tracked?.ended) return tracked.ended;
+      if (!tracked) {
+        // Subscribed first: an end committed from now on is heard; one committed before is stored.
+        const stored = await this.store.runs.get(runId);
+        if (!stored)
+          throw new SwitchboardError("NOT_FOUND", `run not found: ${runId}`, { details: { runId } });
+        if (TERMINAL_RUN_STATUSES.includes(stored.status)) return toWaitResult(stored);
+      }
       const result = await ended;
       if (result) return result;
       return {

@@ -1,0 +1,153 @@
+import { randomUUID } from "node:crypto";
+import type { RunRecord } from "@switchboard/core";
+import { type Cluster, openCluster } from "@switchboard/store-pg";
+import {
+  adminQuery,
+  dropTestSchema,
+  pgUnavailableReason,
+  testPgUrl,
+  testSchemaName,
+} from "@switchboard/store-pg/testing";
+import pino from "pino";
+import { afterEach, describe, expect, it } from "vitest";
+import { EventBus } from "../event-bus";
+import { ClusterRuns, type LocalRuns, runChannel } from "./cluster-runs";
+
+/**
+ * `ClusterRuns` on a real PostgreSQL schema, with the in-process bus standing in for the cluster's
+ * event log (its delivery order is what matters here): what an instance asks of the database for
+ * runs it hands to the cluster's queue, and when it listens for queued runs.
+ */
+
+const unavailable = await pgUnavailableReason();
+if (unavailable !== undefined && process.env.SWITCHBOARD_REQUIRE_PG !== "1")
+  console.warn(`[cluster-runs.int.test] skipped: no PostgreSQL (${unavailable})`);
+
+const silent = pino({ level: "silent" });
+const opened: Array<{ cluster: Cluster; runs: ClusterRuns; schema: string }> = [];
+
+afterEach(async () => {
+  for (const { cluster, runs, schema } of opened.splice(0)) {
+    runs.stop();
+    await cluster.close({ graceful: false });
+    await dropTestSchema(schema);
+  }
+});
+
+/** Agents whose workers are connected to this instance (what `LocalRuns` reports). */
+class FakeLocal implements LocalRuns {
+  agents: string[] = [];
+  connectedAgents(): string[] {
+    return this.agents;
+  }
+  agentsWithFreeSlot(): string[] {
+    return [];
+  }
+  adopt(): boolean {
+    return false;
+  }
+}
+
+async function start() {
+  const schema = testSchemaName("sbclruns");
+  const cluster = await openCluster({ url: testPgUrl(), schema, instanceId: randomUUID(), logger: silent });
+  const bus = new EventBus();
+  const reads: string[] = [];
+  const stored = new Map<string, RunRecord>();
+  const store = {
+    runs: {
+      get: async (runId: string) => {
+        reads.push(runId);
+        return stored.get(runId);
+      },
+    },
+  } as unknown as ConstructorParameters<typeof ClusterRuns>[1];
+  const runs = new ClusterRuns(cluster, store, bus, silent);
+  const local = new FakeLocal();
+  await runs.start(local);
+  opened.push({ cluster, runs, schema });
+  return { cluster, runs, bus, reads, stored, local, schema };
+}
+
+function queuedRun(): RunRecord {
+  return {
+    runId: randomUUID(),
+    sessionKey: "agent:main:t",
+    sessionId: randomUUID(),
+    agentId: "main",
+    lane: "nested",
+    status: "queued",
+    createdAt: Date.now(),
+    timeoutSeconds: 30,
+    origin: "send",
+    message: "hello",
+    attempts: 0,
+  };
+}
+
+function publishEnd(bus: EventBus, record: RunRecord, reply: string): void {
+  bus.publish(
+    "run.ended",
+    {
+      runId: record.runId,
+      sessionKey: record.sessionKey,
+      status: "ok",
+      reply,
+      startedAt: record.createdAt,
+      endedAt: Date.now(),
+    },
+    { sessionKey: record.sessionKey, agentId: record.agentId },
+  );
+}
+
+async function listeners(schema: string): Promise<number> {
+  const found = await adminQuery<{ count: string }>(
+    "SELECT count(*) AS count FROM pg_stat_activity WHERE datname = current_database() AND query = $1",
+    [`LISTEN ${runChannel(schema)}`],
+  );
+  return Number(found.rows[0]!.count);
+}
+
+describe.skipIf(unavailable !== undefined && process.env.SWITCHBOARD_REQUIRE_PG !== "1")(
+  "ClusterRuns",
+  () => {
+    it("answers a wait on a run it handed off from the end it heard, without reading the run", async () => {
+      const { runs, bus, reads, stored } = await start();
+      const early = queuedRun();
+      stored.set(early.runId, early);
+      await runs.handOff(early);
+      // Ended before anyone waited: the end was heard since the hand-off.
+      publishEnd(bus, early, "first");
+      expect(await runs.wait(early.runId, 5_000)).toMatchObject({
+        runId: early.runId,
+        status: "ok",
+        reply: "first",
+      });
+
+      const late = queuedRun();
+      stored.set(late.runId, late);
+      await runs.handOff(late);
+      const waiting = runs.wait(late.runId, 5_000);
+      publishEnd(bus, late, "second");
+      expect(await waiting).toMatchObject({ runId: late.runId, status: "ok", reply: "second" });
+      expect(reads).toEqual([]);
+
+      // A run this instance did not hand off is read once: it may have ended before the wait.
+      const elsewhere = { ...queuedRun(), status: "ok" as const, reply: "stored", endedAt: Date.now() };
+      stored.set(elsewhere.runId, elsewhere);
+      expect(await runs.wait(elsewhere.runId, 5_000)).toMatchObject({ status: "ok", reply: "stored" });
+      expect(reads).toEqual([elsewhere.runId]);
+    });
+
+    it("listens for queued runs only while it has workers", async () => {
+      const { runs, local, schema } = await start();
+      expect(await listeners(schema)).toBe(0);
+      local.agents = ["main"];
+      runs.workersChanged();
+      await expect.poll(() => listeners(schema), { timeout: 5_000 }).toBe(1);
+      local.agents = [];
+      runs.workersChanged();
+      await expect.poll(() => listeners(schema), { timeout: 5_000 }).toBe(0);
+    });
+  },
+);
