@@ -11,6 +11,8 @@ export interface PoolSettings {
   /** The server ends a transaction left idle this long (unset: never). */
   idleInTransactionTimeoutMs?: number;
   applicationName: string;
+  /** Server settings of every pooled connection, set once when it opens (`SET name = value`). */
+  sessionSettings?: Record<string, string>;
 }
 
 /** Settings of any connection, pooled or dedicated (migrations, LISTEN, session locks). */
@@ -51,8 +53,13 @@ export function openPool(
       "PostgreSQL connection lost",
     );
   pool.on("error", (error) => lost(error, "while idle"));
+  const settingsSql = Object.entries(settings.sessionSettings ?? {})
+    .map(([name, value]) => `SET ${name} = '${value.replaceAll("'", "''")}'`)
+    .join("; ");
   pool.on("connect", (client) => {
     client.on("error", (error) => lost(error, "while in use"));
+    // Queued ahead of the statement the connection was opened for; a failure surfaces there.
+    if (settingsSql) client.query(settingsSql).catch(() => undefined);
   });
   return pool;
 }

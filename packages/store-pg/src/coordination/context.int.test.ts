@@ -2,6 +2,7 @@ import { createServer } from "node:net";
 import { expect, it } from "vitest";
 import { adminQuery, describeWithPg, TEST_PG_URL } from "../../test/pg-harness";
 import { openCoordination } from "./context";
+import { openClusterRunLanes } from "./run-lanes";
 import { COORDINATION_MIGRATIONS, COORDINATION_VERSION } from "./schema";
 import { useClusterSchema } from "./test-helpers";
 
@@ -37,6 +38,21 @@ await describeWithPg("cluster coordination: opening", () => {
         `at version ${COORDINATION_VERSION + 1}, newer than this Switchboard supports (${COORDINATION_VERSION})`,
       ),
     });
+  });
+
+  it("plans the lane claim once per connection, not on every call", async () => {
+    // One connection, so the prepared statements seen below are the ones the claims ran on.
+    const coordination = await cluster.open({ pool: { max: 1 } });
+    const lanes = openClusterRunLanes(coordination);
+    for (let call = 0; call < 12; call++) expect(await lanes.claimNext(["main"])).toBeUndefined();
+    const prepared = await coordination.db.read<{ generic_plans: string; custom_plans: string }>(
+      "reading prepared statements",
+      "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE '%WITH head AS%'",
+    );
+    expect(prepared.rows).toHaveLength(1);
+    // The first call runs unnamed; the named statement is planned once and reused from then on.
+    expect(Number(prepared.rows[0]!.custom_plans)).toBe(0);
+    expect(Number(prepared.rows[0]!.generic_plans)).toBe(11);
   });
 
   it("answers UNAVAILABLE naming the server when it cannot be reached, and names bad options", async () => {
