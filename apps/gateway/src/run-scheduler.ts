@@ -459,7 +459,7 @@ export class RunScheduler {
    * A run from the cluster's queue, claimed for this instance: handed to a free local worker of its
    * agent. False when none is free any more or its lane is busy here (the caller hands it back).
    */
-  adopt(record: RunRecord): boolean {
+  adopt(record: RunRecord, options: { started?: boolean } = {}): boolean {
     if (this.stopping || TERMINAL_RUN_STATUSES.includes(record.status)) return false;
     const laneKey = laneKeyOf(record);
     if (this.lanes.holder(laneKey) !== undefined || this.active.get(record.runId)) return false;
@@ -469,7 +469,7 @@ export class RunScheduler {
     this.active.add(active);
     this.armTimeout(active);
     this.lanes.claim(laneKey, record.runId);
-    void this.dispatch(active, worker).catch((error) => this.dispatchFailed(active, error));
+    void this.dispatch(active, worker, options.started).catch((error) => this.dispatchFailed(active, error));
     return true;
   }
 
@@ -502,7 +502,8 @@ export class RunScheduler {
     }
   }
 
-  private async dispatch(active: ActiveRun, worker: Connection): Promise<void> {
+  /** `stored`: the record is stored `running` already (a cluster claim did it, see `adopt`). */
+  private async dispatch(active: ActiveRun, worker: Connection, stored = false): Promise<void> {
     const record = active.record;
     // The slot is taken before the first await, so concurrent pumps see the worker's true load.
     active.worker = worker;
@@ -512,10 +513,12 @@ export class RunScheduler {
       await this.finish(record, "error", { error: gone });
       return;
     }
-    record.status = "running";
-    record.startedAt ??= Date.now();
-    record.attempts += 1;
-    await this.store.runs.put(record);
+    if (!stored) {
+      record.status = "running";
+      record.startedAt ??= Date.now();
+      record.attempts += 1;
+      await this.store.runs.put(record);
+    }
     if (TERMINAL_RUN_STATUSES.includes(record.status)) return;
     await this.started(active, worker);
   }

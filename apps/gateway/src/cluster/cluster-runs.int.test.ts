@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { RunRecord } from "@switchboard/core";
-import { type Cluster, openCluster } from "@switchboard/store-pg";
+import { type Cluster, openCluster, openPostgresStore } from "@switchboard/store-pg";
 import {
   adminQuery,
   dropTestSchema,
@@ -137,6 +137,43 @@ describe.skipIf(unavailable !== undefined && process.env.SWITCHBOARD_REQUIRE_PG 
       stored.set(elsewhere.runId, elsewhere);
       expect(await runs.wait(elsewhere.runId, 5_000)).toMatchObject({ status: "ok", reply: "stored" });
       expect(reads).toEqual([elsewhere.runId]);
+    });
+
+    it("puts a run it claimed but could not adopt back in the queue, stored as it was", async () => {
+      const schema = testSchemaName("sbclruns");
+      const store = await openPostgresStore({ url: testPgUrl(), schema, pool: { max: 2 } });
+      const cluster = await openCluster({
+        url: testPgUrl(),
+        schema,
+        instanceId: randomUUID(),
+        logger: silent,
+      });
+      const runs = new ClusterRuns(cluster, store, new EventBus(), silent);
+      opened.push({ cluster, runs, schema });
+      const refusals: RunRecord[] = [];
+      const local: LocalRuns = {
+        connectedAgents: () => ["main"],
+        // One free slot, taken by the time the claim comes back.
+        agentsWithFreeSlot: () => (refusals.length === 0 ? ["main"] : []),
+        adopt: (record) => {
+          refusals.push(structuredClone(record));
+          return false;
+        },
+      };
+      const record = queuedRun();
+      await store.runs.put(record);
+      await cluster.lanes.enqueue(`${record.sessionKey}|nested`, record.runId, { agentId: "main" });
+      await runs.start(local);
+      await expect.poll(() => refusals.length, { timeout: 5_000 }).toBe(1);
+      await expect
+        .poll(() => cluster.lanes.next(`${record.sessionKey}|nested`), { timeout: 5_000 })
+        .toBe(record.runId);
+      // The claim had stored it `running` (what the refused adoption was offered)…
+      expect(refusals).toHaveLength(1);
+      expect(refusals[0]).toMatchObject({ status: "running", attempts: 1 });
+      // …and the refusal stored it back as it was before the claim.
+      expect(await store.runs.get(record.runId)).toEqual(record);
+      await store.close();
     });
 
     it("listens for queued runs only while it has workers", async () => {

@@ -26,7 +26,8 @@ const REASSIGN_WAIT_MS = 1500;
 export interface LocalRuns {
   agentsWithFreeSlot(): string[];
   connectedAgents(): string[];
-  adopt(record: RunRecord): boolean;
+  /** `started`: the claim stored the record `running` already (attempts counted, startedAt set). */
+  adopt(record: RunRecord, options?: { started?: boolean }): boolean;
 }
 
 /** The LISTEN channel on which instances are told a run waits in the cluster's queue. */
@@ -372,7 +373,9 @@ export class ClusterRuns {
     while (adopted < atMost) {
       const agents = local.agentsWithFreeSlot();
       if (agents.length === 0) return;
-      const claim = await this.lanes.claimNext(agents);
+      // The claim stores the run `running` too: the worker's slot is free now, so it is adopted.
+      const startAt = Date.now();
+      const claim = await this.lanes.claimNext(agents, { startAt });
       if (!claim) {
         this.queueMayHold = 0;
         return;
@@ -383,9 +386,19 @@ export class ClusterRuns {
         continue;
       }
       this.adopted.add(record.runId);
-      if (!local.adopt(record)) {
+      if (!local.adopt(record, { started: claim.started === true })) {
         this.adopted.delete(record.runId);
-        // Taken meanwhile here: back to the head of its lane for the next free worker anywhere.
+        // Taken meanwhile here: back to `queued` as it was, and to the head of its lane for the next
+        // free worker anywhere.
+        if (claim.started) {
+          const { startedAt, ...rest } = record;
+          await this.store.runs.put({
+            ...rest,
+            ...(startedAt !== undefined && startedAt !== startAt ? { startedAt } : {}),
+            status: "queued",
+            attempts: Math.max(0, record.attempts - 1),
+          });
+        }
         await this.lanes.release(claim.laneKey, claim.runId);
         await this.lanes.enqueue(claim.laneKey, claim.runId, { agentId: claim.agentId, front: true });
         return;

@@ -173,6 +173,62 @@ await describeWithPg("cluster run lanes", () => {
     expect(await after.membership.alive()).toEqual(["gw-fixed"]);
   });
 
+  it("stores a claimed queued run `running` in the claim's own statement when asked to start it", async () => {
+    const { coordination, lanes } = await instance("gw-start");
+    const store = await openPostgresStore({
+      url: TEST_PG_URL,
+      schema: coordination.schema,
+      pool: { max: 2 },
+    });
+    cluster.cleanup(() => store.close());
+    const fresh = sampleRun({ runId: "run-fresh", sessionKey: "agent:w:one", agentId: "w" });
+    // Reassigned after a lost instance: counted again, its first start kept.
+    const again = sampleRun({
+      runId: "run-again",
+      sessionKey: "agent:w:two",
+      agentId: "w",
+      attempts: 1,
+      startedAt: 1000,
+    });
+    const ended = sampleRun({
+      runId: "run-ended",
+      sessionKey: "agent:w:three",
+      agentId: "w",
+      status: "ok",
+      attempts: 1,
+      endedAt: 1_700_000_000_500,
+    });
+    for (const run of [fresh, again, ended]) {
+      await store.runs.put(run);
+      await lanes.enqueue(`${run.sessionKey}|main`, run.runId, { agentId: "w" });
+    }
+    const claims = new Map<string, Awaited<ReturnType<typeof lanes.claimNext>>>();
+    for (let n = 0; n < 3; n++) {
+      const claim = await lanes.claimNext(["w"], { startAt: 7777 });
+      claims.set(claim!.runId, claim);
+    }
+    const started = { ...fresh, status: "running", startedAt: 7777, attempts: 1 };
+    expect(claims.get("run-fresh")).toMatchObject({ started: true, record: started });
+    expect(await store.runs.get("run-fresh")).toEqual(started);
+    expect(claims.get("run-again")).toMatchObject({
+      started: true,
+      record: { startedAt: 1000, attempts: 2 },
+    });
+    // An ended run is claimed as it is (the claimer releases it) and left unchanged.
+    expect(claims.get("run-ended")!.started).toBeUndefined();
+    expect(claims.get("run-ended")!.record).toEqual(ended);
+    expect(await store.runs.get("run-ended")).toEqual(ended);
+    // The status column the registry lists by moves with the record.
+    const running = await store.runs.list({ statuses: ["running"] });
+    expect(running.map((run) => run.runId).sort()).toEqual(["run-again", "run-fresh"]);
+    // Without `startAt` the claim writes no record.
+    const plain = sampleRun({ runId: "run-plain", sessionKey: "agent:w:four", agentId: "w" });
+    await store.runs.put(plain);
+    await lanes.enqueue("agent:w:four|main", plain.runId, { agentId: "w" });
+    expect(await lanes.claimNext(["w"])).toMatchObject({ runId: "run-plain", record: plain });
+    expect(await store.runs.get("run-plain")).toEqual(plain);
+  });
+
   it("creates a run once per idempotency key across two store instances", async () => {
     const coordination = await cluster.open();
     const stores = await Promise.all(

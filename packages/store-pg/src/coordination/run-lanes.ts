@@ -17,6 +17,11 @@ export interface RunClaim {
   attempts: number;
   /** The run's record as stored when it was claimed (read in the claim's own statement). */
   record?: RunRecord;
+  /**
+   * The claim also stored the run `running` (`claimNext` with `startAt`, the run found `queued`):
+   * `record` is that stored record, its `attempts` counted and `startedAt` set (kept if it had one).
+   */
+  started?: boolean;
 }
 
 /**
@@ -49,8 +54,12 @@ export interface ClusterRunLanes {
    * holds the lane.
    */
   claim(laneKey: string, runId: string, agentId: string): Promise<boolean>;
-  /** Claims the oldest lane head among `agentIds` whose lane is free; undefined when none. */
-  claimNext(agentIds: readonly string[]): Promise<RunClaim | undefined>;
+  /**
+   * Claims the oldest lane head among `agentIds` whose lane is free; undefined when none. With
+   * `startAt`, a claimed run still `queued` is stored `running` in the same statement (see
+   * `RunClaim.started`): the adopting instance writes no record of its own to start it.
+   */
+  claimNext(agentIds: readonly string[], options?: { startAt?: number }): Promise<RunClaim | undefined>;
   /** The run holding a lane, and the instance holding it. */
   holder(laneKey: string): Promise<{ runId: string; instanceId: string } | undefined>;
   /** `runId` ended or was handed back: it gives up the lane, or leaves the queue. True when the lane's queue is empty. */
@@ -131,7 +140,7 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
         throw error;
       }
     },
-    async claimNext(agentIds) {
+    async claimNext(agentIds, { startAt } = {}) {
       if (agentIds.length === 0) return undefined;
       withRecords ??= db
         .read<{ found: string | null }>(
@@ -147,10 +156,36 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
           },
         );
       // With the store's tables in this schema (always, beside a gateway), the claim also returns the
-      // run's record: one statement where the claimer would read the run right after.
-      const record = (await withRecords)
+      // run's record: one statement where the claimer would read the run right after. With
+      // `startAt` it also stores the run `running`, where the claimer would write it right after.
+      const records = await withRecords;
+      const start = records && startAt !== undefined;
+      const record = records
         ? `, (SELECT r.row FROM ${q("runs")} r WHERE r.run_id = c.run_id) AS record`
         : "";
+      const version = `nextval('${q("row_versions").replaceAll("'", "''")}')`;
+      const claimed = `INSERT INTO ${claims} AS c (run_id, lane_key, agent_id, instance_id, attempts)
+             SELECT run_id, lane_key, agent_id, $2, attempts FROM taken`;
+      // The record as the scheduler's dispatch would write it: status, attempts + 1, startedAt unless
+      // set by an earlier attempt. Only a run still `queued` (one ended meanwhile is released).
+      const finish = start
+        ? `, claimed AS (${claimed} RETURNING c.run_id, c.lane_key, c.agent_id, c.attempts),
+             started AS (
+               UPDATE ${q("runs")} r SET status = 'running', version = ${version},
+                 row = (r.row::jsonb || jsonb_build_object(
+                   'status', 'running',
+                   'startedAt', coalesce(r.row::jsonb -> 'startedAt', to_jsonb($3::bigint)),
+                   'attempts', coalesce((r.row ->> 'attempts')::int, 0) + 1))::json
+               -- At most one run is claimed: a key lookup, whatever the planner thinks of the CTE.
+               WHERE r.run_id = (SELECT run_id FROM claimed) AND r.status = 'queued'
+               RETURNING r.run_id, r.row
+             )
+             SELECT c.run_id, c.lane_key, c.agent_id, c.attempts, started.run_id IS NOT NULL AS started,
+               coalesce(started.row, (SELECT r.row FROM ${q("runs")} r WHERE r.run_id = c.run_id)) AS record
+             FROM claimed c LEFT JOIN started ON started.run_id = c.run_id`
+        : `
+             ${claimed}
+             RETURNING c.run_id, c.lane_key, c.agent_id, c.attempts${record}`;
       // A few tries: a lane head can be claimed by another instance between our snapshot and our
       // insert (the lane's UNIQUE claim refuses the second, and the statement rolls back whole).
       for (let attempt = 0; attempt < 5; attempt++) {
@@ -161,6 +196,7 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
             agent_id: string;
             attempts: number;
             record?: RunRecord | null;
+            started?: boolean;
           }>(
             "claiming the next run",
             `WITH head AS (
@@ -174,11 +210,8 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
                FOR UPDATE OF r SKIP LOCKED
              ), taken AS (
                DELETE FROM ${queue} WHERE run_id IN (SELECT run_id FROM head) RETURNING run_id, lane_key, agent_id, attempts
-             )
-             INSERT INTO ${claims} AS c (run_id, lane_key, agent_id, instance_id, attempts)
-             SELECT run_id, lane_key, agent_id, $2, attempts FROM taken
-             RETURNING c.run_id, c.lane_key, c.agent_id, c.attempts${record}`,
-            [agentIds, instanceId],
+             )${finish}`,
+            start ? [agentIds, instanceId, startAt] : [agentIds, instanceId],
           );
           const row = found.rows[0];
           return row
@@ -188,6 +221,7 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
                 agentId: row.agent_id,
                 attempts: row.attempts,
                 ...(row.record ? { record: row.record } : {}),
+                ...(row.started ? { started: true } : {}),
               }
             : undefined;
         } catch (error) {
