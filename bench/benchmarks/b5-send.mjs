@@ -29,7 +29,8 @@ const CONCURRENCIES = (setting("BENCH_B5_CONCURRENCY") ?? "1,64")
 const MAX_CONNECTIONS = 8;
 
 // Reply-back turns off: with them, every send also queues a turn on the requester's lane, which
-// measures the ping-pong flow rather than the send. The announce step still runs (the worker skips it).
+// measures the ping-pong flow rather than the send. No announce run follows either: the targets have no
+// delivery route to post one to (agent-to-agent.md, docs/decisions.md).
 const CONFIG = {
   agents: { list: [{ id: "main", default: true }] },
   // The per-session send budget (default 30 a minute) guards against runaway agents; a benchmark
@@ -196,7 +197,7 @@ export async function run(params) {
       },
       gateway.cpuMs,
     );
-    // Let the background announce steps drain before the gateway goes.
+    // Let the background follow-ups of the last sends end before the gateway goes.
     await sleep(500);
     for (const peer of peers) peer.close();
   } finally {
@@ -266,7 +267,7 @@ export async function run(params) {
     notes: [
       "gateway in a child process with fsync on; senders and the worker share the runner process (2 cores in all)",
       `telemetry: ${TELEMETRY}${TELEMETRY === "metrics" ? " (the default: /metrics on, no traces)" : ""}${TELEMETRY === "traces" ? ` (${telemetry.exports} OTLP export requests received)` : ""}`,
-      "each send: caller and target are their own sessions (agent:main:bench:from-i -> to-i); reply-back turns are off, the announce step runs and is skipped by the worker",
+      "each send: caller and target are their own sessions (agent:main:bench:from-i -> to-i); reply-back turns are off, and the targets have no delivery route, so no announce run follows: one run per send",
     ],
   };
 }
