@@ -163,10 +163,11 @@ export class ClusterRuns {
     };
     client.on("error", lost);
     client.on("end", lost);
-    client.on("notification", () => {
+    client.on("notification", (message) => {
       this.queueMayHold += 1;
-      // One notification per queued run: take one (asking again found nothing almost every time).
-      this.pull(1);
+      // One notification per queued run, naming it: take that one (asking again found nothing almost
+      // every time). A wake-up without a name (a reassignment) takes whichever heads the queue.
+      this.pull(1, message.payload || undefined);
     });
     await client.query(`LISTEN ${runChannel(this.cluster.coordination.schema)}`);
     this.listener = client;
@@ -347,13 +348,13 @@ export class ClusterRuns {
    * Adopts runs from the cluster's queue while this instance has free worker slots for their
    * agents (called on a wake-up, a worker connecting, a slot freed, and every second).
    */
-  pull(atMost = Number.POSITIVE_INFINITY): void {
+  pull(atMost = Number.POSITIVE_INFINITY, named?: string): void {
     if (this.pulling >= PARALLEL_DRAINS) {
       this.pullAgain = true;
       return;
     }
     this.pulling += 1;
-    void this.drain(atMost)
+    void this.drain(atMost, named)
       .catch((error: unknown) =>
         this.log.warn({ err: error }, "could not take runs from the cluster's queue"),
       )
@@ -366,16 +367,24 @@ export class ClusterRuns {
       });
   }
 
-  private async drain(atMost: number): Promise<void> {
+  /** `named`: the run a wake-up named, tried first by its key; then whichever heads the queue. */
+  private async drain(atMost: number, named?: string): Promise<void> {
     const local = this.local;
     if (!local || this.stopped) return;
     let adopted = 0;
+    let runId = named;
     while (adopted < atMost) {
       const agents = local.agentsWithFreeSlot();
       if (agents.length === 0) return;
       // The claim stores the run `running` too: the worker's slot is free now, so it is adopted.
       const startAt = Date.now();
-      const claim = await this.lanes.claimNext(agents, { startAt });
+      const claim = await this.lanes.claimNext(agents, { startAt, ...(runId ? { runId } : {}) });
+      if (!claim && runId !== undefined) {
+        // Not the head of its lane, its lane busy, or taken already: as without a name.
+        runId = undefined;
+        continue;
+      }
+      runId = undefined;
       if (!claim) {
         this.queueMayHold = 0;
         return;

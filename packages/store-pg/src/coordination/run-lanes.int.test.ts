@@ -229,6 +229,33 @@ await describeWithPg("cluster run lanes", () => {
     expect(await store.runs.get("run-plain")).toEqual(plain);
   });
 
+  it("names the queued run in its wake-up, and claims a named run only if it heads its free lane", async () => {
+    const { coordination, lanes } = await instance("gw-named");
+    const listener = await coordination.connect("test listener");
+    cluster.cleanup(() => listener.end());
+    const heard: string[] = [];
+    listener.on("notification", (message) => heard.push(message.payload ?? ""));
+    await listener.query("LISTEN sb_test_runs");
+    await lanes.enqueue("agent:w:a|main", "a-1", { agentId: "w", notify: "sb_test_runs" });
+    await lanes.enqueue("agent:w:a|main", "a-2", { agentId: "w", notify: "sb_test_runs" });
+    await lanes.enqueue("agent:w:b|main", "b-1", { agentId: "w", notify: "sb_test_runs" });
+    await eventually(() => heard.length === 3, 5000, "three wake-ups");
+    expect(heard).toEqual(["a-1", "a-2", "b-1"]);
+    // Behind a-1 in its lane: not claimed by name (the lane's order holds).
+    expect(await lanes.claimNext(["w"], { runId: "a-2" })).toBeUndefined();
+    // Another agent's run is not claimed for this one's free worker.
+    expect(await lanes.claimNext(["x"], { runId: "b-1" })).toBeUndefined();
+    expect(await lanes.claimNext(["w"], { runId: "b-1" })).toMatchObject({
+      runId: "b-1",
+      laneKey: "agent:w:b|main",
+    });
+    expect(await lanes.claimNext(["w"], { runId: "a-1" })).toMatchObject({ runId: "a-1" });
+    // a-2 heads its lane now, but the lane is held by a-1 until it ends.
+    expect(await lanes.claimNext(["w"], { runId: "a-2" })).toBeUndefined();
+    await lanes.release("agent:w:a|main", "a-1");
+    expect(await lanes.claimNext(["w"], { runId: "a-2" })).toMatchObject({ runId: "a-2" });
+  });
+
   it("creates a run once per idempotency key across two store instances", async () => {
     const coordination = await cluster.open();
     const stores = await Promise.all(

@@ -57,9 +57,14 @@ export interface ClusterRunLanes {
   /**
    * Claims the oldest lane head among `agentIds` whose lane is free; undefined when none. With
    * `startAt`, a claimed run still `queued` is stored `running` in the same statement (see
-   * `RunClaim.started`): the adopting instance writes no record of its own to start it.
+   * `RunClaim.started`): the adopting instance writes no record of its own to start it. With
+   * `runId`, only that run (the one a wake-up named), if it heads its free lane: a key lookup
+   * instead of a search of the queue.
    */
-  claimNext(agentIds: readonly string[], options?: { startAt?: number }): Promise<RunClaim | undefined>;
+  claimNext(
+    agentIds: readonly string[],
+    options?: { startAt?: number; runId?: string },
+  ): Promise<RunClaim | undefined>;
   /** The run holding a lane, and the instance holding it. */
   holder(laneKey: string): Promise<{ runId: string; instanceId: string } | undefined>;
   /** `runId` ended or was handed back: it gives up the lane, or leaves the queue. True when the lane's queue is empty. */
@@ -100,7 +105,8 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
         // The wake-up goes out at the insert's commit: one round trip, and no wake-up without the run.
         notify === undefined
           ? insert
-          : `WITH queued AS (${insert} RETURNING run_id) SELECT pg_notify($4, '') FROM queued`,
+          : // The payload names the run, so a woken instance can claim it by its key (`claimNext`).
+            `WITH queued AS (${insert} RETURNING run_id) SELECT pg_notify($4, run_id) FROM queued`,
         notify === undefined ? [runId, laneKey, agentId] : [runId, laneKey, agentId, notify],
       );
     },
@@ -140,7 +146,7 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
         throw error;
       }
     },
-    async claimNext(agentIds, { startAt } = {}) {
+    async claimNext(agentIds, { startAt, runId } = {}) {
       if (agentIds.length === 0) return undefined;
       withRecords ??= db
         .read<{ found: string | null }>(
@@ -201,7 +207,7 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
             "claiming the next run",
             `WITH head AS (
                SELECT r.run_id, r.lane_key, r.agent_id, r.attempts FROM ${queue} r
-               WHERE r.agent_id = ANY($1::text[])
+               WHERE r.agent_id = ANY($1::text[])${runId === undefined ? "" : ` AND r.run_id = $${start ? 4 : 3}`}
                  AND r.position = (SELECT min(h.position) FROM ${queue} h WHERE h.lane_key = r.lane_key)
                  AND NOT EXISTS (SELECT 1 FROM ${claims} c WHERE c.lane_key = r.lane_key)
                  AND EXISTS (SELECT 1 FROM ${q("cluster_instances")} i WHERE i.instance_id = $2)
@@ -211,7 +217,7 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
              ), taken AS (
                DELETE FROM ${queue} WHERE run_id IN (SELECT run_id FROM head) RETURNING run_id, lane_key, agent_id, attempts
              )${finish}`,
-            start ? [agentIds, instanceId, startAt] : [agentIds, instanceId],
+            [agentIds, instanceId, ...(start ? [startAt] : []), ...(runId === undefined ? [] : [runId])],
           );
           const row = found.rows[0];
           return row
