@@ -11,7 +11,10 @@ export interface PoolSettings {
   /** The server ends a transaction left idle this long (unset: never). */
   idleInTransactionTimeoutMs?: number;
   applicationName: string;
-  /** Server settings of every pooled connection, set once when it opens (`SET name = value`). */
+  /**
+   * Server settings of every connection, sent with the connection's start-up (`-c name=value`, after
+   * any `PGOPTIONS`). An `options` parameter in the URL replaces them (node-postgres lets it win).
+   */
   sessionSettings?: Record<string, string>;
 }
 
@@ -22,7 +25,14 @@ export function connectionConfig(settings: PoolSettings): pg.ClientConfig {
     connectionTimeoutMillis: settings.connectTimeoutMs,
     keepAlive: true,
     application_name: settings.applicationName,
+    ...startupOptions(settings.sessionSettings),
   };
+}
+
+function startupOptions(sessionSettings: Record<string, string> | undefined): { options?: string } {
+  const own = Object.entries(sessionSettings ?? {}).map(([name, value]) => `-c ${name}=${value}`);
+  if (own.length === 0) return {};
+  return { options: [process.env.PGOPTIONS, ...own].filter(Boolean).join(" ") };
 }
 
 /**
@@ -53,13 +63,8 @@ export function openPool(
       "PostgreSQL connection lost",
     );
   pool.on("error", (error) => lost(error, "while idle"));
-  const settingsSql = Object.entries(settings.sessionSettings ?? {})
-    .map(([name, value]) => `SET ${name} = '${value.replaceAll("'", "''")}'`)
-    .join("; ");
   pool.on("connect", (client) => {
     client.on("error", (error) => lost(error, "while in use"));
-    // Queued ahead of the statement the connection was opened for; a failure surfaces there.
-    if (settingsSql) client.query(settingsSql).catch(() => undefined);
   });
   return pool;
 }
