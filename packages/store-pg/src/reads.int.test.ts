@@ -131,13 +131,18 @@ await describeWithPg("PostgreSQL store: a capped read finds its transcript in th
       await target.transcripts.append(archived, inputs().slice(0, 3));
       await target.transcripts.archive(archived, "reset");
     }
-    const capped = { limit: 20, maxBytes: 50_000 };
-    const ours = await store.transcripts.read(empty, capped);
-    expect(ours).toEqual(await memory.transcripts.read(empty, capped));
-    expect(ours.entries).toEqual([]);
-    for (const id of [randomUUID(), archived]) {
-      await expect(store.transcripts.read(id, capped)).rejects.toMatchObject({ code: "NOT_FOUND" });
-      await expect(memory.transcripts.read(id, capped)).rejects.toMatchObject({ code: "NOT_FOUND" });
+    // Without a filter, and with one (a run's history: its messages).
+    for (const capped of [
+      { limit: 20, maxBytes: 50_000 },
+      { limit: 20, maxBytes: 50_000, filter: (entry: TranscriptEntry) => entry.type === "message" },
+    ]) {
+      const ours = await store.transcripts.read(empty, capped);
+      expect(ours).toEqual(await memory.transcripts.read(empty, capped));
+      expect(ours.entries).toEqual([]);
+      for (const id of [randomUUID(), archived]) {
+        await expect(store.transcripts.read(id, capped)).rejects.toMatchObject({ code: "NOT_FOUND" });
+        await expect(memory.transcripts.read(id, capped)).rejects.toMatchObject({ code: "NOT_FOUND" });
+      }
     }
   });
 });

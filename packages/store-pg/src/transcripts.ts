@@ -166,7 +166,7 @@ export function createTranscriptStore(
   const cappedTail = cappedTailOf("$1");
   // The same for a session's live transcript, found in the same statement ($1: its sessionId): no
   // row when there is none, one row with a null seq when it has no entry before $2.
-  const liveCappedTail = `SELECT x.seq, x.size, x.entry
+  const liveCappedTail = `SELECT tr.id AS transcript_id, x.seq, x.size, x.entry
     FROM (SELECT id FROM ${transcripts} WHERE session_id = $1 AND archived_at IS NULL) tr
     LEFT JOIN LATERAL (${cappedTailOf("tr.id")}) x ON true
     ORDER BY x.seq DESC NULLS LAST`;
@@ -217,8 +217,12 @@ export function createTranscriptStore(
    * the bytes still free (at least one entry), since no more than that can be kept: a page next to
    * huge entries fetches one of them, not a chunk of them.
    */
+  /**
+   * A filtered, byte-capped tail (a run's history: its messages). The first step finds the session's
+   * live transcript in its own statement (`liveCappedTail`); NOT_FOUND when there is none.
+   */
   async function budgetedScan(
-    transcriptId: string,
+    sessionId: string,
     before: number,
     limit: number,
     maxBytes: number,
@@ -229,14 +233,26 @@ export function createTranscriptStore(
     // Filters usually drop some entries (tool results, events): start with room for that.
     let chunk = Math.min(Math.max(limit * 2, MIN_CHUNK), MAX_CHUNK);
     let cursor = before;
+    let transcriptId: string | undefined;
     for (;;) {
-      const step = await db.read<CappedTailRow>(action, cappedTail, [
-        transcriptId,
-        cursor,
-        chunk,
-        maxBytes - kept,
-      ]);
-      const rows = step.rows;
+      let rows: CappedTailRow[];
+      if (transcriptId === undefined) {
+        const first = await db.read<
+          (CappedTailRow | { seq: null; size: null; entry: null }) & { transcript_id: string }
+        >(action, liveCappedTail, [sessionId, cursor, chunk, maxBytes - kept]);
+        if (first.rows.length === 0)
+          throw new SwitchboardError("NOT_FOUND", `no transcript for sessionId ${sessionId}`);
+        transcriptId = first.rows[0]!.transcript_id;
+        rows = first.rows.filter((row): row is CappedTailRow & { transcript_id: string } => row.seq !== null);
+      } else {
+        const step = await db.read<CappedTailRow>(action, cappedTail, [
+          transcriptId,
+          cursor,
+          chunk,
+          maxBytes - kept,
+        ]);
+        rows = step.rows;
+      }
       let next = 0;
       while (next < rows.length) {
         if (rows[next]!.entry === null) {
@@ -351,10 +367,10 @@ export function createTranscriptStore(
         return collector.result(!stopped && rows.length < normalised.limit);
       }
 
-      const transcript = await live(id, action);
       if (normalised.filter !== undefined && normalised.maxBytes !== undefined) {
-        return budgetedScan(transcript.id, before, normalised.limit, normalised.maxBytes, collector, action);
+        return budgetedScan(id, before, normalised.limit, normalised.maxBytes, collector, action);
       }
+      const transcript = await live(id, action);
 
       // Newest first, in steps: without a filter one step of `limit` rows; with one, steps grow
       // until the filter has kept `limit` entries or the transcript's start is reached.
