@@ -133,7 +133,7 @@ await describeWithPg("cluster event log", () => {
     const reads = countTableReads(b.coordination);
     // Small events ride along with their wake-up: b reads the table for none of them.
     await publishMany(a.log, "a", 30);
-    await eventually(() => b.seen.length === 30, 3000, "small events on b");
+    await eventually(() => b.seen.length === 30, 10_000, "small events on b");
     expect(reads.count).toBe(0);
     // An event too big for a NOTIFY payload (8000 bytes) makes b read; numbers drawn and never
     // used (a publish that rolled back) leave a gap the table proves empty.
@@ -145,7 +145,7 @@ await describeWithPg("cluster event log", () => {
       `SELECT nextval('${cluster.schema}.event_seq') FROM generate_series(1, 3)`,
     );
     const last = await a.log.publish("audit.appended", { index: 32, kind: "x", id: "after-gap" } as never);
-    await eventually(() => b.seen.length === 33, 3000, "every event on b");
+    await eventually(() => b.seen.length === 33, 10_000, "every event on b");
     expect(ids(b.seen).slice(-3)).toEqual(["big", "after-big", "after-gap"]);
     expect(b.seen.at(-2)!.payload.kind).toBe("x");
     expect(b.seen.at(-3)!.payload.kind).toHaveLength(9000);
