@@ -211,15 +211,34 @@ export function createTranscriptStore(
   };
 
   /**
+   * The first capped step of a read by sessionId: the live transcript is looked up in the same
+   * statement (a run's history: one round trip). NOT_FOUND when the session has none.
+   */
+  async function liveCapped(
+    sessionId: string,
+    before: number,
+    limit: number,
+    maxBytes: number,
+    action: string,
+  ): Promise<{ transcriptId: string; rows: CappedTailRow[] }> {
+    const found = await db.read<
+      (CappedTailRow | { seq: null; size: null; entry: null }) & { transcript_id: string }
+    >(action, liveCappedTail, [sessionId, before, limit, maxBytes]);
+    if (found.rows.length === 0)
+      throw new SwitchboardError("NOT_FOUND", `no transcript for sessionId ${sessionId}`);
+    return {
+      transcriptId: found.rows[0]!.transcript_id,
+      rows: found.rows.filter((row): row is CappedTailRow & { transcript_id: string } => row.seq !== null),
+    };
+  }
+
+  /**
    * A filtered read under a byte cap. Each step reads a chunk of (seq, size) from the index and, in
    * the same statement, the entries that fit in the bytes still free even if every one of them were
    * kept (the usual case: one statement). Entries past that are fetched in groups no bigger than
    * the bytes still free (at least one entry), since no more than that can be kept: a page next to
-   * huge entries fetches one of them, not a chunk of them.
-   */
-  /**
-   * A filtered, byte-capped tail (a run's history: its messages). The first step finds the session's
-   * live transcript in its own statement (`liveCappedTail`); NOT_FOUND when there is none.
+   * huge entries fetches one of them, not a chunk of them. The first step finds the session's live
+   * transcript in its own statement (`liveCapped`).
    */
   async function budgetedScan(
     sessionId: string,
@@ -237,13 +256,7 @@ export function createTranscriptStore(
     for (;;) {
       let rows: CappedTailRow[];
       if (transcriptId === undefined) {
-        const first = await db.read<
-          (CappedTailRow | { seq: null; size: null; entry: null }) & { transcript_id: string }
-        >(action, liveCappedTail, [sessionId, cursor, chunk, maxBytes - kept]);
-        if (first.rows.length === 0)
-          throw new SwitchboardError("NOT_FOUND", `no transcript for sessionId ${sessionId}`);
-        transcriptId = first.rows[0]!.transcript_id;
-        rows = first.rows.filter((row): row is CappedTailRow & { transcript_id: string } => row.seq !== null);
+        ({ transcriptId, rows } = await liveCapped(sessionId, cursor, chunk, maxBytes - kept, action));
       } else {
         const step = await db.read<CappedTailRow>(action, cappedTail, [
           transcriptId,
@@ -336,15 +349,7 @@ export function createTranscriptStore(
       if (normalised.filter === undefined && normalised.maxBytes !== undefined) {
         // A byte cap without a filter is decided from the index (seq, bytes): entries that do not
         // fit are never fetched, so a page of small entries next to a huge one costs the small ones.
-        // The transcript is looked up in the same statement (a run's history: one round trip).
-        const found = await db.read<CappedTailRow | { seq: null; size: null; entry: null }>(
-          action,
-          liveCappedTail,
-          [id, before, normalised.limit, normalised.maxBytes],
-        );
-        if (found.rows.length === 0)
-          throw new SwitchboardError("NOT_FOUND", `no transcript for sessionId ${id}`);
-        const rows = found.rows.filter((row): row is CappedTailRow => row.seq !== null);
+        const { rows } = await liveCapped(id, before, normalised.limit, normalised.maxBytes, action);
         let stopped = false;
         for (const row of rows) {
           const seq = toNumber(row.seq);

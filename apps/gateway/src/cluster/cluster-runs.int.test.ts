@@ -24,37 +24,51 @@ if (unavailable !== undefined && process.env.SWITCHBOARD_REQUIRE_PG !== "1")
   console.warn(`[cluster-runs.int.test] skipped: no PostgreSQL (${unavailable})`);
 
 const silent = pino({ level: "silent" });
-const opened: Array<{ cluster: Cluster; runs: ClusterRuns; schema: string }> = [];
+const opened: Array<{ cluster: Cluster; runs: ClusterRuns; schema: string; close?: () => Promise<void> }> =
+  [];
 
 afterEach(async () => {
-  for (const { cluster, runs, schema } of opened.splice(0)) {
+  for (const { cluster, runs, schema, close } of opened.splice(0)) {
     runs.stop();
+    await close?.();
     await cluster.close({ graceful: false });
     await dropTestSchema(schema);
   }
 });
 
-/** Agents whose workers are connected to this instance (what `LocalRuns` reports). */
+/** The scheduler's side: which agents have workers and free slots here; every adoption is refused. */
 class FakeLocal implements LocalRuns {
   agents: string[] = [];
+  free: string[] = [];
+  /** Records offered to `adopt`, as offered (refused: the slot was taken meanwhile). */
+  readonly refused: RunRecord[] = [];
   connectedAgents(): string[] {
     return this.agents;
   }
   agentsWithFreeSlot(): string[] {
-    return [];
+    return this.free;
   }
-  adopt(): boolean {
+  adopt(record: RunRecord): boolean {
+    this.refused.push(structuredClone(record));
+    this.free = [];
     return false;
   }
 }
 
-async function start() {
+/**
+ * An instance on a fresh schema. Its run reads go to a map that counts them, or with `postgres` to
+ * the store on the same schema (opened first, so the claims return and start records).
+ */
+async function start(options: { postgres?: boolean } = {}) {
   const schema = testSchemaName("sbclruns");
+  const postgres = options.postgres
+    ? await openPostgresStore({ url: testPgUrl(), schema, pool: { max: 2 } })
+    : undefined;
   const cluster = await openCluster({ url: testPgUrl(), schema, instanceId: randomUUID(), logger: silent });
   const bus = new EventBus();
   const reads: string[] = [];
   const stored = new Map<string, RunRecord>();
-  const store = {
+  const counted = {
     runs: {
       get: async (runId: string) => {
         reads.push(runId);
@@ -62,11 +76,11 @@ async function start() {
       },
     },
   } as unknown as ConstructorParameters<typeof ClusterRuns>[1];
-  const runs = new ClusterRuns(cluster, store, bus, silent);
+  const runs = new ClusterRuns(cluster, postgres ?? counted, bus, silent);
   const local = new FakeLocal();
+  opened.push({ cluster, runs, schema, ...(postgres ? { close: () => postgres.close() } : {}) });
   await runs.start(local);
-  opened.push({ cluster, runs, schema });
-  return { cluster, runs, bus, reads, stored, local, schema };
+  return { cluster, runs, bus, reads, stored, local, schema, postgres };
 }
 
 function queuedRun(): RunRecord {
@@ -140,40 +154,24 @@ describe.skipIf(unavailable !== undefined && process.env.SWITCHBOARD_REQUIRE_PG 
     });
 
     it("puts a run it claimed but could not adopt back in the queue, stored as it was", async () => {
-      const schema = testSchemaName("sbclruns");
-      const store = await openPostgresStore({ url: testPgUrl(), schema, pool: { max: 2 } });
-      const cluster = await openCluster({
-        url: testPgUrl(),
-        schema,
-        instanceId: randomUUID(),
-        logger: silent,
-      });
-      const runs = new ClusterRuns(cluster, store, new EventBus(), silent);
-      opened.push({ cluster, runs, schema });
-      const refusals: RunRecord[] = [];
-      const local: LocalRuns = {
-        connectedAgents: () => ["main"],
-        // One free slot, taken by the time the claim comes back.
-        agentsWithFreeSlot: () => (refusals.length === 0 ? ["main"] : []),
-        adopt: (record) => {
-          refusals.push(structuredClone(record));
-          return false;
-        },
-      };
+      const { cluster, runs, local, postgres } = await start({ postgres: true });
+      const store = postgres!;
       const record = queuedRun();
       await store.runs.put(record);
       await cluster.lanes.enqueue(`${record.sessionKey}|nested`, record.runId, { agentId: "main" });
-      await runs.start(local);
-      await expect.poll(() => refusals.length, { timeout: 5_000 }).toBe(1);
+      // One free slot, taken by the time the claim comes back.
+      local.agents = ["main"];
+      local.free = ["main"];
+      runs.pull();
+      await expect.poll(() => local.refused.length, { timeout: 5_000 }).toBe(1);
       await expect
         .poll(() => cluster.lanes.next(`${record.sessionKey}|nested`), { timeout: 5_000 })
         .toBe(record.runId);
       // The claim had stored it `running` (what the refused adoption was offered)…
-      expect(refusals).toHaveLength(1);
-      expect(refusals[0]).toMatchObject({ status: "running", attempts: 1 });
+      expect(local.refused).toHaveLength(1);
+      expect(local.refused[0]).toMatchObject({ status: "running", attempts: 1 });
       // …and the refusal stored it back as it was before the claim.
       expect(await store.runs.get(record.runId)).toEqual(record);
-      await store.close();
     });
 
     it("listens for queued runs only while it has workers", async () => {

@@ -121,7 +121,7 @@ export class ClusterRuns {
    * nothing, since it could not adopt the run anyway.
    */
   private async listenWhileWorkers(): Promise<void> {
-    const wanted = !this.stopped && (this.local?.connectedAgents().length ?? 0) > 0;
+    const wanted = !this.stopped && this.hasWorkers();
     if (wanted && !this.listener && !this.listening) {
       this.listening = this.listen()
         .then(() => this.pull())
@@ -140,6 +140,10 @@ export class ClusterRuns {
       this.relisten = undefined;
       await client.end().catch(() => undefined);
     }
+  }
+
+  private hasWorkers(): boolean {
+    return (this.local?.connectedAgents().length ?? 0) > 0;
   }
 
   stop(): void {
@@ -172,7 +176,7 @@ export class ClusterRuns {
     await client.query(`LISTEN ${runChannel(this.cluster.coordination.schema)}`);
     this.listener = client;
     // Stopped, or the last worker left, while the connection was being set up.
-    if (this.stopped || (this.local?.connectedAgents().length ?? 0) === 0) {
+    if (this.stopped || !this.hasWorkers()) {
       this.listener = undefined;
       void client.end().catch(() => undefined);
     }
@@ -182,7 +186,7 @@ export class ClusterRuns {
     if (this.stopped || this.relisten) return;
     this.relisten = setTimeout(() => {
       this.relisten = undefined;
-      if ((this.local?.connectedAgents().length ?? 0) === 0) return;
+      if (!this.hasWorkers()) return;
       void this.listen()
         .then(() => this.pull())
         .catch(() => this.scheduleRelisten());
