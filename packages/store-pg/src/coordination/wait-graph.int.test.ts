@@ -1,5 +1,6 @@
+import pg from "pg";
 import { expect, it } from "vitest";
-import { describeWithPg } from "../../test/pg-harness";
+import { describeWithPg, TEST_PG_URL } from "../../test/pg-harness";
 import { openClusterCallBudget } from "./call-budget";
 import { useClusterSchema } from "./test-helpers";
 import { openClusterWaitGraph } from "./wait-graph";
@@ -55,6 +56,30 @@ await describeWithPg("cluster wait graph", () => {
       expect(pair.filter((outcome) => outcome.release).length).toBe(1);
       expect(pair.filter((outcome) => outcome.cycle).length).toBe(1);
     }
+  });
+
+  it("records a wait with an asynchronous commit, in that transaction only", async () => {
+    // The wait lock is cluster-wide and held until commit: a commit waiting for its WAL flush
+    // would let one send's wait check through per fsync, however many instances there are.
+    const a = await instance("gw-a");
+    const client = new pg.Client({ connectionString: TEST_PG_URL });
+    await client.connect();
+    cluster.cleanup(() => client.end());
+    const setting = async () =>
+      (await client.query<{ value: string }>("SELECT current_setting('synchronous_commit') AS value"))
+        .rows[0]!.value;
+    expect(await setting()).toBe("on");
+    await client.query("BEGIN");
+    const { rows } = await client.query<{ wait_id: string | null }>(
+      `SELECT wait_id FROM "${cluster.schema}".try_wait($1, $2, $3, $4, $5)`,
+      ["X", "Y", "gw-a", 1, `${cluster.schema}.waits`],
+    );
+    expect(rows[0]!.wait_id).not.toBeNull();
+    expect(await setting()).toBe("off");
+    await client.query("COMMIT");
+    // The connection's own writes after it are synchronous again, and the wait counts at once.
+    expect(await setting()).toBe("on");
+    expect(await a.graph.tryWait("Y", "X")).toEqual({ cycle: ["Y", "X", "Y"] });
   });
 
   it("drops a dead instance's waits when it is swept", async () => {
