@@ -2,6 +2,7 @@ import { createServer } from "node:net";
 import { expect, it } from "vitest";
 import { adminQuery, describeWithPg, TEST_PG_URL } from "../../test/pg-harness";
 import { openCoordination } from "./context";
+import { openMembership } from "./membership";
 import { openClusterRunLanes } from "./run-lanes";
 import { COORDINATION_MIGRATIONS, COORDINATION_VERSION } from "./schema";
 import { useClusterSchema } from "./test-helpers";
@@ -53,6 +54,37 @@ await describeWithPg("cluster coordination: opening", () => {
     // The first call runs unnamed; the named statement is planned once and reused from then on.
     expect(Number(prepared.rows[0]!.custom_plans)).toBe(0);
     expect(Number(prepared.rows[0]!.generic_plans)).toBe(11);
+  });
+
+  it("steps over the dead queue entries of earlier runs when it searches the run queue", async () => {
+    // One connection: its statistics are flushed on demand below, before they are read.
+    const coordination = await cluster.open({ instanceId: "gw-a", pool: { max: 1 } });
+    const membership = openMembership(coordination, { leaseMs: 5000, renewMs: 1250 });
+    cluster.cleanup(() => membership.stop());
+    await membership.renew();
+    const lanes = openClusterRunLanes(coordination);
+    const RUNS = 300;
+    for (let n = 0; n < RUNS; n++) {
+      await lanes.enqueue(`agent:w:s${n}|main`, `run-${n}`, { agentId: "w" });
+      const claim = await lanes.claimNext(["w"]);
+      expect(claim?.runId).toBe(`run-${n}`);
+      await lanes.release(claim!.laneKey, claim!.runId);
+    }
+    // No vacuum ran: the agent index still holds an entry for each of those runs.
+    const entriesRead = async () => {
+      await coordination.db.read("flushing statistics", "SELECT pg_stat_force_next_flush()");
+      const found = await adminQuery(
+        `SELECT idx_tup_read FROM pg_stat_user_indexes WHERE schemaname = $1 AND indexrelname = 'run_queue_agent'`,
+        [cluster.schema],
+      );
+      return Number(found.rows[0]!.idx_tup_read);
+    };
+    const before = await entriesRead();
+    const SEARCHES = 20;
+    for (let call = 0; call < SEARCHES; call++) expect(await lanes.claimNext(["w"])).toBeUndefined();
+    // A bitmap index scan (the planner's choice here) marks none of them dead and reads all of
+    // them on every search; a plain index scan marks them once.
+    expect((await entriesRead()) - before).toBeLessThan(RUNS);
   });
 
   it("answers UNAVAILABLE naming the server when it cannot be reached, and names bad options", async () => {
