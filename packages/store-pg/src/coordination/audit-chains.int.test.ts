@@ -56,6 +56,40 @@ await describeWithPg("cluster audit chains", () => {
     expect(tail.map((record) => record.position)).toEqual(all.slice(-3).map((record) => record.position));
   });
 
+  it("anchors each chain's head without reading the records below it", async () => {
+    // One connection: its statistics are flushed on demand below, before they are read.
+    const coordination = await cluster.open({ instanceId: "gw-a", pool: { max: 1 } });
+    const a = await openClusterAuditLog(coordination, key, { pageSize: 5 });
+    const b = await openClusterAuditLog(await cluster.open({ instanceId: "gw-b" }), key, { pageSize: 5 });
+    const RECORDS = 200;
+    for (let n = 0; n < RECORDS; n += 50)
+      await Promise.all(
+        Array.from({ length: 50 }, (_, k) => [
+          a.append(entry(n + k, "a")),
+          b.append(entry(n + k, "b")),
+        ]).flat(),
+      );
+    const rowsRead = async () => {
+      await coordination.db.read("flushing statistics", "SELECT pg_stat_force_next_flush()");
+      const found = await adminQuery(
+        `SELECT t.seq_tup_read + coalesce(t.idx_tup_fetch, 0) + (SELECT sum(i.idx_tup_read) FROM pg_stat_user_indexes i WHERE i.relid = t.relid) AS n
+         FROM pg_stat_user_tables t WHERE t.schemaname = $1 AND t.relname = 'audit_chain_records'`,
+        [cluster.schema],
+      );
+      return Number(found.rows[0]!.n);
+    };
+    const before = await rowsRead();
+    await a.anchor();
+    expect((await rowsRead()) - before).toBeLessThan(20);
+    const last = await b.append(entry(RECORDS, "b"));
+    await a.anchor();
+    expect(await b.anchored()).toEqual({
+      [a.chainId]: expect.objectContaining({ index: RECORDS }),
+      [b.chainId]: { index: last.index, hash: last.hash },
+    });
+    expect(await a.verify()).toMatchObject({ ok: true, entries: 2 * RECORDS + 3, chains: 2, anchors: 2 });
+  });
+
   it("continues without a gap after a failed insert, and after one that was stored though its answer was lost", async () => {
     const { a, sql } = await twoWriters();
     await sql(

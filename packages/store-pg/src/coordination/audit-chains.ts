@@ -311,9 +311,21 @@ export async function openClusterAuditLog(
         const last = await client.query<{ record: AuditRecord }>(
           `SELECT record FROM ${anchors} ORDER BY idx DESC LIMIT 1`,
         );
+        // Each chain's newest record, found by walking the primary key from chain to chain: a
+        // DISTINCT ON over the table read every record ever written, every 5 s on every instance
+        // (21 ms at 40 000 records, under the anchor lock), and grew with the log.
         const heads = await client.query<{ chain_id: string; idx: string; hash: string }>(
-          `SELECT DISTINCT ON (chain_id) chain_id, idx, record->>'hash' AS hash
-           FROM ${records} ORDER BY chain_id, idx DESC`,
+          `WITH RECURSIVE ids(chain_id) AS (
+             (SELECT chain_id FROM ${records} ORDER BY chain_id LIMIT 1)
+             UNION ALL
+             SELECT (SELECT r.chain_id FROM ${records} r WHERE r.chain_id > ids.chain_id ORDER BY r.chain_id LIMIT 1)
+             FROM ids WHERE ids.chain_id IS NOT NULL
+           )
+           SELECT ids.chain_id, head.idx, head.hash FROM ids CROSS JOIN LATERAL (
+             SELECT r.idx, r.record->>'hash' AS hash FROM ${records} r
+             WHERE r.chain_id = ids.chain_id ORDER BY r.idx DESC LIMIT 1
+           ) head
+           WHERE ids.chain_id IS NOT NULL`,
         );
         const previous = last.rows[0]?.record;
         const anchorChain = createAuditChain({
