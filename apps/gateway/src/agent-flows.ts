@@ -190,7 +190,7 @@ export class AgentFlows {
       delivery = { status: this.scheduler.hasWorker(targetEntry.agentId) ? "delivered" : "queued" };
 
       // The reply-back loop and announce always run in the background, after the primary run.
-      if (!this.claims)
+      if (!this.claims || !this.followUpHasSteps(callerEntry, targetEntry))
         this.track(this.afterPrimary(record, callerEntry.key, targetEntry.key, text, position));
       else {
         // Not claimed (the database failed us): this instance still performs it, untaken-over.
@@ -342,6 +342,19 @@ export class AgentFlows {
       return result;
     }
     return { ...result, audited };
+  }
+
+  /**
+   * Whether a send's background part can do more than wait for the primary run: reply turns, or an
+   * announce (the target has a route, or is a channel session whose skipped announce is recorded).
+   * Several instances claim only such a follow-up (two statements a send); one with no step runs
+   * here without a claim, as on one process. Judged at the send: a route added to the target while
+   * its primary run is going is still used here, but not taken over if this instance dies.
+   */
+  private followUpHasSteps(requester: SessionEntry, target: SessionEntry): boolean {
+    const turns = this.config.session.agentToAgent.maxPingPongTurns;
+    if (turns > 0 && requester.key !== target.key && !this.hostDriven.has(requester.key)) return true;
+    return this.sessions.route(target) !== undefined || this.sessions.isChannelBound(target);
   }
 
   /**

@@ -99,5 +99,54 @@ describe.skipIf(unavailable !== undefined && process.env.SWITCHBOARD_REQUIRE_PG 
       expect(verdict.ok).toBe(false);
       expect(verdict.reason).toContain("missing at the end");
     });
+
+    it("claims a send's follow-up in the database only when it has a step to take", async () => {
+      for (const turns of [0, 1]) {
+        gw = await startTestGateway(
+          { ...config, session: { agentToAgent: { maxPingPongTurns: turns } } },
+          { store: "postgres" },
+        );
+        const schema = schemaOf(gw);
+        let answer!: () => void;
+        const answered = new Promise<void>((resolve) => {
+          answer = resolve;
+        });
+        const worker = await TestWorker.start(gw.url, WORKER_TOKEN, ["main"], async (context) => {
+          if (context.run.input.message !== "ping") return "REPLY_SKIP";
+          await answered;
+          return "pong";
+        });
+        const op = await gw.operator();
+        await op.call("sessions.create", { key: "agent:main:cron:asker" });
+        await op.call("sessions.create", { key: "agent:main:cron:target" });
+        const sent = await op.call<{ status: string; runId: string }>("tools.invoke", {
+          tool: "sessions_send",
+          args: { sessionKey: "agent:main:cron:target", message: "ping", timeoutSeconds: 0 },
+          as: "agent:main:cron:asker",
+        });
+        expect(sent.status).toBe("accepted");
+        const claims = async () =>
+          (
+            await adminQuery<{ kind: string; run_id: string }>(
+              `SELECT kind, run_id FROM "${schema}".flow_claims`,
+            )
+          ).rows;
+        // A cron target has no route and no announce to skip: only a reply turn is a step.
+        expect(await claims()).toEqual(turns === 0 ? [] : [{ kind: "send", run_id: sent.runId }]);
+        answer();
+        expect(await op.call("agent.wait", { runId: sent.runId })).toMatchObject({
+          status: "ok",
+          reply: "pong",
+        });
+        // The reply turn (skipped by the worker) ends the follow-up, and its claim goes.
+        for (let tries = 0; (await claims()).length > 0 && tries < 100; tries++)
+          await new Promise((resolve) => setTimeout(resolve, 50));
+        expect(await claims()).toEqual([]);
+        expect(worker.runs.length).toBe(turns === 0 ? 1 : 2);
+        worker.close();
+        await gw.close();
+        gw = undefined;
+      }
+    });
   },
 );
