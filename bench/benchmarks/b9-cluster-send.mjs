@@ -3,7 +3,7 @@
 // run waits in the cluster's queue, the worker's instance adopts it, the end reaches the caller's
 // instance through the event log). Compared with one instance on the same store in the same run.
 // Skipped with a notice without PostgreSQL.
-import { benchCluster, pgUnavailable } from "../lib/cluster.mjs";
+import { benchCluster, pgUnavailable, postgresCpuMs } from "../lib/cluster.mjs";
 import { figure, repeated } from "../lib/report.mjs";
 import { now, quantile, sleep } from "../lib/stats.mjs";
 import { Peer, startInstantWorker } from "../lib/ws-peer.mjs";
@@ -28,7 +28,13 @@ const sendFrame = (index, n) => ({
   as: `agent:main:bench:from-${index}`,
 });
 
-async function load(peers, seconds) {
+/**
+ * One rep of closed-loop sends; with `processes` (gateways with `cpuMs()`), the CPU they and the
+ * PostgreSQL server's processes (when local) spent per send.
+ */
+async function load(peers, seconds, processes = []) {
+  const cpuBefore = processes.map((gateway) => gateway.cpuMs());
+  const pgBefore = postgresCpuMs();
   const latencies = [];
   let errors = 0;
   let firstError;
@@ -54,7 +60,16 @@ async function load(peers, seconds) {
     }),
   );
   const elapsed = (now() - started) / 1000;
-  return { rate: latencies.length / elapsed, p50: quantile(latencies, 0.5), errors, firstError };
+  const pgAfter = postgresCpuMs();
+  const sends = latencies.length;
+  return {
+    rate: sends / elapsed,
+    p50: quantile(latencies, 0.5),
+    gatewayCpu: processes.reduce((sum, gateway, i) => sum + gateway.cpuMs() - cpuBefore[i], 0) / sends,
+    postgresCpu: pgBefore === undefined || pgAfter === undefined ? undefined : (pgAfter - pgBefore) / sends,
+    errors,
+    firstError,
+  };
 }
 
 /**
@@ -82,16 +97,23 @@ async function prepare(workerGateway, callerGateway) {
     close();
     throw error;
   }
-  return { load: (seconds) => load(peers, seconds), close };
+  const processes = workerGateway === callerGateway ? [workerGateway] : [workerGateway, callerGateway];
+  return { load: (seconds) => load(peers, seconds, processes), close };
 }
 
 /** Medians of one configuration's reps. */
 async function summarise(runs) {
   const rate = await repeated(runs.length, (rep) => runs[rep].rate);
   const p50 = await repeated(runs.length, (rep) => runs[rep].p50);
+  const gatewayCpu = await repeated(runs.length, (rep) => runs[rep].gatewayCpu);
+  const postgresCpu = runs.every((run) => run.postgresCpu !== undefined)
+    ? await repeated(runs.length, (rep) => runs[rep].postgresCpu)
+    : undefined;
   return {
     rate,
     p50,
+    gatewayCpu,
+    postgresCpu,
     errors: runs.reduce((sum, run) => sum + run.errors, 0),
     firstError: runs.find((run) => run.firstError)?.firstError,
   };
@@ -154,6 +176,26 @@ export async function run(params) {
         baseline: single.p50.value,
         baselineLabel: "one instance",
       }),
+      // What scale-out costs in work: on 2 cores shared with PostgreSQL and the runner, the ratio
+      // above follows these (see docs/decisions.md, B9).
+      figure({
+        label: "  2 instances: gateway CPU per send (both)",
+        value: spread.gatewayCpu.value,
+        unit: "ms",
+        baseline: single.gatewayCpu.value,
+        baselineLabel: "one instance",
+      }),
+      ...(spread.postgresCpu && single.postgresCpu
+        ? [
+            figure({
+              label: "  2 instances: PostgreSQL CPU per send",
+              value: spread.postgresCpu.value,
+              unit: "ms",
+              baseline: single.postgresCpu.value,
+              baselineLabel: "one instance",
+            }),
+          ]
+        : []),
     ],
     pass: ratio >= TARGET_RATIO && spread.errors === 0 && single.errors === 0,
     sizes: { concurrency: CONCURRENCY, connections: CONNECTIONS, secondsPerRep: params.b5Seconds },

@@ -1,7 +1,7 @@
 // Helpers of the cluster benchmarks (B9, B10): a PostgreSQL server to run on (BENCH_PG_URL, else
 // SWITCHBOARD_TEST_PG_URL, else the local default), a schema of their own dropped afterwards, and
 // gateway instances on it (bench/lib/gateway-child.mjs with a postgres store).
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -54,4 +54,35 @@ export async function benchCluster(name, config) {
       await dropTestSchema(schema, pgUrl());
     },
   };
+}
+
+/**
+ * CPU time (ms) of every process of the local PostgreSQL server (processes named `postgres`, from
+ * /proc), or undefined when the server is not on this machine or /proc cannot tell.
+ */
+export function postgresCpuMs() {
+  const host = new URL(pgUrl()).hostname;
+  if (host !== "127.0.0.1" && host !== "localhost" && host !== "") return undefined;
+  let total = 0;
+  let found = 0;
+  let pids;
+  try {
+    pids = readdirSync("/proc").filter((name) => /^\d+$/.test(name));
+  } catch {
+    return undefined;
+  }
+  for (const pid of pids) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const name = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+      if (name !== "postgres") continue;
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      // utime and stime (fields 14 and 15 of stat(5); the slice starts at field 3), 100 Hz ticks.
+      total += (Number(fields[11]) + Number(fields[12])) * 10;
+      found += 1;
+    } catch {
+      // The process ended meanwhile.
+    }
+  }
+  return found > 0 ? total : undefined;
 }
