@@ -18,6 +18,8 @@ export type RunDispatcher = (
   record: RunRecord,
   worker: Connection,
   deadline: number | undefined,
+  /** The run's session row, when the scheduler read it just before (else it is read here). */
+  session?: SessionEntry,
 ) => Promise<void>;
 
 const EMPTY_TOOLS = { list: [], json: "[]" };
@@ -80,8 +82,8 @@ export function runAssignment(
   bus: EventLog,
   telemetry?: Pick<RunObserver, "traceparent">,
 ): RunDispatcher {
-  return async (record, worker, deadline) => {
-    const entry = await sessions.require(record.sessionKey);
+  return async (record, worker, deadline, session) => {
+    const entry = session ?? (await sessions.require(record.sessionKey));
     const recent = await sessions.recentMessages(entry, 21);
     const history = recent
       .filter((item) => item.runId !== record.runId)

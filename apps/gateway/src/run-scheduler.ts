@@ -5,6 +5,7 @@ import {
   type Level,
   type Provenance,
   type RunRecord,
+  type SessionEntry,
   type SpawnRecord,
   type Store,
   SwitchboardError,
@@ -168,11 +169,23 @@ export class RunScheduler {
 
   /** Why a run can no longer start in its session (reset, deleted or archived since it was queued). */
   private async sessionGone(record: RunRecord): Promise<string | undefined> {
-    const entry = await this.sessions.get(record.sessionKey);
-    if (!entry) return `session ${record.sessionKey} was deleted or archived before the run started`;
+    return this.sessionCheck(record).then((checked) => checked.gone);
+  }
+
+  /**
+   * Why the run's session can no longer take it (deleted, archived, reset), else its row.
+   * `known`: the row as read just now by the caller (a cluster claim reads it).
+   */
+  private async sessionCheck(
+    record: RunRecord,
+    known?: { session: SessionEntry | undefined },
+  ): Promise<{ gone: string; entry?: undefined } | { gone?: undefined; entry: SessionEntry }> {
+    const entry = known ? known.session : await this.sessions.get(record.sessionKey);
+    if (!entry)
+      return { gone: `session ${record.sessionKey} was deleted or archived before the run started` };
     if (entry.sessionId !== record.sessionId)
-      return `session ${record.sessionKey} was reset before the run started`;
-    return undefined;
+      return { gone: `session ${record.sessionKey} was reset before the run started` };
+    return { entry };
   }
 
   get(runId: string): ActiveRun | undefined {
@@ -252,7 +265,7 @@ export class RunScheduler {
       // crash before that leaves it `running`, which ends `error` at restart.
       if (record.status === "running" && active.worker === worker) {
         this.armTimeout(active);
-        void this.started(active, worker).catch((error) => this.dispatchFailed(active, error));
+        void this.started(active, worker, entry).catch((error) => this.dispatchFailed(active, error));
       }
     }
     if (input) {
@@ -459,7 +472,10 @@ export class RunScheduler {
    * A run from the cluster's queue, claimed for this instance: handed to a free local worker of its
    * agent. False when none is free any more or its lane is busy here (the caller hands it back).
    */
-  adopt(record: RunRecord, options: { started?: boolean } = {}): boolean {
+  adopt(
+    record: RunRecord,
+    options: { started?: boolean; session?: { session: SessionEntry | undefined } } = {},
+  ): boolean {
     if (this.stopping || TERMINAL_RUN_STATUSES.includes(record.status)) return false;
     const laneKey = laneKeyOf(record);
     if (this.lanes.holder(laneKey) !== undefined || this.active.get(record.runId)) return false;
@@ -469,7 +485,9 @@ export class RunScheduler {
     this.active.add(active);
     this.armTimeout(active);
     this.lanes.claim(laneKey, record.runId);
-    void this.dispatch(active, worker, options.started).catch((error) => this.dispatchFailed(active, error));
+    void this.dispatch(active, worker, options.started, options.session).catch((error) =>
+      this.dispatchFailed(active, error),
+    );
     return true;
   }
 
@@ -502,14 +520,22 @@ export class RunScheduler {
     }
   }
 
-  /** `stored`: the record is stored `running` already (a cluster claim did it, see `adopt`). */
-  private async dispatch(active: ActiveRun, worker: Connection, stored = false): Promise<void> {
+  /**
+   * `stored`: the record is stored `running` already (a cluster claim did it, see `adopt`), which
+   * also read the session's row (`known`).
+   */
+  private async dispatch(
+    active: ActiveRun,
+    worker: Connection,
+    stored = false,
+    known?: { session: SessionEntry | undefined },
+  ): Promise<void> {
     const record = active.record;
     // The slot is taken before the first await, so concurrent pumps see the worker's true load.
     active.worker = worker;
     this.workers.take(worker, record.runId);
-    const gone = await this.sessionGone(record);
-    if (gone) {
+    const { gone, entry } = await this.sessionCheck(record, known);
+    if (gone !== undefined) {
       await this.finish(record, "error", { error: gone });
       return;
     }
@@ -520,11 +546,15 @@ export class RunScheduler {
       await this.store.runs.put(record);
     }
     if (TERMINAL_RUN_STATUSES.includes(record.status)) return;
-    await this.started(active, worker);
+    // The row read for the check above goes on to `run.assigned`, which reads it no more.
+    await this.started(active, worker, entry);
   }
 
-  /** The run is stored `running`: announce it and hand it to its worker. */
-  private async started(active: ActiveRun, worker: Connection): Promise<void> {
+  /**
+   * The run is stored `running`: announce it and hand it to its worker. `session`: the run's
+   * session row if the caller read it just before (`run.assigned` then reads it no more).
+   */
+  private async started(active: ActiveRun, worker: Connection, session?: SessionEntry): Promise<void> {
     const record = active.record;
     if (this.cluster) {
       await this.cluster.claim(record);
@@ -543,7 +573,7 @@ export class RunScheduler {
       },
       { sessionKey: record.sessionKey, agentId: record.agentId },
     );
-    await this.assign(record, worker, active.deadline);
+    await this.assign(record, worker, active.deadline, session);
   }
 
   /** The worker connection currently executing the run, checked against the caller. */

@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import type { RunRecord } from "@switchboard/core";
+import type { RunRecord, SessionEntry } from "@switchboard/core";
 import { type Cluster, openCluster, openPostgresStore } from "@switchboard/store-pg";
 import {
   adminQuery,
@@ -42,14 +42,17 @@ class FakeLocal implements LocalRuns {
   free: string[] = [];
   /** Records offered to `adopt`, as offered (refused: the slot was taken meanwhile). */
   readonly refused: RunRecord[] = [];
+  /** The session rows offered with them (undefined: none read; `{ session: undefined }`: gone). */
+  readonly sessions: Array<{ session: SessionEntry | undefined } | undefined> = [];
   connectedAgents(): string[] {
     return this.agents;
   }
   agentsWithFreeSlot(): string[] {
     return this.free;
   }
-  adopt(record: RunRecord): boolean {
+  adopt(record: RunRecord, options: { session?: { session: SessionEntry | undefined } } = {}): boolean {
     this.refused.push(structuredClone(record));
+    this.sessions.push(options.session);
     this.free = [];
     return false;
   }
@@ -158,6 +161,16 @@ describe.skipIf(unavailable !== undefined && process.env.SWITCHBOARD_REQUIRE_PG 
       const store = postgres!;
       const record = queuedRun();
       await store.runs.put(record);
+      const session: SessionEntry = {
+        key: record.sessionKey,
+        sessionId: record.sessionId,
+        agentId: "main",
+        createdAt: 1_700_000_000_000,
+        updatedAt: 1_700_000_000_000,
+        taint: "PUBLIC",
+        clearance: "INTERNAL",
+      };
+      await store.sessions.put(session);
       await cluster.lanes.enqueue(`${record.sessionKey}|nested`, record.runId, { agentId: "main" });
       // One free slot, taken by the time the claim comes back.
       local.agents = ["main"];
@@ -170,6 +183,8 @@ describe.skipIf(unavailable !== undefined && process.env.SWITCHBOARD_REQUIRE_PG 
       // The claim had stored it `running` (what the refused adoption was offered)…
       expect(local.refused).toHaveLength(1);
       expect(local.refused[0]).toMatchObject({ status: "running", attempts: 1 });
+      // The claim read the session's row as well: the scheduler checks and assigns with it.
+      expect(local.sessions).toEqual([{ session: expect.objectContaining(session) }]);
       // …and the refusal stored it back as it was before the claim.
       expect(await store.runs.get(record.runId)).toEqual(record);
     });

@@ -2,6 +2,7 @@ import { createHash } from "node:crypto";
 import {
   type EventPayload,
   type RunRecord,
+  type SessionEntry,
   type Store,
   SwitchboardError,
   TERMINAL_RUN_STATUSES,
@@ -27,7 +28,11 @@ export interface LocalRuns {
   agentsWithFreeSlot(): string[];
   connectedAgents(): string[];
   /** `started`: the claim stored the record `running` already (attempts counted, startedAt set). */
-  adopt(record: RunRecord, options?: { started?: boolean }): boolean;
+  /** `session`: the run's session row as the claim read it (absent: not read; its `session` undefined: gone). */
+  adopt(
+    record: RunRecord,
+    options?: { started?: boolean; session?: { session: SessionEntry | undefined } },
+  ): boolean;
 }
 
 /** The LISTEN channel on which instances are told a run waits in the cluster's queue. */
@@ -399,7 +404,9 @@ export class ClusterRuns {
         continue;
       }
       this.adopted.add(record.runId);
-      if (!local.adopt(record, { started: claim.started === true })) {
+      // With the record, the claim read the session's row too (none: the session is gone).
+      const session = claim.record ? { session: claim.session } : undefined;
+      if (!local.adopt(record, { started: claim.started === true, ...(session ? { session } : {}) })) {
         this.adopted.delete(record.runId);
         // Taken meanwhile here: back to `queued` as it was, and to the head of its lane for the next
         // free worker anywhere.

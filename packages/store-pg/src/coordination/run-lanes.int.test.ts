@@ -1,4 +1,4 @@
-import { sampleRun } from "@switchboard/core/testing";
+import { sampleRun, sampleSession } from "@switchboard/core/testing";
 import { expect, it } from "vitest";
 import { describeWithPg, TEST_PG_URL } from "../../test/pg-harness";
 import { openPostgresStore } from "../pg-store";
@@ -202,13 +202,17 @@ await describeWithPg("cluster run lanes", () => {
       await store.runs.put(run);
       await lanes.enqueue(`${run.sessionKey}|main`, run.runId, { agentId: "w" });
     }
+    // Its session's row comes with the claim (a session deleted since: none).
+    const session = sampleSession({ key: "agent:w:one", agentId: "w", sessionId: fresh.sessionId });
+    await store.sessions.put(session);
     const claims = new Map<string, Awaited<ReturnType<typeof lanes.claimNext>>>();
     for (let n = 0; n < 3; n++) {
       const claim = await lanes.claimNext(["w"], { startAt: 7777 });
       claims.set(claim!.runId, claim);
     }
     const started = { ...fresh, status: "running", startedAt: 7777, attempts: 1 };
-    expect(claims.get("run-fresh")).toMatchObject({ started: true, record: started });
+    expect(claims.get("run-fresh")).toMatchObject({ started: true, record: started, session });
+    expect(claims.get("run-again")!.session).toBeUndefined();
     expect(await store.runs.get("run-fresh")).toEqual(started);
     expect(claims.get("run-again")).toMatchObject({
       started: true,

@@ -2,6 +2,7 @@ import {
   isSwitchboardError,
   type RunRecord,
   type RunRegistryStore,
+  type SessionEntry,
   SwitchboardError,
 } from "@switchboard/core";
 import { isUniqueViolation } from "../errors";
@@ -22,6 +23,11 @@ export interface RunClaim {
    * `record` is that stored record, its `attempts` counted and `startedAt` set (kept if it had one).
    */
   started?: boolean;
+  /**
+   * The session row of the run's `sessionKey` as it was at the claim (with `record`; undefined
+   * when the session is gone): what the claimer would read right after to check and assign it.
+   */
+  session?: SessionEntry;
 }
 
 /**
@@ -166,8 +172,10 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
       // `startAt` it also stores the run `running`, where the claimer would write it right after.
       const records = await withRecords;
       const start = records && startAt !== undefined;
+      const session = (run: string) =>
+        `(SELECT s.row FROM ${q("sessions")} s WHERE s.key = (SELECT r.session_key FROM ${q("runs")} r WHERE r.run_id = ${run}))`;
       const record = records
-        ? `, (SELECT r.row FROM ${q("runs")} r WHERE r.run_id = c.run_id) AS record`
+        ? `, (SELECT r.row FROM ${q("runs")} r WHERE r.run_id = c.run_id) AS record, ${session("c.run_id")} AS session`
         : "";
       const version = `nextval('${q("row_versions").replaceAll("'", "''")}')`;
       const claimed = `INSERT INTO ${claims} AS c (run_id, lane_key, agent_id, instance_id, attempts)
@@ -187,7 +195,8 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
                RETURNING r.run_id, r.row
              )
              SELECT c.run_id, c.lane_key, c.agent_id, c.attempts, started.run_id IS NOT NULL AS started,
-               coalesce(started.row, (SELECT r.row FROM ${q("runs")} r WHERE r.run_id = c.run_id)) AS record
+               coalesce(started.row, (SELECT r.row FROM ${q("runs")} r WHERE r.run_id = c.run_id)) AS record,
+               ${session("c.run_id")} AS session
              FROM claimed c LEFT JOIN started ON started.run_id = c.run_id`
         : `
              ${claimed}
@@ -203,6 +212,7 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
             attempts: number;
             record?: RunRecord | null;
             started?: boolean;
+            session?: SessionEntry | null;
           }>(
             "claiming the next run",
             `WITH head AS (
@@ -228,6 +238,7 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
                 attempts: row.attempts,
                 ...(row.record ? { record: row.record } : {}),
                 ...(row.started ? { started: true } : {}),
+                ...(row.session ? { session: row.session } : {}),
               }
             : undefined;
         } catch (error) {
