@@ -352,9 +352,18 @@ export class AgentFlows {
    * its primary run is going is still used here, but not taken over if this instance dies.
    */
   private followUpHasSteps(requester: SessionEntry, target: SessionEntry): boolean {
-    const turns = this.config.session.agentToAgent.maxPingPongTurns;
-    if (turns > 0 && requester.key !== target.key && !this.hostDriven.has(requester.key)) return true;
+    if (this.takesReplyTurns(requester.key, target.key)) return true;
     return this.sessions.route(target) !== undefined || this.sessions.isChannelBound(target);
+  }
+
+  /** Reply turns follow a send: some are configured, and the requester has a worker turn to take. */
+  private takesReplyTurns(requesterKey: string, targetKey: string): boolean {
+    // A host-driven requester (MCP) has no worker turn to take: its host already has the reply.
+    return (
+      this.config.session.agentToAgent.maxPingPongTurns > 0 &&
+      requesterKey !== targetKey &&
+      !this.hostDriven.has(requesterKey)
+    );
   }
 
   /**
@@ -418,8 +427,7 @@ export class AgentFlows {
     let latestFrom = targetKey;
     const turns = this.config.session.agentToAgent.maxPingPongTurns;
     const requester = await this.sessions.get(requesterKey);
-    // A host-driven requester (MCP) has no worker turn to take: its host already has the reply.
-    if (turns > 0 && requester && requesterKey !== targetKey && !this.hostDriven.has(requesterKey)) {
+    if (requester && this.takesReplyTurns(requesterKey, targetKey)) {
       for (let turn = 1; turn <= turns; turn++) {
         const speakerKey = turn % 2 === 1 ? requesterKey : targetKey;
         const otherKey = speakerKey === requesterKey ? targetKey : requesterKey;

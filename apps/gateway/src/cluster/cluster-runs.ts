@@ -27,8 +27,10 @@ const REASSIGN_WAIT_MS = 1500;
 export interface LocalRuns {
   agentsWithFreeSlot(): string[];
   connectedAgents(): string[];
-  /** `started`: the claim stored the record `running` already (attempts counted, startedAt set). */
-  /** `session`: the run's session row as the claim read it (absent: not read; its `session` undefined: gone). */
+  /**
+   * `started`: the claim stored the record `running` already (attempts counted, startedAt set).
+   * `session`: the run's session row as the claim read it (absent: not read; `session` undefined: gone).
+   */
   adopt(
     record: RunRecord,
     options?: { started?: boolean; session?: { session: SessionEntry | undefined } },

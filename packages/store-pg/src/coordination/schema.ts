@@ -207,7 +207,8 @@ export const COORDINATION_MIGRATIONS: readonly Migration[] = [
     name: "a wait's check and record commit without waiting for the WAL flush",
     // `try_wait` holds the cluster-wide wait lock until its commit, and a synchronous commit waits
     // for the WAL flush (an fsync) with the lock held: every send with a wait in the cluster queued
-    // behind one fsync at a time (~350 sends/s on the benchmark machine, whatever the instances).
+    // behind one fsync at a time (1.78 ms a call on average in B9 over two instances, 0.24 after).
+    // A released migration is never edited, so the function is restated whole with the one change.
     // A wait row is transient state of a live flow, not data: losing the last ones in a crash of
     // the server can at worst miss a cycle, which the sends' own timeouts then end. Its commit is
     // asynchronous, so the lock is held for the walk and the insert only. Later synchronous commits
