@@ -156,12 +156,11 @@ async function openPeers(url, count, connect) {
 function capacityNote(at) {
   if (!at) return undefined;
   const cores = os.availableParallelism();
-  const busy = at.serverCpuShare.value + at.runnerCpuShare.value;
-  const cpuPerSend = busy / at.rate.value;
-  const gatewayUs = (at.serverCpuShare.value / at.rate.value) * 1e6;
+  // The gateway's share is the figure printed above; the runner's comes from its busy share.
+  const gatewayUs = at.serverCpuPerRequest.value * 1000;
   const runnerUs = (at.runnerCpuShare.value / at.rate.value) * 1e6;
-  const ceiling = cores / cpuPerSend;
-  return `capacity at concurrency ${TARGET_RATE_AT}: ${(cpuPerSend * 1e6).toFixed(0)} µs of CPU per send (gateway ${gatewayUs.toFixed(0)}, runner ${runnerUs.toFixed(0)}); ${cores} cores allow at most ${Math.round(ceiling)} sends/s at that cost, however spread over threads (the target needs <= ${((cores / TARGET_RATE) * 1e6).toFixed(0)} µs)`;
+  const perSendUs = gatewayUs + runnerUs;
+  return `capacity at concurrency ${TARGET_RATE_AT}: ${perSendUs.toFixed(0)} µs of CPU per send (gateway ${gatewayUs.toFixed(0)}, runner ${runnerUs.toFixed(0)}); ${cores} cores allow at most ${Math.round((cores * 1e6) / perSendUs)} sends/s at that cost, however spread over threads (the target needs <= ${((cores / TARGET_RATE) * 1e6).toFixed(0)} µs)`;
 }
 
 export async function run(params) {
