@@ -36,8 +36,12 @@ afterEach(async () => {
   }
 });
 
-/** The scheduler's side: which agents have workers and free slots here; every adoption is refused. */
+/**
+ * The scheduler's side: which agents have workers and free slots here; every adoption is refused
+ * unless `accept` takes it.
+ */
 class FakeLocal implements LocalRuns {
+  accept: ((record: RunRecord) => boolean) | undefined;
   agents: string[] = [];
   free: string[] = [];
   /** Records offered to `adopt`, as offered (refused: the slot was taken meanwhile). */
@@ -51,6 +55,7 @@ class FakeLocal implements LocalRuns {
     return this.free;
   }
   adopt(record: RunRecord, options: { session?: { session: SessionEntry | undefined } } = {}): boolean {
+    if (this.accept) return this.accept(record);
     this.refused.push(structuredClone(record));
     this.sessions.push(options.session);
     this.free = [];
@@ -187,6 +192,60 @@ describe.skipIf(unavailable !== undefined && process.env.SWITCHBOARD_REQUIRE_PG 
       expect(local.sessions).toEqual([{ session: expect.objectContaining(session) }]);
       // …and the refusal stored it back as it was before the claim.
       expect(await store.runs.get(record.runId)).toEqual(record);
+    });
+
+    it("claims runs by the names their wake-ups give, none found missing, while its runs end", async () => {
+      const { cluster, runs, local, stored, schema } = await start();
+      // Every claim this instance makes, and those that found nothing to take.
+      let claims = 0;
+      let empty = 0;
+      const claimNext = cluster.lanes.claimNext.bind(cluster.lanes);
+      cluster.lanes.claimNext = async (agents, options) => {
+        claims += 1;
+        const claim = await claimNext(agents, options);
+        if (!claim) empty += 1;
+        return claim;
+      };
+      // Four worker slots; each run ends a few milliseconds after its adoption, freeing its slot
+      // and its lane (a released lane used to send a claim of the queue's head after runs that
+      // wake-ups had named already).
+      const adopted: string[] = [];
+      let running = 0;
+      local.agents = ["main"];
+      local.free = ["main"];
+      local.accept = (record) => {
+        adopted.push(record.runId);
+        running += 1;
+        if (running >= 4) local.free = [];
+        setTimeout(() => {
+          running -= 1;
+          local.free = ["main"];
+          void runs.release(record);
+        }, 3);
+        return true;
+      };
+      runs.workersChanged();
+      await expect.poll(() => listeners(schema), { timeout: 5_000 }).toBe(1);
+      const queued: string[] = [];
+      // Eight callers, each queuing its next run once its last one was adopted.
+      await Promise.all(
+        Array.from({ length: 8 }, async (_, caller) => {
+          for (let n = 0; n < 10; n++) {
+            const record = { ...queuedRun(), sessionKey: `agent:main:c${caller}-${n}` };
+            stored.set(record.runId, record);
+            queued.push(record.runId);
+            await cluster.lanes.enqueue(`${record.sessionKey}|nested`, record.runId, {
+              agentId: "main",
+              notify: runChannel(schema),
+            });
+            await expect.poll(() => adopted.includes(record.runId), { timeout: 5_000 }).toBe(true);
+          }
+        }),
+      );
+      expect([...adopted].sort()).toEqual([...queued].sort());
+      // One claim per run; at most the few made at start and by the one-second poll found nothing.
+      expect(empty).toBeLessThanOrEqual(2);
+      expect(claims).toBeLessThanOrEqual(queued.length + 2);
     });
 
     it("listens for queued runs only while it has workers", async () => {
