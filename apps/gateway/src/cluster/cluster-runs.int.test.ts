@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { RunRecord, SessionEntry } from "@switchboard/core";
-import { type Cluster, openCluster, openPostgresStore } from "@switchboard/store-pg";
+import { type Cluster, listenerApplicationName, openCluster, openPostgresStore } from "@switchboard/store-pg";
 import {
   adminQuery,
   dropTestSchema,
@@ -72,7 +72,14 @@ async function start(options: { postgres?: boolean } = {}) {
   const postgres = options.postgres
     ? await openPostgresStore({ url: testPgUrl(), schema, pool: { max: 2 } })
     : undefined;
-  const cluster = await openCluster({ url: testPgUrl(), schema, instanceId: randomUUID(), logger: silent });
+  const applicationName = `sb-clruns-${randomUUID().slice(0, 8)}`;
+  const cluster = await openCluster({
+    url: testPgUrl(),
+    schema,
+    instanceId: randomUUID(),
+    logger: silent,
+    applicationName,
+  });
   const bus = new EventBus();
   const reads: string[] = [];
   const stored = new Map<string, RunRecord>();
@@ -88,7 +95,7 @@ async function start(options: { postgres?: boolean } = {}) {
   const local = new FakeLocal();
   opened.push({ cluster, runs, schema, ...(postgres ? { close: () => postgres.close() } : {}) });
   await runs.start(local);
-  return { cluster, runs, bus, reads, stored, local, schema, postgres };
+  return { cluster, runs, bus, reads, stored, local, schema, postgres, applicationName };
 }
 
 function queuedRun(): RunRecord {
@@ -122,10 +129,11 @@ function publishEnd(bus: EventBus, record: RunRecord, reply: string): void {
   );
 }
 
-async function listeners(schema: string): Promise<number> {
+/** Server processes of the instance's listener connection (its events and, with workers, its runs). */
+async function listeners(applicationName: string): Promise<number> {
   const found = await adminQuery<{ count: string }>(
-    "SELECT count(*) AS count FROM pg_stat_activity WHERE datname = current_database() AND query = $1",
-    [`LISTEN ${runChannel(schema)}`],
+    "SELECT count(*) AS count FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1",
+    [listenerApplicationName(applicationName)],
   );
   return Number(found.rows[0]!.count);
 }
@@ -225,7 +233,9 @@ describe.skipIf(unavailable !== undefined && process.env.SWITCHBOARD_REQUIRE_PG 
         return true;
       };
       runs.workersChanged();
-      await expect.poll(() => listeners(schema), { timeout: 5_000 }).toBe(1);
+      await expect
+        .poll(() => cluster.coordination.listener.listening(runChannel(schema)), { timeout: 5_000 })
+        .toBe(true);
       const queued: string[] = [];
       // Eight callers, each queuing its next run once its last one was adopted.
       await Promise.all(
@@ -248,15 +258,21 @@ describe.skipIf(unavailable !== undefined && process.env.SWITCHBOARD_REQUIRE_PG 
       expect(claims).toBeLessThanOrEqual(queued.length + 2);
     });
 
-    it("listens for queued runs only while it has workers", async () => {
-      const { runs, local, schema } = await start();
-      expect(await listeners(schema)).toBe(0);
+    it("listens for queued runs only while it has workers, on the event log's connection", async () => {
+      const { runs, local, schema, cluster, applicationName } = await start();
+      const listener = cluster.coordination.listener;
+      const channel = runChannel(schema);
+      expect(listener.listening(channel)).toBe(false);
+      expect(await listeners(applicationName)).toBe(1);
       local.agents = ["main"];
       runs.workersChanged();
-      await expect.poll(() => listeners(schema), { timeout: 5_000 }).toBe(1);
+      await expect.poll(() => listener.listening(channel), { timeout: 5_000 }).toBe(true);
+      // The run wake-ups share the instance's one listener connection with its events.
+      expect(await listeners(applicationName)).toBe(1);
       local.agents = [];
       runs.workersChanged();
-      await expect.poll(() => listeners(schema), { timeout: 5_000 }).toBe(0);
+      await expect.poll(() => listener.channels().includes(channel), { timeout: 5_000 }).toBe(false);
+      expect(listener.listening(channel)).toBe(false);
     });
   },
 );

@@ -16,7 +16,6 @@ import { runEndedPayload, toWaitResult, type WaitResult, waitResultOfEnded } fro
 const CLAIM_RETRY_MS = 25;
 /** Safety-net poll of the cluster's queue (a wake-up lost with a half-open listener connection). */
 const PULL_POLL_MS = 1000;
-const RELISTEN_MS = 250;
 const PARALLEL_DRAINS = 4;
 /** Wake-up names kept for runs not yet tried here (see `wakeups`). */
 const MAX_WAKEUPS = 10_000;
@@ -84,12 +83,12 @@ export class ClusterRuns {
   private unnamedMayHold = true;
   private unnamedEpoch = 0;
   private pullAgain = false;
-  private listener: Awaited<ReturnType<Cluster["coordination"]["connect"]>> | undefined;
+  /** Set while the run channel is listened to (see `listenWhileWorkers`). */
+  private unlisten: (() => Promise<void>) | undefined;
+  /** Changes of listening, one at a time. */
+  private listenChange: Promise<void> = Promise.resolve();
   private stopped = false;
   private readonly poll: NodeJS.Timeout;
-  private relisten: NodeJS.Timeout | undefined;
-  /** A LISTEN being set up (see `listenWhileWorkers`). */
-  private listening: Promise<void> | undefined;
   /** Reads of ended runs in flight (see `readEnded`). */
   private readonly endReads = new Map<string, Promise<RunRecord | undefined>>();
   /** Runs adopted from the cluster's queue whose lane claim `claimNext` already holds here. */
@@ -134,31 +133,38 @@ export class ClusterRuns {
   }
 
   /**
-   * Listens for queued runs only while this instance has workers to run them. PostgreSQL wakes
-   * every listening connection of the database on each NOTIFY, whatever its channel: an instance
-   * with no workers (callers only) listening would cost the server a wake-up per queued run for
-   * nothing, since it could not adopt the run anyway.
+   * Listens for queued runs only while this instance has workers to run them: an instance with no
+   * workers (callers only) could not adopt a run anyway. The channel is one of the instance's
+   * listener connection (shared with the event log, which always listens), which re-opens itself
+   * when lost; each (re)connection is followed by a look at the queue for runs queued meanwhile.
    */
-  private async listenWhileWorkers(): Promise<void> {
-    const wanted = !this.stopped && this.hasWorkers();
-    if (wanted && !this.listener && !this.listening) {
-      this.listening = this.listen()
-        .then(() => this.pull())
-        .catch((error: unknown) => {
-          this.log.warn({ err: error }, "could not listen for queued runs; polling until it can");
-          this.scheduleRelisten();
-        })
-        .finally(() => {
-          this.listening = undefined;
-        });
-      await this.listening;
-    } else if (!wanted && this.listener) {
-      const client = this.listener;
-      this.listener = undefined;
-      clearTimeout(this.relisten);
-      this.relisten = undefined;
-      await client.end().catch(() => undefined);
-    }
+  private listenWhileWorkers(): Promise<void> {
+    this.listenChange = this.listenChange
+      .then(async () => {
+        const wanted = !this.stopped && this.hasWorkers();
+        if (wanted && !this.unlisten) {
+          this.unlisten = await this.cluster.coordination.listener.listen(
+            runChannel(this.cluster.coordination.schema),
+            {
+              notify: (payload) => {
+                // One notification per queued run, naming it: take that one (asking again found
+                // nothing almost every time). A wake-up without a name (a reassignment) takes
+                // whichever heads the queue.
+                if (payload) this.addWakeup(payload);
+                else this.markUnnamed();
+                this.drainSoon();
+              },
+              connected: () => this.pull(),
+            },
+          );
+        } else if (!wanted && this.unlisten) {
+          const unlisten = this.unlisten;
+          this.unlisten = undefined;
+          await unlisten();
+        }
+      })
+      .catch((error: unknown) => this.log.warn({ err: error }, "could not change listening for queued runs"));
+    return this.listenChange;
   }
 
   private hasWorkers(): boolean {
@@ -169,49 +175,9 @@ export class ClusterRuns {
     this.stopped = true;
     for (const timer of this.queuedTimers) clearTimeout(timer);
     clearInterval(this.poll);
-    clearTimeout(this.relisten);
     this.handedOffSubscription?.();
     this.handedOff.clear();
-    void this.listener?.end().catch(() => undefined);
-  }
-
-  private async listen(): Promise<void> {
-    if (this.stopped) return;
-    const client = await this.cluster.coordination.connect("run wake-ups");
-    const lost = () => {
-      if (this.listener !== client) return;
-      this.listener = undefined;
-      void client.end().catch(() => undefined);
-      this.scheduleRelisten();
-    };
-    client.on("error", lost);
-    client.on("end", lost);
-    client.on("notification", (message) => {
-      // One notification per queued run, naming it: take that one (asking again found nothing almost
-      // every time). A wake-up without a name (a reassignment) takes whichever heads the queue.
-      if (message.payload) this.addWakeup(message.payload);
-      else this.markUnnamed();
-      this.drainSoon();
-    });
-    await client.query(`LISTEN ${runChannel(this.cluster.coordination.schema)}`);
-    this.listener = client;
-    // Stopped, or the last worker left, while the connection was being set up.
-    if (this.stopped || !this.hasWorkers()) {
-      this.listener = undefined;
-      void client.end().catch(() => undefined);
-    }
-  }
-
-  private scheduleRelisten(): void {
-    if (this.stopped || this.relisten) return;
-    this.relisten = setTimeout(() => {
-      this.relisten = undefined;
-      if (!this.hasWorkers()) return;
-      void this.listen()
-        .then(() => this.pull())
-        .catch(() => this.scheduleRelisten());
-    }, RELISTEN_MS);
-    this.relisten.unref();
+    void this.listenWhileWorkers();
   }
 
   /** Agents with a worker on another live instance (read every second). */

@@ -14,7 +14,13 @@ import { toStoreError } from "../errors";
 import { quoteIdent } from "../migrations";
 import { connectionConfig, openPool } from "../pool";
 import { describeTarget, passwordOf } from "../url";
+import { type ChannelListener, openChannelListener } from "./listener";
 import { ensureCoordinationSchema } from "./schema";
+
+/** `application_name` of an instance's listener connection (at most 63 bytes, as the server keeps). */
+export function listenerApplicationName(applicationName: string): string {
+  return `${applicationName.slice(0, 63 - ":listen".length)}:listen`;
+}
 
 export const CoordinationOptionsSchema = z.strictObject({
   /** `postgres://user:password@host:port/database`; the password never appears in logs or errors. */
@@ -54,8 +60,13 @@ export interface Coordination {
   readonly logger: Logger;
   /** `"schema".table` */
   q(table: string): string;
-  /** A fresh dedicated connection (LISTEN, session advisory locks); the caller ends it. */
+  /** A fresh dedicated connection (session advisory locks, migrations); the caller ends it. */
   connect(purpose: string): Promise<pg.Client>;
+  /**
+   * The instance's one LISTEN connection, shared by every component that needs wake-ups (its
+   * `application_name` is the pool's with `:listen` appended).
+   */
+  readonly listener: ChannelListener;
   /** Wraps a driver error like every other failure (UNAVAILABLE on connection loss). */
   fail(error: unknown, action: string): SwitchboardError;
   close(): Promise<void>;
@@ -101,8 +112,8 @@ export async function openCoordination(input: CoordinationOptions): Promise<Coor
   const schemaName = quoteIdent(options.schema);
   const q = (table: string) => `${schemaName}.${table}`;
   const fail = (error: unknown, action: string) => toStoreError(error, { ...where, action });
-  const connect = async (purpose: string): Promise<pg.Client> => {
-    const client = new pg.Client(connectionConfig(settings));
+  const connect = async (purpose: string, applicationName = settings.applicationName): Promise<pg.Client> => {
+    const client = new pg.Client(connectionConfig({ ...settings, applicationName }));
     // Errors of a dedicated connection are reported by its owner's `end`/`error` handling.
     client.on("error", () => undefined);
     try {
@@ -126,14 +137,22 @@ export async function openCoordination(input: CoordinationOptions): Promise<Coor
     await pool.end().catch(() => undefined);
     throw error;
   }
+  const listener = openChannelListener(
+    () => connect("listening for notifications", listenerApplicationName(options.applicationName)),
+    logger,
+  );
   return {
     db,
     schema: options.schema,
     instanceId,
     logger,
     q,
-    connect,
+    connect: (purpose) => connect(purpose),
+    listener,
     fail,
-    close: () => db.close(),
+    close: async () => {
+      await listener.close();
+      await db.close();
+    },
   };
 }

@@ -162,7 +162,8 @@ await describeWithPg("cluster event log", () => {
     await eventually(() => b.seen.length === 1, 3000, "first event on b");
     const killed = await adminQuery(
       "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = $1 AND datname = current_database()",
-      [`LISTEN ${eventChannel(cluster.schema)}`],
+      // The last statement of each instance's listener connection (its only channel here).
+      [`LISTEN "${eventChannel(cluster.schema)}"`],
     );
     // Both instances' listeners were idle with that query as their last.
     expect(killed.rowCount).toBeGreaterThanOrEqual(1);

@@ -1,6 +1,5 @@
 import { createHash, randomUUID } from "node:crypto";
 import { type EventName, type EventPayload, SwitchboardError } from "@switchboard/core";
-import type pg from "pg";
 import { toNumber } from "../versions";
 import { clusterValue } from "./cluster-meta";
 import type { Coordination } from "./context";
@@ -133,9 +132,9 @@ export function eventChannel(schema: string): string {
  * published in the same tick into one transaction (one lock acquisition per batch, not per event).
  *
  * Wake-ups: the publishing transaction NOTIFYs the schema's channel (delivered at commit); every
- * instance LISTENs on a dedicated connection and then reads `seq > last delivered` in order. A
- * lost listener connection is re-opened and followed by a catch-up read; a slow poll covers
- * wake-ups lost without the connection noticing.
+ * instance LISTENs on its one listener connection (`listener.ts`) and then reads `seq > last
+ * delivered` in order. A lost listener connection is re-opened and followed by a catch-up read; a
+ * slow poll covers wake-ups lost without the connection noticing.
  */
 export async function openClusterEventLog(
   coordination: Coordination,
@@ -216,7 +215,7 @@ export async function openClusterEventLog(
         item.resolve(first + index);
       }
       // Our own NOTIFY brings the batch back to the reader; without a listener, read.
-      if (listener === undefined) wake();
+      if (!coordination.listener.listening(channel)) wake();
     } catch (error) {
       // Failed or rolled back: the numbers drawn, if any, are gaps nobody will ever see filled.
       for (const item of items) item.reject(error);
@@ -340,8 +339,8 @@ export async function openClusterEventLog(
   const wake = () => {
     if (!stopped) readTable().catch(onError);
   };
-  const notified = (message: pg.Notification) => {
-    const batch = carriedBatch(message.payload);
+  const notified = (payload: string) => {
+    const batch = carriedBatch(payload);
     if (batch === undefined || carried.length >= MAX_CARRIED) {
       carried.length = 0;
       wake();
@@ -351,39 +350,16 @@ export async function openClusterEventLog(
     if (!stopped) catchUp().catch(onError);
   };
 
-  let listener: pg.Client | undefined;
-  let reconnectTimer: NodeJS.Timeout | undefined;
-  const listen = async (): Promise<void> => {
-    if (stopped) return;
-    let client: pg.Client;
-    try {
-      client = await coordination.connect("listening for events");
-      await client.query(`LISTEN ${channel}`);
-    } catch (error) {
-      onError(error);
-      reconnectTimer = setTimeout(() => void listen(), reconnectMs);
-      reconnectTimer.unref();
-      return;
-    }
-    if (stopped) {
-      await client.end().catch(() => undefined);
-      return;
-    }
-    listener = client;
-    client.on("notification", notified);
-    const lost = () => {
-      if (listener !== client) return;
-      listener = undefined;
-      logger.warn({ channel }, "event listener connection lost; reconnecting");
-      reconnectTimer = setTimeout(() => void listen(), reconnectMs);
-      reconnectTimer.unref();
-    };
-    client.on("error", lost);
-    client.on("end", lost);
-    // Whatever was committed while no one listened.
-    wake();
-  };
-  await listen();
+  // On the instance's shared listener connection; each (re)connection is followed by a read of
+  // whatever was committed while no one listened.
+  const unlisten = await coordination.listener.listen(
+    channel,
+    {
+      notify: (payload) => notified(payload),
+      connected: wake,
+    },
+    { reconnectMs },
+  );
   const poll = setInterval(wake, pollMs);
   poll.unref();
 
@@ -451,10 +427,7 @@ export async function openClusterEventLog(
     async stop() {
       stopped = true;
       clearInterval(poll);
-      clearTimeout(reconnectTimer);
-      const client = listener;
-      listener = undefined;
-      await client?.end().catch(() => undefined);
+      await unlisten();
       await flushing;
       await reading?.catch(() => undefined);
     },

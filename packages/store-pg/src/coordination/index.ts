@@ -13,6 +13,7 @@ export {
   type Coordination,
   type CoordinationOptions,
   CoordinationOptionsSchema,
+  listenerApplicationName,
   openCoordination,
 } from "./context";
 export {
@@ -26,6 +27,7 @@ export {
 } from "./event-log";
 export { type ClusterFlowClaims, openClusterFlowClaims } from "./flow-claims";
 export { type LeaderLease, type LeaderLeaseOptions, openLeaderLease } from "./leader-lease";
+export { type ChannelHandlers, type ChannelListener, openChannelListener } from "./listener";
 export {
   type ClusterMembership,
   type LostRun,
