@@ -1,9 +1,9 @@
 import { defineConfig } from "tsup";
 
 export default defineConfig({
-  entry: ["src/index.ts", "src/cli.ts"],
+  entry: ["src/index.ts", "src/cli.ts", "src/exit-codes.ts"],
   format: ["esm"],
-  dts: { entry: "src/index.ts" },
+  dts: { entry: ["src/index.ts", "src/exit-codes.ts"] },
   clean: true,
   sourcemap: true,
   target: "node20",

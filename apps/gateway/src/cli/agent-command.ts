@@ -1,4 +1,4 @@
-import { startAgentWorker } from "@switchboard/agent";
+import type { startAgentWorker } from "@switchboard/agent";
 import { CLIENT_OPTIONS, type CommandSpec, listOption, numberOption } from "./args";
 import { asConfigError } from "./cli-config";
 import { CliError, EXIT, errorCode, errorMessage } from "./cli-errors";
@@ -45,6 +45,8 @@ export const agentCommand: Command = {
     const logger = appLogger(spec, values, target.loaded.config);
     let worker: Awaited<ReturnType<typeof startAgentWorker>>;
     try {
+      // Loaded by the commands that run a worker only (see `main.ts`).
+      const { startAgentWorker } = await import("@switchboard/agent");
       worker = await withProgress(io, `connecting to ${target.url}`, () =>
         startAgentWorker({
           url: target.url,

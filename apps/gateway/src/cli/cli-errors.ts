@@ -4,7 +4,7 @@
  * else; 2 unknown command or flag, malformed argument, invalid config; 3 refused: FORBIDDEN,
  * UNAUTHORIZED, or a tool result with status `forbidden`).
  */
-import { AGENT_EXIT as EXIT } from "@switchboard/agent";
+import { EXIT } from "@switchboard/agent/exit-codes";
 import type { ErrorCode } from "@switchboard/core";
 
 export { EXIT };

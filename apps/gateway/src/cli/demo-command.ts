@@ -2,10 +2,10 @@ import { rmSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { startAgentWorker } from "@switchboard/agent";
+import type { startAgentWorker } from "@switchboard/agent";
 import { connect, type SwitchboardClient } from "@switchboard/client";
 import { EVENT_NAMES, type EventName, parseConfig } from "@switchboard/core";
-import { Gateway } from "../gateway";
+import type { Gateway } from "../gateway";
 import { VERSION } from "../version";
 import { type CommandSpec, JSON_OPTION } from "./args";
 import { EXIT, errorMessage } from "./cli-errors";
@@ -113,6 +113,11 @@ export const demoCommand: Command = {
       if (interruption.signal) throw new Error(`interrupted by ${interruption.signal}`);
     };
     const play = async () => {
+      // Loaded by the commands that run them only (see `main.ts`).
+      const [{ Gateway }, { startAgentWorker }] = await Promise.all([
+        import("../gateway"),
+        import("@switchboard/agent"),
+      ]);
       gatewayStart = Gateway.start({ config, dataDir, logger, fsync: "none" });
       const gateway = await gatewayStart;
       goOn();

@@ -1,11 +1,9 @@
 import { stat } from "node:fs/promises";
 import { isAbsolute, join, resolve } from "node:path";
-import { loadScriptedRulesFile } from "@switchboard/agent";
 import { type LoadedConfig, loadConfig, resolveDataDir } from "@switchboard/config-loader";
 import { type Config, defaultConfig } from "@switchboard/core";
-import { checkDataDir, type DoctorIssue, type DoctorReport, repairDataDir } from "@switchboard/store-fs";
-import { checkPostgresStore, type PostgresCheck } from "@switchboard/store-pg";
-import { postgresUrl } from "../store-open";
+import type { DoctorIssue, DoctorReport } from "@switchboard/store-fs";
+import type { PostgresCheck } from "@switchboard/store-pg";
 import { CONFIG_OPTIONS, type CommandSpec, JSON_OPTION, stringOption } from "./args";
 import { EXIT, errorMessage } from "./cli-errors";
 import type { Command } from "./command";
@@ -65,6 +63,8 @@ async function rulesFileIssues(config: Config, baseDir: string | undefined): Pro
     if (model?.provider !== "scripted" || typeof model.rules !== "string") continue;
     const file = isAbsolute(model.rules) ? model.rules : resolve(baseDir ?? process.cwd(), model.rules);
     try {
+      // The stores, the agent and the drivers are loaded by the commands that use them only.
+      const { loadScriptedRulesFile } = await import("@switchboard/agent");
       await loadScriptedRulesFile(model.rules, baseDir);
     } catch (error) {
       issues.push({
@@ -109,6 +109,10 @@ async function postgresIssues(
 ): Promise<{ check?: PostgresCheck; issues: Issue[] }> {
   const store = config?.store;
   if (store?.kind !== "postgres") return { issues: [] };
+  const [{ postgresUrl }, { checkPostgresStore }] = await Promise.all([
+    import("../store-open"),
+    import("@switchboard/store-pg"),
+  ]);
   let url: string;
   try {
     url = postgresUrl(store, env);
@@ -143,6 +147,7 @@ export const doctorCommand: Command = {
     );
     let actions: string[] = [];
     let report: DoctorReport | undefined;
+    const { checkDataDir, repairDataDir } = await import("@switchboard/store-fs");
     // On a postgres store the data dir holds only the secrets: the store is checked in the database.
     const onPostgres = config.loaded?.config.store.kind === "postgres";
     if (onPostgres) {

@@ -1,8 +1,6 @@
-import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { connect, type SwitchboardClient } from "@switchboard/client";
 import { SEND_TIMEOUT_SECONDS } from "@switchboard/core";
 import { createAppLogger } from "../logger";
-import { createMcpServer } from "../mcp/mcp-server";
 import { VERSION } from "../version";
 import { CONFIG_OPTIONS, type CommandSpec, stringOption, usageLine } from "./args";
 import { loadCliConfig } from "./cli-config";
@@ -82,6 +80,11 @@ export const mcpCommand: Command = {
       throw new CliError(`cannot reach the gateway at ${url}: ${errorMessage(error)}`, EXIT.failure, code);
     }
 
+    // The MCP SDK is loaded by this command only (see `main.ts`).
+    const [{ StdioServerTransport }, { createMcpServer }] = await Promise.all([
+      import("@modelcontextprotocol/sdk/server/stdio.js"),
+      import("../mcp/mcp-server"),
+    ]);
     const server = createMcpServer(
       {
         listTools: async () => (await client.tools.list({})).tools,

@@ -1,11 +1,11 @@
 import { isAbsolute, relative, resolve, sep } from "node:path";
-import { startAgentWorker } from "@switchboard/agent";
+import type { startAgentWorker } from "@switchboard/agent";
 import { type LoadedConfig, resolveDataDir } from "@switchboard/config-loader";
 import { type Config, defaultConfig } from "@switchboard/core";
-import { redactUrl } from "@switchboard/store-pg";
+import { redactUrl } from "@switchboard/store-pg/url";
 import type { Logger } from "pino";
 import { dataDirProblem } from "../data-dir-secrets";
-import { Gateway } from "../gateway";
+import type { Gateway } from "../gateway";
 import { createAppLogger, type LogLevel } from "../logger";
 import { VERSION } from "../version";
 import {
@@ -152,6 +152,8 @@ export async function serverSetup(spec: CommandSpec, values: OptionValues): Prom
 
 async function startGatewayOrExplain(setup: ServerSetup): Promise<Gateway> {
   try {
+    // The server is loaded by the commands that run one only (see `main.ts`).
+    const { Gateway } = await import("../gateway");
     return await Gateway.start({ config: setup.config, dataDir: setup.dataDir, logger: setup.logger });
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
@@ -188,6 +190,7 @@ export async function runServer(
   let worker: Awaited<ReturnType<typeof startAgentWorker>> | undefined;
   if (withAgents) {
     try {
+      const { startAgentWorker } = await import("@switchboard/agent");
       worker = await startAgentWorker({
         url,
         token: gateway.operatorToken,
