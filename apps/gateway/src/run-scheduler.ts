@@ -62,6 +62,11 @@ type ActiveRun = ActiveRunOf<Connection>;
 export interface ClusterRunHooks {
   /** Takes the run's lane cluster-wide; resolves once it is this instance's (or the run ended). */
   claim(record: RunRecord): Promise<void>;
+  /**
+   * A new run about to start here at once: takes its lane cluster-wide unless another run holds it
+   * or waits in the cluster's queue (false: the run must join the queue behind them).
+   */
+  claimAtOnce(record: RunRecord): Promise<boolean>;
   /** Puts a run no worker here can take into the cluster's queue. */
   handOff(record: RunRecord): Promise<void>;
   /** The run ended: its lane is free for any instance. */
@@ -92,6 +97,8 @@ export class RunScheduler {
   private readonly inputsPending = new Map<string, Promise<void>>();
   /** Runs being put in the cluster's queue (see `handOff`). */
   private readonly handingOff = new Map<string, Promise<void>>();
+  /** Several instances: each lane's last step in order here (see `inLaneOrder`). */
+  private readonly laneOrder = new Map<string, Promise<void>>();
   private stopping = false;
   private cluster: ClusterRunHooks | undefined;
   /** Retries writing ended runs whose final record the store refused (disk full). */
@@ -242,60 +249,129 @@ export class RunScheduler {
       label: spec.label,
     };
     const active: ActiveRun = { record };
-    const worker = this.claimAtOnce(active);
-    // The run record goes first: a crash between the two writes leaves a run whose input is
-    // missing (recovery writes it, or ends it when it was stored `running`), never an input
-    // without a run (a retry would duplicate it).
-    const stored = this.store.runs.put(record);
-    spec.onCreate?.(record);
-    try {
-      await stored;
-    } catch (error) {
-      if (worker) this.unclaim(active, worker);
-      throw error;
-    }
-    // Stored: the run's span starts, as a child of the call that created it (the async context).
-    this.telemetry?.created(record);
-    // Issued first: its append takes the session's lock now, so every later entry of the run
-    // (its reply, its tool calls) lands after the input.
-    const input = spec.recordInput === false ? undefined : this.recordInput(record, spec.label);
-    if (worker) {
-      // Claimed: the worker gets the run while its input is written (one fsync less on the path
-      // of a send). The run cannot end before the input is durable (`complete` waits for it), and a
-      // crash before that leaves it `running`, which ends `error` at restart.
-      if (record.status === "running" && active.worker === worker) {
-        this.armTimeout(active);
-        void this.started(active, worker, entry).catch((error) => this.dispatchFailed(active, error));
-      }
-    }
-    if (input) {
-      const written = input.catch(async (error: unknown) => {
-        // Rolled back: the caller gets the error and no run is left waiting for an input that
-        // was never written (the record ends `error`, so a restart does not start it either).
-        await this.finish(record, "error", {
-          error: `the input could not be recorded: ${(error as Error).message}`,
-        }).catch((finishError) =>
-          this.log.error({ err: finishError, runId }, "could not roll back a run without input"),
-        );
-        throw error;
-      });
-      if (worker) this.inputsPending.set(runId, written);
+    const laneKey = laneKeyOf(record);
+    let worker = this.claimAtOnce(active);
+    /** Several instances: this run's step in its lane's order here, open until its place is known. */
+    let placed: (() => void) | undefined;
+    if (worker && this.cluster) {
+      // Several instances: the lane is taken cluster-wide too, before anything is written. Runs of
+      // the lane accepted here meanwhile wait for the outcome (`inLaneOrder`).
+      let settle!: () => void;
+      const place = new Promise<void>((resolve) => (settle = resolve));
+      void this.inLaneOrder(laneKey, () => place);
+      placed = settle;
+      let taken: boolean;
       try {
-        await written;
-      } finally {
-        this.inputsPending.delete(runId);
+        taken = await this.cluster.claimAtOnce(record);
+      } catch (error) {
+        placed();
+        this.unclaim(active, worker);
+        throw error;
+      }
+      if (taken) {
+        placed();
+        placed = undefined;
+      } else {
+        // Another instance's run holds the lane, or runs accepted before this one wait in the
+        // cluster's queue: this one joins the queue behind them, as one no worker here could take.
+        // Its worker slot is free again at once; the lane's order here waits until it is queued.
+        this.unclaim(active, worker);
+        record.status = "queued";
+        delete record.startedAt;
+        record.attempts = 0;
+        worker = undefined;
       }
     }
-    if (worker) return record;
-    this.active.add(active);
-    this.armTimeout(active);
-    this.queue(record);
-    this.pump(laneKeyOf(record));
-    // Handed to the cluster's queue: its place there is taken before the caller hears the run was
-    // accepted, so runs a client sends one after another through different instances keep their order.
-    const handing = this.handingOff.get(runId);
-    if (handing) await handing;
-    return record;
+    try {
+      // The run record goes first: a crash between the two writes leaves a run whose input is
+      // missing (recovery writes it, or ends it when it was stored `running`), never an input
+      // without a run (a retry would duplicate it).
+      const stored = this.store.runs.put(record);
+      spec.onCreate?.(record);
+      try {
+        await stored;
+      } catch (error) {
+        if (worker) {
+          this.unclaim(active, worker);
+          // Its cluster claim too, which `claimAtOnce` took.
+          await this.cluster?.release(record).catch(() => undefined);
+        }
+        throw error;
+      }
+      // Stored: the run's span starts, as a child of the call that created it (the async context).
+      this.telemetry?.created(record);
+      // Issued first: its append takes the session's lock now, so every later entry of the run
+      // (its reply, its tool calls) lands after the input.
+      const input = spec.recordInput === false ? undefined : this.recordInput(record, spec.label);
+      if (worker) {
+        // Claimed: the worker gets the run while its input is written (one fsync less on the path
+        // of a send). The run cannot end before the input is durable (`complete` waits for it), and a
+        // crash before that leaves it `running`, which ends `error` at restart.
+        if (record.status === "running" && active.worker === worker) {
+          this.armTimeout(active);
+          void this.started(active, worker, entry).catch((error) => this.dispatchFailed(active, error));
+        }
+      }
+      if (input) {
+        const written = input.catch(async (error: unknown) => {
+          // Rolled back: the caller gets the error and no run is left waiting for an input that
+          // was never written (the record ends `error`, so a restart does not start it either).
+          await this.finish(record, "error", {
+            error: `the input could not be recorded: ${(error as Error).message}`,
+          }).catch((finishError) =>
+            this.log.error({ err: finishError, runId }, "could not roll back a run without input"),
+          );
+          throw error;
+        });
+        if (worker) this.inputsPending.set(runId, written);
+        try {
+          await written;
+        } finally {
+          this.inputsPending.delete(runId);
+        }
+      }
+      if (worker) return record;
+      if (this.cluster) {
+        // Several instances: a run that did not start at once waits in the cluster's queue, never
+        // here (where a run of its lane queued from another instance before it could be overtaken),
+        // for a free worker of its agent on any instance. Its place there is taken before the caller
+        // hears the run was accepted, so runs a client sends one after another keep their order, and
+        // runs of one lane accepted here go there one after another.
+        const queued = async () => {
+          this.handOffNow(active);
+          await this.handingOff.get(runId);
+        };
+        if (placed) {
+          await queued();
+        } else {
+          await this.inLaneOrder(laneKey, queued);
+        }
+        return record;
+      }
+      this.active.add(active);
+      this.armTimeout(active);
+      this.queue(record);
+      this.pump(laneKey);
+      return record;
+    } finally {
+      placed?.();
+    }
+  }
+
+  /**
+   * Several instances: runs `step` after the earlier steps of the lane on this instance (a run's
+   * cluster claim at creation, or its hand-off to the cluster's queue), so they reach the cluster in
+   * the order this instance accepted them.
+   */
+  private inLaneOrder(laneKey: string, step: () => Promise<void>): Promise<void> {
+    const before = this.laneOrder.get(laneKey) ?? Promise.resolve();
+    const result = before.then(step);
+    const link = result.catch(() => undefined);
+    this.laneOrder.set(laneKey, link);
+    void link.then(() => {
+      if (this.laneOrder.get(laneKey) === link) this.laneOrder.delete(laneKey);
+    });
+    return result;
   }
 
   /**
@@ -309,6 +385,8 @@ export class RunScheduler {
     const laneKey = laneKeyOf(record);
     if (this.stopping || this.lanes.holder(laneKey) !== undefined || this.lanes.next(laneKey) !== undefined)
       return undefined;
+    // Several instances: a run of the lane on its way to the cluster goes first.
+    if (this.laneOrder.has(laneKey)) return undefined;
     const worker = this.pickWorker(record.agentId);
     if (!worker) return undefined;
     this.lanes.claim(laneKey, record.runId);
@@ -450,6 +528,16 @@ export class RunScheduler {
     }
     this.lanes.claim(laneKey, runId);
     void this.dispatch(active, worker).catch((error) => this.dispatchFailed(active, error));
+  }
+
+  /** The run leaves this instance for the cluster's queue (waits here are answered from its events). */
+  private handOffNow(active: ActiveRun): void {
+    const runId = active.record.runId;
+    this.active.delete(runId);
+    if (active.timer) clearTimeout(active.timer);
+    const handing = this.cluster!.handOff(active.record).catch((error) => this.dispatchFailed(active, error));
+    this.handingOff.set(runId, handing);
+    void handing.then(() => this.handingOff.delete(runId));
   }
 
   /**

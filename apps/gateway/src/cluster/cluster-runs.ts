@@ -91,7 +91,7 @@ export class ClusterRuns {
   private readonly poll: NodeJS.Timeout;
   /** Reads of ended runs in flight (see `readEnded`). */
   private readonly endReads = new Map<string, Promise<RunRecord | undefined>>();
-  /** Runs adopted from the cluster's queue whose lane claim `claimNext` already holds here. */
+  /** Runs whose lane claim this instance holds already (taken by `claimNext` or `claimAtOnce`). */
   private readonly adopted = new Set<string>();
   /** Deadlines of runs this instance handed to the cluster's queue. */
   private readonly queuedTimers = new Set<NodeJS.Timeout>();
@@ -261,6 +261,20 @@ export class ClusterRuns {
       }
       await new Promise((resolve) => setTimeout(resolve, CLAIM_RETRY_MS));
     }
+  }
+
+  /**
+   * A new run about to start here at once: takes its lane for this instance in one statement,
+   * unless another run holds the lane or a run of the lane waits in the cluster's queue (accepted
+   * before this one, on any instance): false, and the run joins the queue behind them.
+   */
+  async claimAtOnce(record: RunRecord): Promise<boolean> {
+    const taken = await this.lanes.claim(clusterLaneKey(record), record.runId, record.agentId, {
+      unlessQueued: true,
+    });
+    // Its dispatch's `claim` then has nothing left to do.
+    if (taken) this.adopted.add(record.runId);
+    return taken;
   }
 
   /** No worker of the agent on this instance: the run waits in the cluster's queue for any. */

@@ -29,6 +29,7 @@ export class TestWorker {
     token: string,
     agents: string[],
     handler: WorkerHandler,
+    options: { concurrency?: number } = {},
   ): Promise<TestWorker> {
     // Listen before the handshake: a queued run is assigned right after the connect response.
     const peer = await TestPeer.open(url);
@@ -54,7 +55,7 @@ export class TestWorker {
         }
       })();
     });
-    await peer.handshake({ token, role: "agent", agents });
+    await peer.handshake({ token, role: "agent", agents, ...options });
     return worker;
   }
 

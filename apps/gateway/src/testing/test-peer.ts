@@ -74,6 +74,8 @@ export class TestPeer {
     role: Role;
     agents?: string[];
     sessionKey?: string;
+    /** A worker's announced concurrency. */
+    concurrency?: number;
   }): Promise<void> {
     const response = await this.request("connect", {
       protocol: 1,
@@ -82,6 +84,7 @@ export class TestPeer {
       role: options.role,
       ...(options.agents ? { agents: options.agents } : {}),
       ...(options.sessionKey ? { sessionKey: options.sessionKey } : {}),
+      ...(options.concurrency !== undefined ? { concurrency: options.concurrency } : {}),
     });
     if (!response.ok) throw new Error(`connect failed: ${response.error?.code} ${response.error?.message}`);
   }

@@ -57,6 +57,25 @@ await describeWithPg("cluster run lanes", () => {
     expect(byInstance["gw-b"]).toBeGreaterThan(0);
   });
 
+  it("claims a run that did not queue only when no other run of its lane waits (unlessQueued)", async () => {
+    const a = await instance("gw-a");
+    const b = await instance("gw-b");
+    const lane = "agent:w:order|main";
+    await a.lanes.enqueue(lane, "queued-first", { agentId: "w" });
+    // Accepted on B after the queued one: it may not overtake it, and nothing is changed.
+    expect(await b.lanes.claim(lane, "accepted-later", "w", { unlessQueued: true })).toBe(false);
+    expect(await b.lanes.holder(lane)).toBeUndefined();
+    expect(await b.lanes.next(lane)).toBe("queued-first");
+    // Without the option the lane is only refused while held (a run re-dispatched where it runs).
+    const first = await b.lanes.claimNext(["w"]);
+    expect(first?.runId).toBe("queued-first");
+    expect(await a.lanes.claim(lane, "accepted-later", "w", { unlessQueued: true })).toBe(false);
+    await b.lanes.release(lane, "queued-first");
+    // The lane free and its queue empty: claimed.
+    expect(await a.lanes.claim(lane, "accepted-later", "w", { unlessQueued: true })).toBe(true);
+    expect(await b.lanes.holder(lane)).toEqual({ runId: "accepted-later", instanceId: "gw-a" });
+  });
+
   it("mirrors the RunLanes operations across instances", async () => {
     const a = await instance("gw-a");
     const b = await instance("gw-b");
