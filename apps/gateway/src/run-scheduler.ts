@@ -813,37 +813,40 @@ export class RunScheduler {
     outcome: { reply?: string; error?: string; usage?: Usage },
   ): Promise<void> {
     try {
+      // Into the transcript the run was started in (not one a reset began since), the reply labelled
+      // with the session's taint as it is when the entry is written.
       if (status === "ok" && outcome.reply !== undefined && record.origin !== "summarize") {
-        const entry = await this.sessions.get(record.sessionKey);
-        if (entry && entry.sessionId === record.sessionId) {
-          const label = entry.taint;
-          const tokens = outcome.usage ? outcome.usage.inputTokens + outcome.usage.outputTokens : 0;
-          await this.sessions.append(
-            record.sessionKey,
-            [
-              {
-                type: "message",
-                label,
-                runId: record.runId,
-                message: { role: "assistant", content: [{ type: "text", text: outcome.reply }] },
-              },
-            ],
-            // Added by the store to the row as it is then, so concurrent ends never lose tokens.
-            tokens ? { addTokens: tokens } : {},
-          );
-        }
+        const reply = outcome.reply;
+        const tokens = outcome.usage ? outcome.usage.inputTokens + outcome.usage.outputTokens : 0;
+        await this.sessions.appendFor(
+          record.sessionKey,
+          (entry) =>
+            entry.sessionId !== record.sessionId
+              ? undefined
+              : [
+                  {
+                    type: "message",
+                    label: entry.taint,
+                    runId: record.runId,
+                    message: { role: "assistant", content: [{ type: "text", text: reply }] },
+                  },
+                ],
+          // Added by the store to the row as it is then, so concurrent ends never lose tokens.
+          tokens ? { addTokens: tokens } : {},
+        );
       } else if (status !== "ok") {
-        const entry = await this.sessions.get(record.sessionKey);
-        if (entry && entry.sessionId === record.sessionId) {
-          await this.sessions.append(record.sessionKey, [
-            {
-              type: "event",
-              label: "PUBLIC",
-              runId: record.runId,
-              event: { name: "run.ended", data: { status, error: outcome.error ?? "" } },
-            },
-          ]);
-        }
+        await this.sessions.appendFor(record.sessionKey, (entry) =>
+          entry.sessionId !== record.sessionId
+            ? undefined
+            : [
+                {
+                  type: "event",
+                  label: "PUBLIC",
+                  runId: record.runId,
+                  event: { name: "run.ended", data: { status, error: outcome.error ?? "" } },
+                },
+              ],
+        );
       }
     } catch (error) {
       this.log.warn({ err: error, runId: record.runId }, "could not record run end in transcript");

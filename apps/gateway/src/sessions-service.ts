@@ -366,15 +366,38 @@ export class SessionsService {
   ): Promise<TranscriptEntry[]> {
     // Not `withLock`: an append need not wait for the previous append's touch, which keeps
     // touches off the path of a run's next entry.
+    return this.locks.run(key, async () => this.appendTo(await this.require(key), inputs, activity));
+  }
+
+  /**
+   * `append` with the entries built from the session's row as it is under the key's lock (a run's
+   * reply labelled with the session's taint at that moment, for the transcript it was started in):
+   * one read of the row where a read before `append` and `append`'s own were two. Appends nothing
+   * when the session is gone or `build` returns undefined.
+   */
+  appendFor(
+    key: string,
+    build: (entry: SessionEntry) => TranscriptEntryInput[] | undefined,
+    activity: { addTokens?: number } = {},
+  ): Promise<TranscriptEntry[]> {
     return this.locks.run(key, async () => {
-      const entry = await this.require(key);
-      const written = await this.store.transcripts.append(entry.sessionId, inputs);
-      this.recent.add(entry.sessionId, written);
-      // Bookkeeping events do not count as activity: only messages (or tokens) touch the row.
-      if (activity.addTokens || inputs.some((input) => input.type !== "event"))
-        this.touch(entry, activity.addTokens);
-      return written;
+      const entry = await this.store.sessions.get(key);
+      const inputs = entry ? build(entry) : undefined;
+      return entry && inputs ? this.appendTo(entry, inputs, activity) : [];
     });
+  }
+
+  private async appendTo(
+    entry: SessionEntry,
+    inputs: TranscriptEntryInput[],
+    activity: { addTokens?: number },
+  ): Promise<TranscriptEntry[]> {
+    const written = await this.store.transcripts.append(entry.sessionId, inputs);
+    this.recent.add(entry.sessionId, written);
+    // Bookkeeping events do not count as activity: only messages (or tokens) touch the row.
+    if (activity.addTokens || inputs.some((input) => input.type !== "event"))
+      this.touch(entry, activity.addTokens);
+    return written;
   }
 
   /** Issues the row's touch; `withLock` waits for every touch of the key issued before it. */

@@ -1,4 +1,4 @@
-import { createMemoryStore, parseConfig, type Store } from "@switchboard/core";
+import { createMemoryStore, parseConfig, type SessionEntry, type Store } from "@switchboard/core";
 import type { Logger } from "pino";
 import { describe, expect, it, vi } from "vitest";
 import { AuditService } from "./audit-service";
@@ -161,5 +161,55 @@ describe("sessions: an append's row touch", () => {
     await update;
     expect((await memory.sessions.get(KEY))!.label).toBe("after");
     expect(warn).not.toHaveBeenCalled();
+  });
+});
+
+describe("sessions: an append built from the row (a run's end)", () => {
+  it("builds the entries from the row as it is under the key's lock", async () => {
+    const memory = createMemoryStore();
+    const gate = gatedRows(memory);
+    const { sessions } = await service(gate.store);
+    const ensured = sessions.ensure(KEY);
+    await settle();
+    await gate.releaseOne();
+    await ensured;
+    // A row write holding the key's lock (its store write not landed yet) when the run ends.
+    const update = sessions.update(KEY, (row) => ({ ...row, label: "renamed" }), "test");
+    await settle();
+    expect(gate.held()).toBe(1);
+    const appended = sessions.appendFor(KEY, (entry) => [message(`for ${entry.label ?? "no label"}`)]);
+    await settle();
+    await gate.releaseOne();
+    await update;
+    const written = await appended;
+    expect(written.map((entry) => entry.message?.content[0])).toEqual([
+      { type: "text", text: "for renamed" },
+    ]);
+  });
+
+  it("writes nothing to a session reset since the run started, or gone", async () => {
+    const memory = createMemoryStore();
+    const { sessions } = await service(memory);
+    const { entry: started } = await sessions.ensure(KEY);
+    const reply = (entry: SessionEntry) =>
+      entry.sessionId === started.sessionId ? [{ ...message("reply"), label: entry.taint }] : undefined;
+    expect(await sessions.appendFor(KEY, reply)).toHaveLength(1);
+    await sessions.reset(KEY);
+    expect(await sessions.appendFor(KEY, reply)).toEqual([]);
+    const now = (await memory.sessions.get(KEY))!;
+    expect((await memory.transcripts.read(now.sessionId, { limit: 10 })).entries).toEqual([]);
+    await sessions.delete(KEY, "remove");
+    expect(await sessions.appendFor(KEY, reply)).toEqual([]);
+  });
+
+  it("reads the row once for an end where a read and the append's own were two", async () => {
+    const memory = createMemoryStore();
+    const { sessions } = await service(memory);
+    const { entry: started } = await sessions.ensure(KEY);
+    const reads = vi.spyOn(memory.sessions, "get");
+    await sessions.appendFor(KEY, (entry) => [{ ...message("reply"), label: entry.taint }]);
+    expect(reads).toHaveBeenCalledTimes(1);
+    expect(reads).toHaveBeenCalledWith(KEY);
+    expect((await memory.transcripts.read(started.sessionId, { limit: 10 })).entries).toHaveLength(1);
   });
 });
