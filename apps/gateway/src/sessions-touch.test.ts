@@ -70,6 +70,18 @@ async function service(store: Store) {
   return { sessions, warn };
 }
 
+/** A session created through a store whose row writes land only when released. */
+async function gatedSession() {
+  const memory = createMemoryStore();
+  const gate = gatedRows(memory);
+  const { sessions } = await service(gate.store);
+  const ensured = sessions.ensure(KEY);
+  await settle();
+  await gate.releaseOne();
+  const { entry } = await ensured;
+  return { memory, gate, sessions, entry };
+}
+
 const message = (text: string) => ({
   type: "message" as const,
   label: "PUBLIC" as const,
@@ -78,13 +90,7 @@ const message = (text: string) => ({
 
 describe("sessions: an append's row touch", () => {
   it("answers once the entries are durable, without waiting for the row's touch", async () => {
-    const memory = createMemoryStore();
-    const gate = gatedRows(memory);
-    const { sessions } = await service(gate.store);
-    const ensured = sessions.ensure(KEY);
-    await settle();
-    await gate.releaseOne();
-    const { entry } = await ensured;
+    const { memory, gate, sessions, entry } = await gatedSession();
 
     let answered = 0;
     const first = sessions.append(KEY, [message("one")]).then(() => answered++);
@@ -107,13 +113,7 @@ describe("sessions: an append's row touch", () => {
   });
 
   it("keeps later row writes after the touch, so a late touch never undoes them", async () => {
-    const memory = createMemoryStore();
-    const gate = gatedRows(memory);
-    const { sessions } = await service(gate.store);
-    const ensured = sessions.ensure(KEY);
-    await settle();
-    await gate.releaseOne();
-    await ensured;
+    const { memory, gate, sessions } = await gatedSession();
 
     await sessions.append(KEY, [message("hello")], { addTokens: 5 });
     await sessions.append(KEY, [message("again")], { addTokens: 7 });
@@ -166,13 +166,7 @@ describe("sessions: an append's row touch", () => {
 
 describe("sessions: an append built from the row (a run's end)", () => {
   it("builds the entries from the row as it is under the key's lock", async () => {
-    const memory = createMemoryStore();
-    const gate = gatedRows(memory);
-    const { sessions } = await service(gate.store);
-    const ensured = sessions.ensure(KEY);
-    await settle();
-    await gate.releaseOne();
-    await ensured;
+    const { gate, sessions } = await gatedSession();
     // A row write holding the key's lock (its store write not landed yet) when the run ends.
     const update = sessions.update(KEY, (row) => ({ ...row, label: "renamed" }), "test");
     await settle();
