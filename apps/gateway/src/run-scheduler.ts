@@ -69,6 +69,8 @@ export interface ClusterRunHooks {
   claimAtOnce(record: RunRecord): Promise<boolean>;
   /** Puts a run no worker here can take into the cluster's queue. */
   handOff(record: RunRecord): Promise<void>;
+  /** A run holding its lane here goes back to the head of it in the cluster's queue. */
+  handBack(record: RunRecord): Promise<void>;
   /** The run ended: its lane is free for any instance. */
   release(record: RunRecord): Promise<void>;
   /** Takes a run out of the cluster's queue (false: it was not there). */
@@ -484,12 +486,31 @@ export class RunScheduler {
         const next = this.pickWorker(active.record.agentId);
         this.log.info({ runId }, "worker disconnected mid-run; reassigning");
         if (next) await this.dispatch(active, next);
+        else if (this.cluster) await this.handBack(active);
         else await this.requeueFront(active);
       } catch (error) {
         this.log.error({ err: error, runId }, "could not reassign the run of a disconnected worker");
         await this.finish(active.record, "error", { error: "worker disconnected" }).catch(() => undefined);
       }
     }
+  }
+
+  /**
+   * Several instances, every other worker here busy: the run goes back to the head of its lane in the
+   * cluster's queue, for the next free worker of any instance; waits for it here follow it there.
+   */
+  private async handBack(active: ActiveRun): Promise<void> {
+    const record = active.record;
+    const laneKey = laneKeyOf(record);
+    record.status = "queued";
+    // Stored first: the instance adopting it stores it `running` again (attempts counted).
+    await this.store.runs.put(record);
+    if (this.lanes.holder(laneKey) === record.runId) this.lanes.release(laneKey, record.runId);
+    this.active.delete(record.runId);
+    if (active.timer) clearTimeout(active.timer);
+    await this.cluster!.handBack(record);
+    this.waiters.moved(record.runId);
+    this.pump(laneKey);
   }
 
   /** Every other worker is busy: the run waits at the head of its lane for the next free slot. */
@@ -896,7 +917,11 @@ export class RunScheduler {
     const active = this.active.get(runId);
     if (active?.endSettled) return { result: toWaitResult(active.record), settled: active.endSettled };
     if (!active) return { result: await this.waitInactive(runId, timeoutMs, signal) };
+    const until = Date.now() + timeoutMs;
     const outcome = await this.waiters.wait(runId, timeoutMs, signal);
+    // Handed to another instance meanwhile: its end comes from there.
+    if ("moved" in outcome)
+      return { result: await this.waitInactive(runId, Math.max(0, until - Date.now()), signal) };
     if ("ended" in outcome) {
       const result = toWaitResult(outcome.ended);
       return outcome.settled ? { result, settled: outcome.settled } : { result };

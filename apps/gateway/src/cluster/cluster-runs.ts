@@ -292,6 +292,28 @@ export class ClusterRuns {
     this.armQueuedTimeout(record);
   }
 
+  /**
+   * The run's worker went away and no worker here is free: the run goes back to the head of its
+   * lane in the cluster's queue (its claim given up in the same statement) for a worker of any
+   * instance. Waits here hear its end from the event log, as for any handed-off run.
+   */
+  async handBack(record: RunRecord): Promise<void> {
+    this.adopted.delete(record.runId);
+    this.trackHandedOff(record);
+    try {
+      await this.lanes.handBack(
+        clusterLaneKey(record),
+        record.runId,
+        record.agentId,
+        runChannel(this.cluster.coordination.schema),
+      );
+    } catch (error) {
+      this.handedOff.delete(record.runId);
+      throw error;
+    }
+    this.armQueuedTimeout(record);
+  }
+
   /** Listens for the run's end before it can start elsewhere (see `handedOff`). */
   private trackHandedOff(record: RunRecord): void {
     this.handedOffSubscription ??= this.bus.subscribe({

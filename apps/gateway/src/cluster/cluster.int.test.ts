@@ -390,6 +390,46 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
       onB.close();
     }, 20_000);
 
+    it("reassigns the run of a worker that disconnects mid-run to a worker of another instance", async () => {
+      if (unavailable !== undefined)
+        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
+      const [a, b] = await startCluster(2);
+      // A's worker takes the run and goes away without answering; B's worker is the only one left.
+      const leaving = await TestWorker.start(a!.url, WORKER_TOKEN, ["main"], () => ({ ignore: true }));
+      const staying = await TestWorker.start(
+        b!.url,
+        WORKER_TOKEN,
+        ["main"],
+        (context) => `b: ${context.run.input.message}`,
+      );
+      const opA = await operator(a!);
+      // A reads which agents have workers elsewhere every second.
+      await sleep(1500);
+      const run = await opA.peer.call<{ runId: string }>("agent", {
+        sessionKey: "agent:main:cron:moved",
+        message: "hello",
+        timeoutSeconds: 20,
+      });
+      // Waiting on A, where the run started.
+      const waiting = opA.peer.call("agent.wait", { runId: run.runId, timeoutMs: 15_000 });
+      const deadline = Date.now() + 5000;
+      while (leaving.runs.length === 0 && Date.now() < deadline) await sleep(20);
+      expect(leaving.runs).toHaveLength(1);
+      leaving.close();
+      // The waiting send on A hears the run's end from B; the session's lane is free again after it.
+      expect(await waiting).toMatchObject({ status: "ok", reply: "b: hello" });
+      expect(staying.runs.map((run) => run.input.message)).toEqual(["hello"]);
+      const next = await opA.peer.call<{ runId: string }>("chat.send", {
+        sessionKey: "agent:main:cron:moved",
+        message: "after",
+      });
+      expect(await opA.peer.call("agent.wait", { runId: next.runId, timeoutMs: 10_000 })).toMatchObject({
+        status: "ok",
+        reply: "b: after",
+      });
+      staying.close();
+    }, 30_000);
+
     it("moves SDK clients and workers of a killed instance to another URL; the event stream resumes without loss", async () => {
       if (unavailable !== undefined)
         throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);

@@ -26,4 +26,16 @@ describe("InProcessRunWaiters", () => {
     expect(waiters.size).toBe(0);
     waiters.ended(run("a"));
   });
+
+  it("tells the waiters of a run that left this process to wait elsewhere, and forgets them", async () => {
+    const waiters = new InProcessRunWaiters();
+    const a = waiters.wait("a", 10_000);
+    const b = waiters.wait("b", 10_000);
+    waiters.moved("a");
+    expect(await a).toEqual({ moved: true });
+    expect(waiters.size).toBe(1);
+    waiters.ended(run("b"));
+    expect(await b).toEqual({ ended: run("b") });
+    expect(waiters.size).toBe(0);
+  });
 });

@@ -5,7 +5,11 @@ import type { RunRecord } from "@switchboard/core";
  * may not be durable yet: no answer built on it goes out before it settles), or why the waiter
  * stopped waiting first.
  */
-export type RunWaitOutcome = { ended: RunRecord; settled?: Promise<void> } | { stopped: string };
+export type RunWaitOutcome =
+  | { ended: RunRecord; settled?: Promise<void> }
+  | { stopped: string }
+  /** The run left this process (handed to another instance): wait for it there. */
+  | { moved: true };
 
 /**
  * Callers waiting for a run's end (`agent.wait`, a waiting `sessions_send`, a summary). Only the
@@ -20,11 +24,13 @@ export interface RunWaiters {
    * not yet durable; the waiters get it along.
    */
   ended(record: RunRecord, settled?: Promise<void>): void;
+  /** The run left this process: everyone waiting for it here is told to wait elsewhere. */
+  moved(runId: string): void;
 }
 
 /** Wake-up callbacks per run id; a run nobody waits for holds no memory. */
 export class InProcessRunWaiters implements RunWaiters {
-  private readonly byRun = new Map<string, Set<(record: RunRecord, settled?: Promise<void>) => void>>();
+  private readonly byRun = new Map<string, Set<(outcome: RunWaitOutcome) => void>>();
 
   wait(runId: string, timeoutMs: number, signal?: AbortSignal): Promise<RunWaitOutcome> {
     return new Promise<RunWaitOutcome>((resolve) => {
@@ -40,9 +46,9 @@ export class InProcessRunWaiters implements RunWaiters {
         set.delete(done);
         if (set.size === 0 && this.byRun.get(runId) === set) this.byRun.delete(runId);
       };
-      const done = (record: RunRecord, settled?: Promise<void>) => {
+      const done = (outcome: RunWaitOutcome) => {
         forget();
-        resolve(settled ? { ended: record, settled } : { ended: record });
+        resolve(outcome);
       };
       const onAbort = () => {
         forget();
@@ -62,7 +68,14 @@ export class InProcessRunWaiters implements RunWaiters {
     const waiters = this.byRun.get(record.runId);
     if (!waiters) return;
     this.byRun.delete(record.runId);
-    for (const wake of [...waiters]) wake(record, settled);
+    for (const wake of [...waiters]) wake(settled ? { ended: record, settled } : { ended: record });
+  }
+
+  moved(runId: string): void {
+    const waiters = this.byRun.get(runId);
+    if (!waiters) return;
+    this.byRun.delete(runId);
+    for (const wake of [...waiters]) wake({ moved: true });
   }
 
   /** Runs somebody waits for (tests: nothing is left behind). */

@@ -76,6 +76,20 @@ await describeWithPg("cluster run lanes", () => {
     expect(await b.lanes.holder(lane)).toEqual({ runId: "accepted-later", instanceId: "gw-a" });
   });
 
+  it("hands a run holding its lane back to the head of the lane's queue in one step", async () => {
+    const a = await instance("gw-a");
+    const b = await instance("gw-b");
+    const lane = "agent:w:back|main";
+    expect(await a.lanes.claim(lane, "running", "w")).toBe(true);
+    await b.lanes.enqueue(lane, "later", { agentId: "w" });
+    await a.lanes.handBack(lane, "running", "w", "sb_test_hand_back");
+    expect(await b.lanes.holder(lane)).toBeUndefined();
+    // Ahead of the run queued behind it, for any instance.
+    expect((await b.lanes.claimNext(["w"]))?.runId).toBe("running");
+    await b.lanes.release(lane, "running");
+    expect((await b.lanes.claimNext(["w"]))?.runId).toBe("later");
+  });
+
   it("mirrors the RunLanes operations across instances", async () => {
     const a = await instance("gw-a");
     const b = await instance("gw-b");

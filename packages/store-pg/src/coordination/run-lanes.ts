@@ -77,6 +77,11 @@ export interface ClusterRunLanes {
     agentIds: readonly string[],
     options?: { startAt?: number; runId?: string },
   ): Promise<RunClaim | undefined>;
+  /**
+   * `runId`, holding its lane here, gives it up and goes back to the head of the lane's queue in one
+   * statement (no run can take the lane between the two), waking `notify`'s listeners with its id.
+   */
+  handBack(laneKey: string, runId: string, agentId: string, notify: string): Promise<void>;
   /** The run holding a lane, and the instance holding it. */
   holder(laneKey: string): Promise<{ runId: string; instanceId: string } | undefined>;
   /** `runId` ended or was handed back: it gives up the lane, or leaves the queue. True when the lane's queue is empty. */
@@ -274,6 +279,21 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
         }
       }
       return undefined;
+    },
+    async handBack(laneKey, runId, agentId, notify) {
+      await db.query(
+        "handing a run back to the queue",
+        `WITH freed AS (
+           DELETE FROM ${claims} WHERE run_id = $1 AND lane_key = $2 AND instance_id = $5 RETURNING attempts
+         ), queued AS (
+           INSERT INTO ${queue} (run_id, lane_key, agent_id, position, attempts)
+           VALUES ($1, $2, $3, -nextval(${position}), coalesce((SELECT attempts FROM freed), 0))
+           ON CONFLICT (run_id) DO UPDATE SET position = EXCLUDED.position, lane_key = EXCLUDED.lane_key
+           RETURNING run_id
+         )
+         SELECT pg_notify($4, run_id) FROM queued`,
+        [runId, laneKey, agentId, notify, instanceId],
+      );
     },
     async holder(laneKey) {
       const found = await db.read<{ run_id: string; instance_id: string }>(
