@@ -237,6 +237,7 @@ describe.skipIf(unavailable !== undefined && process.env.SWITCHBOARD_REQUIRE_PG 
         .poll(() => cluster.coordination.listener.listening(runChannel(schema)), { timeout: 5_000 })
         .toBe(true);
       const queued: string[] = [];
+      const began = Date.now();
       // Eight callers, each queuing its next run once its last one was adopted.
       await Promise.all(
         Array.from({ length: 8 }, async (_, caller) => {
@@ -253,9 +254,12 @@ describe.skipIf(unavailable !== undefined && process.env.SWITCHBOARD_REQUIRE_PG 
         }),
       );
       expect([...adopted].sort()).toEqual([...queued].sort());
-      // One claim per run; at most the few made at start and by the one-second poll found nothing.
-      expect(empty).toBeLessThanOrEqual(2);
-      expect(claims).toBeLessThanOrEqual(queued.length + 2);
+      // One claim per run; only the one made at start and those of the one-second poll (a claim of
+      // the queue's heads, and a named one for a wake-up it met) may find nothing. Before, a third
+      // of all claims did (24–27 here).
+      const polls = Math.ceil((Date.now() - began) / 1000);
+      expect(empty).toBeLessThanOrEqual(1 + 2 * polls);
+      expect(claims).toBeLessThanOrEqual(queued.length + 1 + 2 * polls);
     });
 
     it("listens for queued runs only while it has workers, on the event log's connection", async () => {
