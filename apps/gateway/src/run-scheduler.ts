@@ -556,7 +556,10 @@ export class RunScheduler {
     const runId = active.record.runId;
     this.active.delete(runId);
     if (active.timer) clearTimeout(active.timer);
+    // The cluster tracks the run's end from here on (synchronously, before its first write), so a
+    // wait started here before it left follows it there.
     const handing = this.cluster!.handOff(active.record).catch((error) => this.dispatchFailed(active, error));
+    this.waiters.moved(runId);
     this.handingOff.set(runId, handing);
     void handing.then(() => this.handingOff.delete(runId));
   }
@@ -568,12 +571,7 @@ export class RunScheduler {
    */
   private handOff(laneKey: string, active: ActiveRun): void {
     this.lanes.skip(laneKey);
-    this.active.delete(active.record.runId);
-    if (active.timer) clearTimeout(active.timer);
-    const runId = active.record.runId;
-    const handing = this.cluster!.handOff(active.record).catch((error) => this.dispatchFailed(active, error));
-    this.handingOff.set(runId, handing);
-    void handing.then(() => this.handingOff.delete(runId));
+    this.handOffNow(active);
     this.pump(laneKey);
   }
 

@@ -245,8 +245,9 @@ export class ClusterRuns {
 
   /** Takes the run's lane for this instance; waits while another instance's run holds it. */
   async claim(record: RunRecord): Promise<void> {
-    // Adopted from the queue just now: `claimNext` took its lane for this instance already (asking
-    // again was a refused insert, a rollback and a holder lookup per cross-instance run).
+    // Adopted from the queue just now, or claimed at its creation: `claimNext` or `claimAtOnce` took
+    // its lane for this instance already (asking again was a refused insert, a rollback and a holder
+    // lookup per run).
     if (this.adopted.delete(record.runId)) return;
     const laneKey = clusterLaneKey(record);
     for (;;) {

@@ -50,16 +50,24 @@ afterEach(async () => {
   schemas = [];
 });
 
-/** Instances on one fresh schema; started one after the other (the first creates the schema). */
+/** These tests run only where PostgreSQL is (or must be) reachable: say so when it is not. */
+function requirePostgres(): void {
+  if (unavailable !== undefined)
+    throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
+}
+
 /** A TCP proxy in front of the test database, to cut an instance off from it and back. */
 async function startPgProxy(): Promise<TcpProxy> {
+  requirePostgres();
   const target = new URL(testPgUrl());
   const proxy = new TcpProxy(target.hostname, Number(target.port || 5432));
   await proxy.start();
   return proxy;
 }
 
+/** Instances on one fresh schema; started one after the other (the first creates the schema). */
 async function startCluster(count: number, url = testPgUrl()): Promise<ChildGateway[]> {
+  requirePostgres();
   const schema = testSchemaName("sbgwclu");
   schemas.push(schema);
   const started: ChildGateway[] = [];
@@ -91,8 +99,6 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
   "gateway instances on one database",
   () => {
     it("share secrets, sessions, one event order (resumed on another instance) and the audit chains", async () => {
-      if (unavailable !== undefined)
-        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
       const [a, b] = await startCluster(2);
       // The operator token comes from the database: the same on every instance.
       expect(b!.token).toBe(a!.token);
@@ -168,8 +174,6 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
     }, 20_000);
 
     it("keeps one active run per session lane across instances; waits and idempotency keys work anywhere", async () => {
-      if (unavailable !== undefined)
-        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
       const [a, b] = await startCluster(2);
       let running = 0;
       let overlap = 0;
@@ -236,8 +240,6 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
     }, 20_000);
 
     it("runs a message accepted on one instance on a worker of another, also one that connects later", async () => {
-      if (unavailable !== undefined)
-        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
       const [a, b, c] = await startCluster(3);
       const opA = await operator(a!);
       const opC = await operator(c!);
@@ -322,8 +324,6 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
     }, 20_000);
 
     it("runs a session's messages in the order they were accepted, whether or not their instance has the worker", async () => {
-      if (unavailable !== undefined)
-        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
       const [a, b] = await startCluster(2);
       // The worker is on B and slow: while it runs one message the next ones wait, those accepted
       // on A in the cluster's queue and those accepted on B on B itself.
@@ -351,8 +351,6 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
     }, 30_000);
 
     it("hands a run its instance's busy workers cannot take yet to a free worker on another instance", async () => {
-      if (unavailable !== undefined)
-        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
       const [a, b] = await startCluster(2);
       const ended: string[] = [];
       const reply =
@@ -391,8 +389,6 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
     }, 20_000);
 
     it("reassigns the run of a worker that disconnects mid-run to a worker of another instance", async () => {
-      if (unavailable !== undefined)
-        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
       const [a, b] = await startCluster(2);
       // A's worker takes the run and goes away without answering; B's worker is the only one left.
       const leaving = await TestWorker.start(a!.url, WORKER_TOKEN, ["main"], () => ({ ignore: true }));
@@ -431,8 +427,6 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
     }, 30_000);
 
     it("moves SDK clients and workers of a killed instance to another URL; the event stream resumes without loss", async () => {
-      if (unavailable !== undefined)
-        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
       const [a, b] = await startCluster(2);
       const urls = [a!.url, b!.url];
       const reconnect = { initialDelayMs: 20, maxDelayMs: 100 };
@@ -492,8 +486,6 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
     }, 30_000);
 
     it("counts a session's send budget across instances, also for sends decided at the same moment", async () => {
-      if (unavailable !== undefined)
-        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
       const [a, b] = await startCluster(2);
       const ops = [await operator(a!), await operator(b!)];
       await ops[0]!.peer.call("sessions.create", { key: "agent:main:cron:caller" });
@@ -522,8 +514,6 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
     }, 20_000);
 
     it("refuses a wait cycle whose sends pass through different instances", async () => {
-      if (unavailable !== undefined)
-        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
       const [a, b] = await startCluster(2);
       const first = "agent:main:cron:ring";
       const second = "agent:helper:cron:ring";
@@ -565,8 +555,6 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
     }, 30_000);
 
     it("counts a requester's children across instances for maxChildren, also for spawns decided at the same moment", async () => {
-      if (unavailable !== undefined)
-        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
       const [a, b] = await startCluster(2);
       const ops = [await operator(a!), await operator(b!)];
       await ops[0]!.peer.call("sessions.create", { key: "agent:main:cron:parent" });
@@ -601,8 +589,6 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
     }, 20_000);
 
     it("answers UNAVAILABLE while PostgreSQL is unreachable, loses nothing acknowledged and recovers", async () => {
-      if (unavailable !== undefined)
-        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
       const proxy = await startPgProxy();
       try {
         const [a, b] = await startCluster(2, proxy.urlFor(testPgUrl()));
@@ -659,8 +645,6 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
     }, 30_000);
 
     it("drops the late result of an instance that was cut off from the database and declared lost", async () => {
-      if (unavailable !== undefined)
-        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
       const proxy = await startPgProxy();
       try {
         // A reaches the database through the proxy, B directly.
@@ -712,8 +696,6 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
     }, 30_000);
 
     it("reassigns the runs of an instance killed with SIGKILL once, or ends them, within 10 s; waits elsewhere answer; nothing acknowledged is lost", async () => {
-      if (unavailable !== undefined)
-        throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
       const [a, b] = await startCluster(2);
       // A worker on A that never finishes: its runs are held by A when A dies.
       const stuck = await TestWorker.start(

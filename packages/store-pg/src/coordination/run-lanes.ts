@@ -149,36 +149,25 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
         // One statement: a lane held by another run refuses the insert and the whole statement
         // (the queue row's delete too) rolls back; without this instance's lease nothing is done.
         const member = `EXISTS (SELECT 1 FROM ${q("cluster_instances")} WHERE instance_id = $4)`;
-        if (unlessQueued) {
-          const found = await db.query<{ ahead: boolean; claimed: boolean }>(
-            "claiming a run unless others wait",
-            `WITH ahead AS (
-               SELECT EXISTS (SELECT 1 FROM ${queue} WHERE lane_key = $2 AND run_id <> $1) AS yes
-             ), queued AS (
-               DELETE FROM ${queue} WHERE run_id = $1 AND ${member} AND NOT (SELECT yes FROM ahead)
-               RETURNING attempts
-             ), claimed AS (
-               INSERT INTO ${claims} (run_id, lane_key, agent_id, instance_id, attempts)
-               SELECT $1, $2, $3, $4, coalesce((SELECT attempts FROM queued), 0)
-               WHERE ${member} AND NOT (SELECT yes FROM ahead)
-               RETURNING run_id
-             )
-             SELECT (SELECT yes FROM ahead) AS ahead, EXISTS (SELECT 1 FROM claimed) AS claimed`,
-            [runId, laneKey, agentId, instanceId],
-          );
-          const row = found.rows[0]!;
-          if (row.ahead) return false;
-          if (!row.claimed) throw notMember();
-          return true;
-        }
-        const inserted = await db.query(
+        const found = await db.query<{ ahead: boolean; claimed: boolean }>(
           "claiming a run",
-          `WITH queued AS (DELETE FROM ${queue} WHERE run_id = $1 AND ${member} RETURNING attempts)
-           INSERT INTO ${claims} (run_id, lane_key, agent_id, instance_id, attempts)
-           SELECT $1, $2, $3, $4, coalesce((SELECT attempts FROM queued), 0) WHERE ${member}`,
-          [runId, laneKey, agentId, instanceId],
+          `WITH ahead AS (
+             SELECT $5::boolean AND EXISTS (SELECT 1 FROM ${queue} WHERE lane_key = $2 AND run_id <> $1) AS yes
+           ), queued AS (
+             DELETE FROM ${queue} WHERE run_id = $1 AND ${member} AND NOT (SELECT yes FROM ahead)
+             RETURNING attempts
+           ), claimed AS (
+             INSERT INTO ${claims} (run_id, lane_key, agent_id, instance_id, attempts)
+             SELECT $1, $2, $3, $4, coalesce((SELECT attempts FROM queued), 0)
+             WHERE ${member} AND NOT (SELECT yes FROM ahead)
+             RETURNING run_id
+           )
+           SELECT (SELECT yes FROM ahead) AS ahead, EXISTS (SELECT 1 FROM claimed) AS claimed`,
+          [runId, laneKey, agentId, instanceId, unlessQueued],
         );
-        if (inserted.rowCount === 0) throw notMember();
+        const row = found.rows[0]!;
+        if (row.ahead) return false;
+        if (!row.claimed) throw notMember();
         return true;
       } catch (error) {
         if (isLaneTaken(error)) return false;
