@@ -49,10 +49,11 @@ export class AgentFlows {
     private readonly output: OutputDelivery,
     private readonly audit: AuditService,
     private readonly log: Logger,
+    /** Read by simulations only: a real call's counts come from `admission`. */
     private readonly budget: CallBudget,
     private readonly waits: WaitGraph,
-    /** Several instances: budget, wait and child slots taken cluster-wide with their facts. */
-    private readonly admission?: CallAdmission,
+    /** Budget, wait and child slots taken with the facts the decision reads (cluster-wide on several instances). */
+    private readonly admission: CallAdmission,
     /** Several instances: each announce and send follow-up performed once cluster-wide. */
     private readonly claims?: FlowClaims,
   ) {
@@ -134,36 +135,33 @@ export class AgentFlows {
   ): Promise<SessionsSendResult> {
     const position = this.chainPosition(caller);
     const waits = timeoutSeconds > 0;
-    // Several instances: the budget slot and the wait are taken cluster-wide in one step with the
-    // facts the decision reads (given back if it refuses).
-    const admitted = this.admission
-      ? await this.admission.send(callerEntry.key, targetEntry.key, waits)
-      : undefined;
-    // Check for a wait cycle and mark the caller as waiting in one synchronous step, before any
-    // await: two sends racing towards each other must not both pass the check.
-    const cycle = admitted ? admitted.cycle : this.cycleFor(callerEntry.key, targetEntry.key, waits);
-    const release = admitted
-      ? () => admitted.endWait()
-      : waits && !cycle
-        ? this.waits.wait(callerEntry.key, targetEntry.key)
-        : () => undefined;
+    // The budget slot and the wait (unless it would close a cycle) are taken before the decision,
+    // with the counts it reads: sends racing each other, or towards each other, cannot all pass.
+    // A refusal gives them back.
+    const admitted = await this.admission.send(callerEntry.key, targetEntry.key, waits);
+    const release = () => admitted.endWait();
     let decision: Awaited<ReturnType<PolicyService["enforce"]>>;
     try {
       decision = await this.policy.enforce(
-        this.sendContext(callerEntry, targetEntry, message, position, waits, cycle, admitted?.budgetUsed),
+        this.sendContext(
+          callerEntry,
+          targetEntry,
+          message,
+          position,
+          waits,
+          admitted.cycle,
+          admitted.budgetUsed,
+        ),
         caller.operator,
       );
     } catch (error) {
-      release();
-      admitted?.refused();
+      admitted.refused();
       throw error;
     }
     if (decision.action === "BLOCK") {
-      release();
-      admitted?.refused();
+      admitted.refused();
       return { status: "forbidden", error: decision.message };
     }
-    if (!admitted) this.budget.record(callerEntry.key, "send");
     const text = decision.text ?? message;
 
     let result: WaitResult;
@@ -635,7 +633,9 @@ export class AgentFlows {
     // A spawn continues the chain of the run that asked for it (and its announce continues it
     // further), so spawn → announce → spawn ends at maxHops.
     const position = this.chainPosition(caller);
-    const admitted = this.admission ? await this.admission.spawn(callerEntry.key, childKey) : undefined;
+    // The budget and child slots are taken before the decision, with the counts it reads: spawns
+    // made in parallel cannot all pass `maxChildren`. A refusal gives them back.
+    const admitted = await this.admission.spawn(callerEntry.key, childKey);
     let decision: Awaited<ReturnType<PolicyService["enforce"]>>;
     try {
       decision = await this.policy.enforce(
@@ -643,14 +643,13 @@ export class AgentFlows {
         caller.operator,
       );
     } catch (error) {
-      admitted?.refused();
+      admitted.refused();
       throw error;
     }
     if (decision.action === "BLOCK") {
-      admitted?.refused();
+      admitted.refused();
       return { status: "forbidden", error: decision.message };
     }
-    if (!admitted) this.budget.record(callerEntry.key, "spawn");
     try {
       return await this.spawnAllowed(
         caller,
@@ -662,7 +661,7 @@ export class AgentFlows {
         decision,
       );
     } finally {
-      admitted?.childStored();
+      admitted.childStored();
     }
   }
 

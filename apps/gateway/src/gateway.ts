@@ -23,6 +23,7 @@ import { PolicyService } from "./policy-service";
 import { InProcessActiveRuns } from "./ports/active-runs";
 import { MemoryCallBudget } from "./ports/call-budget";
 import type { EventLog } from "./ports/event-log";
+import { LocalCallAdmission } from "./ports/local-call-admission";
 import { InProcessRecentMessages, UncachedRecentMessages } from "./ports/recent-messages";
 import { RefusalAudit } from "./ports/refusal-audit";
 import { InProcessRunLanes } from "./ports/run-lanes";
@@ -248,10 +249,14 @@ export class Gateway {
       }
       const output = new OutputDelivery(sessions, policy, audit, bus);
       const clusterLog = log.child({ component: "cluster" });
-      // Several instances decide budgets, wait cycles and maxChildren through the cluster's
-      // admission; the in-process budget and graph then only answer simulations.
+      // Budgets, wait cycles and maxChildren are decided on slots taken at admission: in memory on
+      // one instance, through the cluster's tables on several (where the in-process budget and
+      // graph only answer simulations).
       const budget = new MemoryCallBudget();
       const waitGraph = new InProcessWaitGraph();
+      const admission = cluster
+        ? new ClusterCallAdmission(cluster, clusterLog)
+        : new LocalCallAdmission(budget, waitGraph, (requesterKey) => scheduler.activeSpawnsOf(requesterKey));
       const flows = new AgentFlows(
         config,
         store,
@@ -263,7 +268,7 @@ export class Gateway {
         log.child({ component: "flows" }),
         budget,
         waitGraph,
-        cluster ? new ClusterCallAdmission(cluster, clusterLog) : undefined,
+        admission,
         cluster?.flows,
       );
       const backend = new SessionToolsBackend(

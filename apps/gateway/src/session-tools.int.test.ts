@@ -2,7 +2,13 @@ import { randomUUID } from "node:crypto";
 import type { ConfigInput } from "@switchboard/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { behaviour } from "./testing/behaviour";
-import { startTestGateway, type TestGateway, TestWorker, testStoreKind } from "./testing/test-gateway";
+import {
+  startTestGateway,
+  type TestGateway,
+  TestWorker,
+  testStoreKind,
+  type WorkerHandler,
+} from "./testing/test-gateway";
 import type { TestPeer } from "./testing/test-peer";
 
 const STORE = testStoreKind();
@@ -29,7 +35,7 @@ let gw: TestGateway;
 let op: TestPeer;
 const workers: TestWorker[] = [];
 
-async function setup(input: ConfigInput = config(), handler = behaviour()) {
+async function setup(input: ConfigInput = config(), handler: WorkerHandler = behaviour()) {
   gw = await startTestGateway(input, { store: STORE });
   op = await gw.operator();
   workers.push(await TestWorker.start(gw.url, WORKER, ["main", "research", "ops"], handler));
@@ -70,6 +76,15 @@ async function toolInRun(sessionKey: string, name: string, args: Record<string, 
 
 async function create(key: string, extra: Record<string, unknown> = {}) {
   return op.call<{ key: string; sessionId: string }>("sessions.create", { key, ...extra });
+}
+
+/** Runs `message` as an `agent` input on `sessionKey` and waits for its run to end. */
+async function runOn(sessionKey: string, message: string) {
+  const { runId } = await op.call<{ runId: string }>("agent", { sessionKey, message });
+  return op.call<{ status: string; reply?: string; error?: string }>("agent.wait", {
+    runId,
+    timeoutMs: 10_000,
+  });
 }
 
 describe("sessions_list", () => {
@@ -785,5 +800,64 @@ describe("sub-agent archiver", () => {
     expect(after?.archivedAt).toBeGreaterThan(0);
     expect(after?.sessionId).toBe(before?.sessionId);
     expect(await gw.gateway.flows.archiveSweep(Date.now() + 1)).toBe(0);
+  });
+});
+
+describe("spawn and send limits under parallel tool calls", () => {
+  it("maxChildren holds when one run spawns in parallel", async () => {
+    const statuses: string[] = [];
+    const handler: WorkerHandler = async (context) => {
+      if (context.run.input.message === "fan out") {
+        const results = await Promise.all(
+          Array.from({ length: 5 }, () => context.invokeTool("sessions_spawn", { task: "sleep 1500" })),
+        );
+        statuses.push(...results.map((r) => String(r.status)));
+        return "done";
+      }
+      return behaviour()(context);
+    };
+    await setup(
+      config({
+        agents: {
+          list: [
+            { id: "main", default: true, subagents: { maxChildren: 1 } },
+            { id: "research" },
+            { id: "ops" },
+          ],
+        },
+      }),
+      handler,
+    );
+    await create("main");
+    expect((await runOn("main", "fan out")).status).toBe("ok");
+    // agents.defaults.subagents.maxChildren / subagents.maxChildren: at most 1 active child.
+    expect(statuses.filter((s) => s === "accepted")).toHaveLength(1);
+    expect(statuses.filter((s) => s === "forbidden")).toHaveLength(4);
+  });
+
+  it("budgetPerMinute holds when one run sends in parallel", async () => {
+    const statuses: string[] = [];
+    const handler: WorkerHandler = async (context) => {
+      if (context.run.input.message === "fan out") {
+        const results = await Promise.all(
+          Array.from({ length: 6 }, (_, i) =>
+            context.invokeTool("sessions_send", {
+              sessionKey: "agent:main:cron:x",
+              message: `m${i}`,
+              timeoutSeconds: 0,
+            }),
+          ),
+        );
+        statuses.push(...results.map((r) => String(r.status)));
+        return "done";
+      }
+      return behaviour()(context);
+    };
+    await setup(config({ session: { agentToAgent: { budgetPerMinute: 2, maxPingPongTurns: 0 } } }), handler);
+    await create("main");
+    await create("agent:main:cron:x");
+    expect((await runOn("main", "fan out")).status).toBe("ok");
+    expect(statuses.filter((s) => s === "accepted")).toHaveLength(2);
+    expect(statuses.filter((s) => s === "forbidden")).toHaveLength(4);
   });
 });

@@ -1,9 +1,8 @@
 /**
  * The facts of a send or spawn that other processes change too — the caller's budget, the wait
  * graph, the requester's children — taken together with the call's slot in one step, so that the
- * policy decision made on them holds however many processes decide at once. One process needs none
- * of this (it checks and records with no await in between: `CallBudget`, `WaitGraph`, the
- * scheduler's count); several instances implement it over their shared database
+ * policy decision made on them holds however many calls are decided at once: one process takes
+ * them in memory (`local-call-admission.ts`), several instances over their shared database
  * (cluster/cluster-limits.ts).
  *
  * The decision itself stays the policy engine's: it reads these facts as it reads the in-process

@@ -8,8 +8,8 @@ export type BudgetKind = "send" | "spawn";
 export interface CallBudget {
   /** Calls of `kind` by `sessionKey` in the window ending now. */
   used(sessionKey: string, kind: BudgetKind): number;
-  /** Counts one call that was allowed. */
-  record(sessionKey: string, kind: BudgetKind): void;
+  /** Counts one call; the returned function gives that slot back (the call was refused). */
+  record(sessionKey: string, kind: BudgetKind): () => void;
 }
 
 /**
@@ -42,10 +42,18 @@ export class MemoryCallBudget implements CallBudget {
     return this.live(`${kind}\u0000${sessionKey}`)?.length ?? 0;
   }
 
-  record(sessionKey: string, kind: BudgetKind): void {
+  record(sessionKey: string, kind: BudgetKind): () => void {
     const id = `${kind}\u0000${sessionKey}`;
     const stamps = this.live(id) ?? [];
-    stamps.push(this.now());
+    const stamp = this.now();
+    stamps.push(stamp);
     this.windows.set(id, stamps);
+    return () => {
+      const current = this.windows.get(id);
+      const at = current?.lastIndexOf(stamp) ?? -1;
+      if (at < 0) return;
+      current!.splice(at, 1);
+      if (current!.length === 0) this.windows.delete(id);
+    };
   }
 }
