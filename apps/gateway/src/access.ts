@@ -230,7 +230,15 @@ export class Access {
       if (!params.runId) throw new SwitchboardError("INVALID_REQUEST", "runId: required for agent workers");
       const record = this.runs.requireHeldBy(params.runId, connection);
       const entry = await this.sessions.require(record.sessionKey);
-      return { caller: { sessionKey: entry.key, agentId: entry.agentId, runId: record.runId }, entry };
+      return {
+        caller: {
+          sessionKey: entry.key,
+          agentId: entry.agentId,
+          runId: record.runId,
+          runOrigin: record.origin,
+        },
+        entry,
+      };
     }
     // `runId` and `as` below are the operator's; any other role reaching here would pick its caller.
     if (role !== "operator") {
@@ -245,6 +253,7 @@ export class Access {
           sessionKey: entry.key,
           agentId: entry.agentId,
           runId: params.runId,
+          runOrigin: active.origin,
           operator: connection.identity!.tokenName,
         },
         entry,

@@ -22,7 +22,6 @@ export type RunDispatcher = (
   session?: SessionEntry,
 ) => Promise<void>;
 
-const EMPTY_TOOLS = { list: [], json: "[]" };
 const HISTORY_OPEN = ',"history":[';
 
 /** The tool definitions' JSON as UTF-8, once per tool set: the bulk (~10 KB) of every `run.assigned`. */
@@ -89,7 +88,7 @@ export function runAssignment(
       .filter((item) => item.runId !== record.runId)
       .slice(-20)
       .map(historyBytesOf);
-    const definitions = record.origin === "summarize" ? EMPTY_TOOLS : tools.definitionsFor(entry);
+    const definitions = tools.definitionsFor(entry, record.origin);
     const payload: Omit<EventPayload<"run.assigned">, "tools" | "history"> = {
       runId: record.runId,
       sessionKey: record.sessionKey,

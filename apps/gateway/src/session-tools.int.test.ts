@@ -861,3 +861,38 @@ describe("spawn and send limits under parallel tool calls", () => {
     expect(statuses.filter((s) => s === "forbidden")).toHaveLength(4);
   });
 });
+
+describe("summarize", () => {
+  it("its isolated run (offered no tools) cannot act as the session and restart the hop count", async () => {
+    const fromSummary: string[] = [];
+    const handler: WorkerHandler = async (context) => {
+      const { message, context: injected } = context.run.input;
+      if (injected.startsWith("Summarize step")) {
+        if (fromSummary.length < 5) {
+          const sent = await context.invokeTool("sessions_send", {
+            sessionKey: "agent:main:main",
+            message: "loop",
+            timeoutSeconds: 0,
+          });
+          fromSummary.push(String(sent.status));
+        }
+        return "summary";
+      }
+      if (message === "loop") {
+        await context.invokeTool("summarize", { sessionKey: "agent:research:main" });
+        return "looped";
+      }
+      return behaviour()(context);
+    };
+    await setup(config({ session: { agentToAgent: { maxHops: 1, maxPingPongTurns: 0 } } }), handler);
+    await create("main");
+    await create("agent:research:main");
+    await runOn("main", "loop");
+    // Before the fix the loop went on (stopped here by the test's own cap of 5).
+    for (let i = 0; i < 50 && fromSummary.length === 0; i++) await new Promise((r) => setTimeout(r, 100));
+    await gw.gateway.flows.idle();
+    // A summary run is offered no tools, and calling one anyway is refused: it cannot act as the
+    // session (before, each of its sends started a fresh chain at hop 1 and the loop ran on).
+    expect(fromSummary).toEqual(["forbidden"]);
+  });
+});

@@ -138,7 +138,7 @@ export class ToolCalls {
       }
       return result;
     };
-    const gate = this.gate(entry, tool);
+    const gate = this.gate(entry, tool, caller.runOrigin);
     if (!gate.allowed) {
       this.telemetry?.decided(tool, "block");
       return finish({ status: "forbidden", error: gate.message ?? "tool not available" });

@@ -1,9 +1,19 @@
-import { type Config, type SessionEntry, TOOL_NAMES, type ToolDefinition } from "@switchboard/core";
+import {
+  type Config,
+  type RunRecord,
+  type SessionEntry,
+  TOOL_NAMES,
+  type ToolDefinition,
+} from "@switchboard/core";
 import { toolDefinitions, toolsForSession } from "@switchboard/tools";
 import type { SessionsService } from "./sessions-service";
 
 /** Whether a session may call a tool at all (before any policy rule); shared by calls and simulation. */
-export type ToolGate = (entry: SessionEntry, tool: string) => { allowed: boolean; message?: string };
+export type ToolGate = (
+  entry: SessionEntry,
+  tool: string,
+  origin?: RunRecord["origin"],
+) => { allowed: boolean; message?: string };
 
 export interface ToolDefinitions {
   list: ToolDefinition[];
@@ -23,8 +33,13 @@ export class ToolCatalog {
     private readonly sessions: SessionsService,
   ) {}
 
-  /** The tools a session may call right now. */
-  toolsFor(entry: SessionEntry): string[] {
+  /**
+   * The tools a session may call right now, in a run of `origin` when given: a summary run is
+   * offered none (it condenses a transcript; calling a tool would let it act as the session, and its
+   * sends would start chains of their own).
+   */
+  toolsFor(entry: SessionEntry, origin?: RunRecord["origin"]): string[] {
+    if (origin === "summarize") return [];
     const isSubagent = this.sessions.kind(entry) === ALWAYS_SUBAGENT_KIND;
     const agent = this.sessions.agentConfig(entry.agentId);
     const maxSpawnDepth =
@@ -38,8 +53,8 @@ export class ToolCatalog {
     });
   }
 
-  definitionsFor(entry: SessionEntry): ToolDefinitions {
-    const names = this.toolsFor(entry);
+  definitionsFor(entry: SessionEntry, origin?: RunRecord["origin"]): ToolDefinitions {
+    const names = this.toolsFor(entry, origin);
     const cacheKey = names.join(",");
     let definitions = this.definitionCache.get(cacheKey);
     if (!definitions) {
@@ -51,10 +66,16 @@ export class ToolCatalog {
   }
 
   /** Unknown tool names pass: the executor answers them with its own error. */
-  readonly gate: ToolGate = (entry, tool) => {
+  readonly gate: ToolGate = (entry, tool, origin) => {
     if (!(TOOL_NAMES as readonly string[]).includes(tool)) return { allowed: true };
-    if (!this.toolsFor(entry).includes(tool)) {
-      return { allowed: false, message: `tool ${tool} is not available to session ${entry.key}` };
+    if (!this.toolsFor(entry, origin).includes(tool)) {
+      return {
+        allowed: false,
+        message:
+          origin === "summarize"
+            ? `tool ${tool} is not available to a summary run (it is offered no tools)`
+            : `tool ${tool} is not available to session ${entry.key}`,
+      };
     }
     return { allowed: true };
   };

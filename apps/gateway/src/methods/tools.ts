@@ -20,8 +20,8 @@ export function toolMethods({
     "tools.list": async (params, connection) => {
       if (connection.identity!.role === "mcp")
         return { tools: await mcp.list(access.mcpBinding(connection, params)) };
-      const { entry } = await access.toolCaller(connection, params);
-      return { tools: tools.definitionsFor(entry).list };
+      const { caller, entry } = await access.toolCaller(connection, params);
+      return { tools: tools.definitionsFor(entry, caller.runOrigin).list };
     },
     "tools.invoke": async (params, connection) => {
       if (connection.identity!.role === "mcp") {

@@ -1,4 +1,5 @@
 import type { Level } from "../labels/level";
+import type { RunRecord } from "../store/run-record";
 import type {
   AgentsListResult,
   MessageResult,
@@ -22,6 +23,8 @@ export interface ToolCaller {
   agentId: string;
   /** The run the call belongs to; absent for operator calls made `as` a session. */
   runId?: string;
+  /** Why that run exists: it decides which tools the run may call (a summary run none). */
+  runOrigin?: RunRecord["origin"];
   /** Set when an operator acts as the session (audited). */
   operator?: string;
   signal?: AbortSignal;
