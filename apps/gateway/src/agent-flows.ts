@@ -688,14 +688,17 @@ export class AgentFlows {
       ...(request.label ? { label: request.label } : {}),
       ...(modelApplied ? { model: request.model } : {}),
     });
+    // The task as the policy let it through (a PRE_SPAWN redaction rewrote it): the child sees, and
+    // the run record keeps, nothing of the original.
+    const task = decision.text ?? request.task;
     const context = [
       "Sub-agent context:",
       `You are a sub-agent spawned by ${callerEntry.key} to do one task.`,
-      `Your task: ${request.task}`,
+      `Your task: ${task}`,
       "Reply with your findings; your reply is reported back to the requester automatically.",
       "You cannot use session tools (list, history, send, spawn).",
     ].join("\n");
-    const { record } = await this.deliverMessage(callerEntry, child, decision.text ?? request.task, {
+    const { record } = await this.deliverMessage(callerEntry, child, task, {
       origin: "spawn",
       lane: "subagent",
       provenance: {
@@ -714,7 +717,7 @@ export class AgentFlows {
         requesterKey: callerEntry.key,
         childKey,
         childSessionId: child.sessionId,
-        task: request.task,
+        task,
         ...(request.label ? { label: request.label } : {}),
         cleanup: request.cleanup,
         announce: { status: "pending", attempts: 0, idempotencyKey: `announce:${childKey}` },

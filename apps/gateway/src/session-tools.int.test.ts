@@ -3,6 +3,7 @@ import type { ConfigInput } from "@switchboard/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { behaviour } from "./testing/behaviour";
 import {
+  type RunContext,
   startTestGateway,
   type TestGateway,
   TestWorker,
@@ -471,6 +472,39 @@ describe("sessions_send", () => {
 });
 
 describe("sessions_spawn", () => {
+  it("a PRE_SPAWN redaction rewrites the task in the child's context too", async () => {
+    await setup(
+      config({
+        policy: {
+          rules: [
+            {
+              id: "no-keys",
+              hook: "PRE_SPAWN",
+              priority: 10,
+              action: "redact",
+              redact: { patterns: ["sk-[A-Za-z0-9]{20,}"] },
+            },
+          ],
+        },
+      }),
+    );
+    await create("main");
+    const secret = "sk-ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    const spawned = await tool("main", "sessions_spawn", { task: `use key ${secret} please` });
+    expect(spawned.status).toBe("accepted");
+    const run = (
+      await workers[0]!.peer.waitForEvent(
+        (e) => e.event === "run.assigned" && e.payload.sessionKey === spawned.childSessionKey,
+      )
+    ).payload as RunContext["run"];
+    // The message is redacted…
+    expect(run.input.message).not.toContain(secret);
+    // …and so are the sub-agent context ("Your task: …") and the run record's task.
+    expect(run.input.context).not.toContain(secret);
+    const stored = await gw.gateway.store.runs.get(spawned.runId as string);
+    expect(stored?.spawn?.task).toBe("use key [REDACTED] please");
+  });
+
   it("applies the allowlist: default same agent, named agents case-insensitively, and '*'", async () => {
     await setup(
       config({
