@@ -22,6 +22,7 @@ import type { WorkerRegistry } from "./ports/worker-registry";
 import type { RunDispatcher } from "./run-assignment";
 import type { SessionsService } from "./sessions-service";
 import type { RunObserver } from "./telemetry/telemetry";
+import { timerDelay } from "./timer-delay";
 
 export interface RunSpec {
   sessionKey: string;
@@ -441,14 +442,19 @@ export class RunScheduler {
   private armTimeout(active: ActiveRun): void {
     const seconds = active.record.timeoutSeconds;
     if (!seconds || seconds <= 0) return;
-    active.deadline = active.record.createdAt + seconds * 1000;
-    const delay = Math.max(0, active.deadline - Date.now());
-    active.timer = setTimeout(() => {
-      void this.finish(active.record, "timeout", { error: `run timed out after ${seconds}s` }).catch(
-        (error) => this.log.error({ err: error, runId: active.record.runId }, "timeout handling failed"),
-      );
-    }, delay);
-    active.timer.unref();
+    const deadline = active.record.createdAt + seconds * 1000;
+    active.deadline = deadline;
+    const arm = () => {
+      active.timer = setTimeout(() => {
+        // A deadline past setTimeout's range fires early: wait on.
+        if (Date.now() < deadline) return arm();
+        void this.finish(active.record, "timeout", { error: `run timed out after ${seconds}s` }).catch(
+          (error) => this.log.error({ err: error, runId: active.record.runId }, "timeout handling failed"),
+        );
+      }, timerDelay(deadline));
+      active.timer.unref();
+    };
+    arm();
   }
 
   private queue(record: RunRecord): void {

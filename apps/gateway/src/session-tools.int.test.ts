@@ -472,6 +472,19 @@ describe("sessions_send", () => {
 });
 
 describe("sessions_spawn", () => {
+  it("a long runTimeoutSeconds does not time the child out at once", async () => {
+    await setup();
+    await create("main");
+    // 3 000 000 s (~35 days) is a legal timeout; the child must be allowed to finish its 300 ms task.
+    const spawned = await tool("main", "sessions_spawn", { task: "sleep 300", runTimeoutSeconds: 3_000_000 });
+    expect(spawned.status).toBe("accepted");
+    const waited = await op.call<{ status: string; error?: string }>("agent.wait", {
+      runId: spawned.runId as string,
+      timeoutMs: 10_000,
+    });
+    expect(waited).toMatchObject({ status: "ok" });
+  });
+
   it("a PRE_SPAWN redaction rewrites the task in the child's context too", async () => {
     await setup(
       config({

@@ -11,6 +11,7 @@ import type { Cluster, ClusterRunLanes, LostRun } from "@switchboard/store-pg";
 import type { Logger } from "pino";
 import type { EventLog } from "../ports/event-log";
 import { runEndedPayload, toWaitResult, type WaitResult, waitResultOfEnded } from "../run-scheduler";
+import { timerDelay } from "../timer-delay";
 
 /** How often a run waiting for its lane (held by another instance) tries the claim again. */
 const CLAIM_RETRY_MS = 25;
@@ -351,17 +352,20 @@ export class ClusterRuns {
   private armQueuedTimeout(record: RunRecord): void {
     const seconds = record.timeoutSeconds;
     if (!seconds || seconds <= 0) return;
-    const timer = setTimeout(
-      () => {
+    const deadline = record.createdAt + seconds * 1000;
+    const arm = () => {
+      const timer = setTimeout(() => {
         this.queuedTimers.delete(timer);
+        // A deadline past setTimeout's range fires early: wait on.
+        if (Date.now() < deadline) return arm();
         void this.expire(record.runId).catch((error: unknown) =>
           this.log.warn({ err: error, runId: record.runId }, "could not end a queued run at its timeout"),
         );
-      },
-      Math.max(0, record.createdAt + seconds * 1000 - Date.now()),
-    );
-    timer.unref();
-    this.queuedTimers.add(timer);
+      }, timerDelay(deadline));
+      timer.unref();
+      this.queuedTimers.add(timer);
+    };
+    arm();
   }
 
   /** Wakes every instance: a run waits in the cluster's queue. */
