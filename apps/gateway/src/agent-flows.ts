@@ -624,10 +624,9 @@ export class AgentFlows {
     callerEntry: SessionEntry,
     request: SpawnRequest,
   ): Promise<SessionsSpawnResult> {
+    // An agent that is not configured is refused by the policy's `spawn` rule (so a simulation
+    // refuses it too, and the refusal is audited like any other).
     const targetAgentId = (request.agentId ?? callerEntry.agentId).toLowerCase();
-    if (!this.sessions.agentConfig(targetAgentId)) {
-      return { status: "forbidden", error: `spawn not allowed: agent "${targetAgentId}" is not configured` };
-    }
     const childUuid = randomUUID();
     const childKey = makeSubagentKey(targetAgentId, childUuid);
     // A spawn continues the chain of the run that asked for it (and its announce continues it

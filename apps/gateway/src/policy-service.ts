@@ -31,6 +31,7 @@ export class PolicyService {
       default: config.policy.default,
       ...(config.session.sendPolicy ? { sendPolicy: config.session.sendPolicy } : {}),
       agentToAgent: config.tools.agentToAgent,
+      configuredAgents: agents.map((agent) => agent.id),
       spawn: (agentId: string) => {
         const agent = agents.find((candidate) => candidate.id === agentId);
         return {

@@ -316,13 +316,20 @@ export class SessionToolsBackend implements ToolBackend {
     const own = caller.agentId;
     const ownConfig = this.sessions.agentConfig(own);
     const allow = ownConfig?.subagents?.allowAgents;
+    // A session that may not spawn at all (at maxSpawnDepth, or a sub-agent denied the tool) may
+    // spawn no agent, whatever its allowlist says.
+    const maySpawn = this.toolGate(
+      await this.callerEntry(caller),
+      "sessions_spawn",
+      caller.runOrigin,
+    ).allowed;
     const rows = this.config.agents.list
       .map((agent) => ({
         id: agent.id,
         ...(agent.name ? { name: agent.name } : {}),
         configured: true,
         connected: this.isAgentConnected(agent.id),
-        allowedForSpawn: spawnAgentAllowed(allow, own, agent.id),
+        allowedForSpawn: maySpawn && spawnAgentAllowed(allow, own, agent.id),
       }))
       .filter((agent) => agent.id === own || agent.allowedForSpawn)
       .sort((a, b) => (a.id === own ? -1 : b.id === own ? 1 : a.id.localeCompare(b.id)));

@@ -628,6 +628,28 @@ describe("sessions_spawn", () => {
 });
 
 describe("status, agents, message and summarize", () => {
+  it("does not offer spawning to a session that may not spawn (maxSpawnDepth 0)", async () => {
+    await setup(
+      config({
+        agents: {
+          list: [
+            { id: "main", default: true, subagents: { allowAgents: ["research"], maxSpawnDepth: 0 } },
+            { id: "research" },
+            { id: "ops" },
+          ],
+        },
+      }),
+    );
+    await create("main");
+    expect((await tool("main", "sessions_spawn", { task: "t", agentId: "research" })).status).toBe(
+      "forbidden",
+    );
+    expect((await tool("main", "sessions_spawn", { task: "t" })).status).toBe("forbidden");
+    const agents = await tool("main", "agents_list");
+    const rows = agents.agents as Array<{ id: string; allowedForSpawn: boolean }>;
+    expect(rows.filter((row) => row.allowedForSpawn)).toEqual([]);
+  });
+
   it("reports status with children, lists agents own-first, posts messages and summarises in an isolated run", async () => {
     await setup();
     await create("main");
@@ -685,6 +707,31 @@ describe("status, agents, message and summarize", () => {
 });
 
 describe("labels and simulation", () => {
+  it("blocks a spawn of an unconfigured agent, as the real call does", async () => {
+    await setup(
+      config({
+        agents: {
+          list: [
+            { id: "main", default: true, subagents: { allowAgents: ["*"] } },
+            { id: "research" },
+            { id: "ops" },
+          ],
+        },
+      }),
+    );
+    await create("main");
+    const real = await tool("main", "sessions_spawn", { task: "t", agentId: "ghost" });
+    expect(real).toMatchObject({
+      status: "forbidden",
+      error: 'spawn not allowed: agent "ghost" is not configured',
+    });
+    const simulated = await tool("main", "simulate_tool_call", {
+      tool_name: "sessions_spawn",
+      args: { task: "t", agentId: "ghost" },
+    });
+    expect(simulated).toMatchObject({ decision: "BLOCK", ruleId: "spawn", message: real.error });
+  });
+
   const labelled = () =>
     config({
       labels: { channels: { discord: "PUBLIC", webchat: "CONFIDENTIAL", telegram: "INTERNAL" } },

@@ -13,6 +13,7 @@ export interface BuiltinSettings {
   sendPolicy?: SendPolicyConfig;
   agentToAgent?: AgentToAgentConfig;
   spawn?: SpawnLimitsSource;
+  configuredAgents?: readonly string[];
   maxSpawnDepth?: number;
   maxChildren?: number;
   maxHops?: number;
@@ -120,6 +121,7 @@ export function builtinRules(settings: BuiltinSettings): BuiltinRule[] {
         return spawnProblem({
           requester: caller,
           targetAgentId: target.agentId,
+          ...(settings.configuredAgents ? { configuredAgents: settings.configuredAgents } : {}),
           activeChildren: ctx.facts?.activeChildren,
           limits: spawnLimitsFor(settings.spawn, caller.agentId),
           defaults: { maxSpawnDepth: settings.maxSpawnDepth, maxChildren: settings.maxChildren },

@@ -227,6 +227,19 @@ describe("built-in policies", () => {
       ).toBe("BLOCK");
     });
 
+    it("refuses an agent that is not configured, even one the allowlist matches", () => {
+      const engine = createPolicyEngine({
+        spawn: () => ({ allowAgents: ["*"] }),
+        configuredAgents: ["main", "Research"],
+      });
+      expect(engine.evaluate(spawnCtx({}, "research")).action).toBe("ALLOW");
+      expect(engine.evaluate(spawnCtx({}, "ghost"))).toMatchObject({
+        action: "BLOCK",
+        ruleId: "spawn",
+        message: 'spawn not allowed: agent "ghost" is not configured',
+      });
+    });
+
     it("limits active children (default 5)", () => {
       const engine = createPolicyEngine();
       expect(engine.evaluate(spawnCtx({}, "main", 4)).action).toBe("ALLOW");

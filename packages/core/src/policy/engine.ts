@@ -67,6 +67,8 @@ export interface PolicyEngineOptions {
   agentToAgent?: AgentToAgentConfig;
   /** Per requester agent spawn limits: a map by agent id or a lookup function. */
   spawn?: SpawnLimitsSource;
+  /** Ids of the configured agents (`agents.list`): a spawn of any other is refused. Unset: not checked. */
+  configuredAgents?: readonly string[];
   /** Defaults for agents whose limits leave them unset (1 and 5). */
   maxSpawnDepth?: number;
   maxChildren?: number;

@@ -44,13 +44,18 @@ export function spawnAgentAllowed(
 export interface SpawnCheckInput {
   requester: Pick<SessionFacts, "key" | "agentId" | "kind" | "spawnDepth">;
   targetAgentId: string;
+  /** The configured agents' ids: a spawn of any other is refused. Unset: not checked. */
+  configuredAgents?: readonly string[];
   activeChildren?: number;
   limits: SpawnLimits;
   /** Fallbacks when `limits` leaves a number unset. */
   defaults?: { maxSpawnDepth?: number; maxChildren?: number };
 }
 
-/** The reason a spawn is refused, or undefined when it is allowed. Depth, then agent, then count. */
+/**
+ * The reason a spawn is refused, or undefined when it is allowed. Depth, then whether the agent is
+ * configured, then the allowlist, then the count.
+ */
 export function spawnProblem(input: SpawnCheckInput): string | undefined {
   const { requester, targetAgentId, limits } = input;
   const maxDepth = limits.maxSpawnDepth ?? input.defaults?.maxSpawnDepth ?? DEFAULT_MAX_SPAWN_DEPTH;
@@ -58,6 +63,10 @@ export function spawnProblem(input: SpawnCheckInput): string | undefined {
   const depth = spawnDepthOf(requester);
   if (depth + 1 > maxDepth) {
     return `spawn not allowed: ${requester.key} is at spawn depth ${depth} and maxSpawnDepth is ${maxDepth}`;
+  }
+  const target = targetAgentId.toLowerCase();
+  if (input.configuredAgents && !input.configuredAgents.some((id) => id.toLowerCase() === target)) {
+    return `spawn not allowed: agent "${targetAgentId}" is not configured`;
   }
   if (!spawnAgentAllowed(limits.allowAgents, requester.agentId, targetAgentId)) {
     return (
