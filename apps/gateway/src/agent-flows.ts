@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import {
   type Config,
+  displayKey,
   hostDrivenSessionKeys,
   type Level,
   makeSubagentKey,
@@ -135,6 +136,8 @@ export class AgentFlows {
   ): Promise<SessionsSendResult> {
     const position = this.chainPosition(caller);
     const waits = timeoutSeconds > 0;
+    // Results name the target as every tool does: the caller's own main session as `main`.
+    const shownKey = displayKey(targetEntry.key, callerEntry.key, this.sessions.mainKey);
     // The budget slot and the wait (unless it would close a cycle) are taken before the decision,
     // with the counts it reads: sends racing each other, or towards each other, cannot all pass.
     // A refusal gives them back.
@@ -202,7 +205,7 @@ export class AgentFlows {
           );
       }
 
-      if (!waits) return { status: "accepted", runId: record.runId, sessionKey: targetEntry.key, delivery };
+      if (!waits) return { status: "accepted", runId: record.runId, sessionKey: shownKey, delivery };
       const waited = await this.scheduler.waitIssued(record.runId, timeoutSeconds * 1000, caller.signal);
       result = waited.result;
       if (caller.holdAnswer) {
@@ -224,7 +227,7 @@ export class AgentFlows {
       return {
         status: "ok",
         runId: record.runId,
-        sessionKey: targetEntry.key,
+        sessionKey: shownKey,
         reply: taken.withheld ? "" : (result.reply ?? ""),
         delivery,
         dataLabel: taken.level,
@@ -238,7 +241,7 @@ export class AgentFlows {
       return {
         status: "timeout",
         runId: record.runId,
-        sessionKey: targetEntry.key,
+        sessionKey: shownKey,
         error: `no reply within ${timeoutSeconds}s; the run continues — read sessions_history later`,
         delivery,
       };
@@ -246,7 +249,7 @@ export class AgentFlows {
     return {
       status: result.status === "timeout" ? "timeout" : "error",
       runId: record.runId,
-      sessionKey: targetEntry.key,
+      sessionKey: shownKey,
       error: result.error ?? "run failed",
       delivery,
     };

@@ -238,6 +238,20 @@ describe("sessions_history", () => {
 });
 
 describe("sessions_send", () => {
+  it("shows the caller's own main session as main, as history does", async () => {
+    await setup(config({ session: { agentToAgent: { maxPingPongTurns: 0 } } }));
+    await create("main");
+    await create("agent:main:cron:x");
+    const history = await tool("agent:main:cron:x", "sessions_history", { sessionKey: "main" });
+    expect(history.sessionKey).toBe("main");
+    const sent = await tool("agent:main:cron:x", "sessions_send", {
+      sessionKey: "main",
+      message: "hi",
+      timeoutSeconds: 0,
+    });
+    expect(sent).toMatchObject({ status: "accepted", sessionKey: "main" });
+  });
+
   it("reports accepted, ok, timeout (delivered) and error, and not_found", async () => {
     await setup();
     await create("main");
