@@ -1,5 +1,6 @@
 import {
   type AgentsListResult,
+  activeSinceMinutes,
   type Config,
   displayKey,
   type HistoryMessage,
@@ -173,7 +174,7 @@ export class SessionToolsBackend implements ToolBackend {
         limit: query.limit,
         mainKey: this.sessions.mainKey,
         ...(query.kinds ? { kinds: query.kinds } : {}),
-        ...(query.activeMinutes ? { activeSince: Date.now() - query.activeMinutes * 60_000 } : {}),
+        ...(query.activeMinutes ? { activeSince: activeSinceMinutes(query.activeMinutes) } : {}),
       },
       {
         visibility: discovery.visibility,

@@ -89,6 +89,13 @@ async function runOn(sessionKey: string, message: string) {
 }
 
 describe("sessions_list", () => {
+  it("accepts any positive activeMinutes (no internal field errors)", async () => {
+    await setup();
+    await create("main");
+    const listed = await tool("main", "sessions_list", { activeMinutes: 1e308 });
+    expect(listed).toMatchObject({ status: "ok", count: 1 });
+  });
+
   it("lists rows with kinds derived after the agent prefix, filters kinds, includes messages", async () => {
     await setup();
     await create("main");

@@ -1,4 +1,5 @@
 import {
+  activeSinceMinutes,
   canFlowTo,
   clampInteger,
   displayKey,
@@ -41,7 +42,7 @@ export function sessionMethods({
         mainKey: sessions.mainKey,
         ...(kinds?.length ? { kinds } : {}),
         ...(params.activeMinutes && params.activeMinutes > 0
-          ? { activeSince: Date.now() - params.activeMinutes * 60_000 }
+          ? { activeSince: activeSinceMinutes(params.activeMinutes) }
           : {}),
         ...(params.agentId ? { agentId: params.agentId.toLowerCase() } : {}),
         ...(params.search ? { search: params.search } : {}),

@@ -499,3 +499,11 @@ export function validateTaintRise(
     audit: audit!,
   };
 }
+
+/**
+ * `activeSince` of "active in the last `minutes`": any positive count is a valid filter, so a count
+ * reaching before the epoch (1e308 minutes) lists everything rather than failing on `-Infinity`.
+ */
+export function activeSinceMinutes(minutes: number, now: number = Date.now()): number {
+  return Math.max(0, now - minutes * 60_000);
+}
