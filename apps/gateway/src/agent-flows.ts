@@ -10,6 +10,7 @@ import {
   type Provenance,
   type RunRecord,
   type SessionEntry,
+  type SessionFacts,
   type SessionsSendResult,
   type SessionsSpawnResult,
   type SpawnRequest,
@@ -261,6 +262,16 @@ export class AgentFlows {
    * PRE_HISTORY block), otherwise the caller's taint rises to it. Both sides are read fresh, since
    * a run may have raised either while the caller waited.
    */
+  /** The read of another session's data a reply or summary is taken in by (see `takeIn`). */
+  takeInContext(callerEntry: SessionEntry, from: SessionFacts): PolicyContext {
+    return {
+      hook: "PRE_HISTORY",
+      caller: this.policy.facts(callerEntry),
+      target: from,
+      facts: { origin: "gateway" },
+    };
+  }
+
   async takeIn(
     caller: ToolCaller,
     fromKey: string,
@@ -271,12 +282,7 @@ export class AgentFlows {
     if (!from) return { level: callerEntry.taint, withheld: `${fromKey} no longer exists` };
     if (from.key === callerEntry.key) return { level: from.taint };
     const decision = await this.policy.enforce(
-      {
-        hook: "PRE_HISTORY",
-        caller: this.policy.facts(callerEntry),
-        target: this.policy.facts(from),
-        facts: { origin: "gateway" },
-      },
+      this.takeInContext(callerEntry, this.policy.facts(from)),
       caller.operator,
     );
     if (decision.action === "BLOCK") return { level: from.taint, withheld: `withheld: ${decision.message}` };

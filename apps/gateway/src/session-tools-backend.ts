@@ -408,6 +408,8 @@ export class SessionToolsBackend implements ToolBackend {
       })),
     );
     let decision = first;
+    /** The taint the call leaves: the tool's result label and what its downstream hook reads. */
+    let after = first.labels.after;
     if (first.action !== "BLOCK") {
       const call = await parseToolCall(request.toolName, request.args, caller);
       if (call && "status" in call) return call;
@@ -424,6 +426,20 @@ export class SessionToolsBackend implements ToolBackend {
         );
         if (second.action === "BLOCK" || second.action === "REDACT" || first.action === "ALLOW")
           decision = second;
+        after = maxLevel(after, second.labels.after);
+        // A send that waits takes the reply in, as the real call does (`AgentFlows.takeIn`): at the
+        // target's taint after the delivery, unless that read is refused (the reply is withheld).
+        const replyTaint = second.labels.targetAfter;
+        if (
+          call.tool === "sessions_send" &&
+          call.request.timeoutSeconds > 0 &&
+          downstream.target &&
+          replyTaint !== undefined &&
+          this.policy.evaluate(
+            this.flows.takeInContext(callerEntry, { ...downstream.target, taint: replyTaint }),
+          ).action !== "BLOCK"
+        )
+          after = maxLevel(after, replyTaint);
       }
     }
     return {
@@ -432,10 +448,7 @@ export class SessionToolsBackend implements ToolBackend {
       ruleId: decision.ruleId,
       message: decision.message,
       evaluated,
-      taint: {
-        current: callerEntry.taint,
-        after: decision.action === "BLOCK" ? callerEntry.taint : decision.labels.after,
-      },
+      taint: { current: callerEntry.taint, after: decision.action === "BLOCK" ? callerEntry.taint : after },
     };
   }
 

@@ -79,6 +79,13 @@ async function create(key: string, extra: Record<string, unknown> = {}) {
   return op.call<{ key: string; sessionId: string }>("sessions.create", { key, ...extra });
 }
 
+/** Creates `key` bound to `channel` and runs one input there (it takes in the channel's label). */
+async function taintWith(key: string, channel: string) {
+  await create(key, { channel });
+  const { runId } = await op.call<{ runId: string }>("chat.send", { sessionKey: key, message: "secret" });
+  await op.call("agent.wait", { runId });
+}
+
 /** Runs `message` as an `agent` input on `sessionKey` and waits for its run to end. */
 async function runOn(sessionKey: string, message: string) {
   const { runId } = await op.call<{ runId: string }>("agent", { sessionKey, message });
@@ -728,6 +735,51 @@ describe("status, agents, message and summarize", () => {
 });
 
 describe("labels and simulation", () => {
+  it("reports the taint a waiting send would leave (the reply is taken in)", async () => {
+    await setup(
+      config({
+        labels: { channels: { webchat: "CONFIDENTIAL" } },
+        session: { agentToAgent: { maxPingPongTurns: 0 } },
+      }),
+    );
+    await create("main");
+    await taintWith("agent:main:webchat:dm:carol", "webchat");
+    const simulated = await tool("main", "simulate_tool_call", {
+      tool_name: "sessions_send",
+      args: { sessionKey: "agent:main:webchat:dm:carol", message: "hi", timeoutSeconds: 10 },
+    });
+    const real = await tool("main", "sessions_send", {
+      sessionKey: "agent:main:webchat:dm:carol",
+      message: "hi",
+      timeoutSeconds: 10,
+    });
+    expect(real.status).toBe("ok");
+    expect(real.dataLabel).toBe("CONFIDENTIAL");
+    expect((await tool("main", "session_status")).taint).toBe("CONFIDENTIAL");
+    expect(simulated).toMatchObject({
+      decision: "ALLOW",
+      taint: { current: "PUBLIC", after: "CONFIDENTIAL" },
+    });
+  });
+
+  it("reports no rise for a waiting send whose reply would be withheld (above the caller's clearance)", async () => {
+    await setup(
+      config({
+        labels: { channels: { webchat: "CONFIDENTIAL" } },
+        session: { agentToAgent: { maxPingPongTurns: 0 } },
+      }),
+    );
+    await create("main");
+    await op.call("sessions.patch", { key: "main", clearance: "INTERNAL" });
+    await taintWith("agent:main:webchat:dm:carol", "webchat");
+    const args = { sessionKey: "agent:main:webchat:dm:carol", message: "hi", timeoutSeconds: 10 };
+    const simulated = await tool("main", "simulate_tool_call", { tool_name: "sessions_send", args });
+    const real = await tool("main", "sessions_send", args);
+    expect(real).toMatchObject({ status: "ok", reply: "", withheld: expect.stringContaining("withheld") });
+    expect((await tool("main", "session_status")).taint).toBe("PUBLIC");
+    expect(simulated).toMatchObject({ decision: "ALLOW", taint: { current: "PUBLIC", after: "PUBLIC" } });
+  });
+
   it("blocks a spawn of an unconfigured agent, as the real call does", async () => {
     await setup(
       config({
