@@ -735,7 +735,8 @@ describe("status, agents, message and summarize", () => {
 });
 
 describe("labels and simulation", () => {
-  it("reports the taint a waiting send would leave (the reply is taken in)", async () => {
+  /** `main` (with `clearance`, if given) and a CONFIDENTIAL webchat session to send to with a wait. */
+  async function confidentialTarget(clearance?: string) {
     await setup(
       config({
         labels: { channels: { webchat: "CONFIDENTIAL" } },
@@ -743,16 +744,15 @@ describe("labels and simulation", () => {
       }),
     );
     await create("main");
+    if (clearance) await op.call("sessions.patch", { key: "main", clearance });
     await taintWith("agent:main:webchat:dm:carol", "webchat");
-    const simulated = await tool("main", "simulate_tool_call", {
-      tool_name: "sessions_send",
-      args: { sessionKey: "agent:main:webchat:dm:carol", message: "hi", timeoutSeconds: 10 },
-    });
-    const real = await tool("main", "sessions_send", {
-      sessionKey: "agent:main:webchat:dm:carol",
-      message: "hi",
-      timeoutSeconds: 10,
-    });
+    const args = { sessionKey: "agent:main:webchat:dm:carol", message: "hi", timeoutSeconds: 10 };
+    const simulated = await tool("main", "simulate_tool_call", { tool_name: "sessions_send", args });
+    return { simulated, real: await tool("main", "sessions_send", args) };
+  }
+
+  it("reports the taint a waiting send would leave (the reply is taken in)", async () => {
+    const { simulated, real } = await confidentialTarget();
     expect(real.status).toBe("ok");
     expect(real.dataLabel).toBe("CONFIDENTIAL");
     expect((await tool("main", "session_status")).taint).toBe("CONFIDENTIAL");
@@ -763,18 +763,7 @@ describe("labels and simulation", () => {
   });
 
   it("reports no rise for a waiting send whose reply would be withheld (above the caller's clearance)", async () => {
-    await setup(
-      config({
-        labels: { channels: { webchat: "CONFIDENTIAL" } },
-        session: { agentToAgent: { maxPingPongTurns: 0 } },
-      }),
-    );
-    await create("main");
-    await op.call("sessions.patch", { key: "main", clearance: "INTERNAL" });
-    await taintWith("agent:main:webchat:dm:carol", "webchat");
-    const args = { sessionKey: "agent:main:webchat:dm:carol", message: "hi", timeoutSeconds: 10 };
-    const simulated = await tool("main", "simulate_tool_call", { tool_name: "sessions_send", args });
-    const real = await tool("main", "sessions_send", args);
+    const { simulated, real } = await confidentialTarget("INTERNAL");
     expect(real).toMatchObject({ status: "ok", reply: "", withheld: expect.stringContaining("withheld") });
     expect((await tool("main", "session_status")).taint).toBe("PUBLIC");
     expect(simulated).toMatchObject({ decision: "ALLOW", taint: { current: "PUBLIC", after: "PUBLIC" } });
