@@ -252,6 +252,26 @@ describe("sessions_history", () => {
 });
 
 describe("sessions_send", () => {
+  it("stops waiting when the caller cancels the call (tools.cancel), and answers false for no such call", async () => {
+    await setup(config({ session: { agentToAgent: { maxPingPongTurns: 0 } } }));
+    await create("main");
+    await create("agent:main:cron:x");
+    const call = op.call<Result>("tools.invoke", {
+      tool: "sessions_send",
+      args: { sessionKey: "agent:main:cron:x", message: "sleep 2000", timeoutSeconds: 20 },
+      as: "main",
+      toolCallId: "call-1",
+    });
+    await assigned((run) => run.input.message === "sleep 2000");
+    expect(await op.call("tools.cancel", { toolCallId: "call-1" })).toEqual({ cancelled: true });
+    // Ended before the reply (which would have made it `ok`), the run going on.
+    expect(await call).toMatchObject({
+      status: "timeout",
+      error: expect.stringContaining("the run continues"),
+    });
+    expect(await op.call("tools.cancel", { toolCallId: "call-1" })).toEqual({ cancelled: false });
+  });
+
   it("shows the caller's own main session as main, as history does", async () => {
     await setup(config({ session: { agentToAgent: { maxPingPongTurns: 0 } } }));
     await create("main");

@@ -40,6 +40,7 @@ export const METHOD_SHORTCUTS = {
   "agents.list": ["agents", "list"],
   "tools.list": ["tools", "list"],
   "tools.invoke": ["tools", "invoke"],
+  "tools.cancel": ["tools", "cancel"],
   "policy.simulate": ["policy", "simulate"],
   "audit.tail": ["audit", "tail"],
   "audit.verify": ["audit", "verify"],

@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { connect, type SwitchboardClient } from "@switchboard/client";
 import { SEND_TIMEOUT_SECONDS } from "@switchboard/core";
 import { createAppLogger } from "../logger";
@@ -88,8 +89,27 @@ export const mcpCommand: Command = {
     const server = createMcpServer(
       {
         listTools: async () => (await client.tools.list({})).tools,
-        callTool: (name, toolArgs, signal) =>
-          client.tools.invoke({ tool: name, args: toolArgs }, { timeoutMs: CALL_TIMEOUT_MS, signal }),
+        callTool: async (name, toolArgs, signal) => {
+          // A call the host cancels (`notifications/cancelled`) is stopped at the gateway too: a
+          // send waiting for its reply stops waiting instead of taking in a reply nobody reads.
+          const toolCallId = randomUUID();
+          const cancel = () =>
+            void client.tools.cancel({ toolCallId }).catch((error: unknown) => {
+              log.warn(
+                { err: errorMessage(error), toolCallId },
+                "could not cancel a tool call at the gateway",
+              );
+            });
+          signal.addEventListener("abort", cancel, { once: true });
+          try {
+            return await client.tools.invoke(
+              { tool: name, args: toolArgs, toolCallId },
+              { timeoutMs: CALL_TIMEOUT_MS, signal },
+            );
+          } finally {
+            signal.removeEventListener("abort", cancel);
+          }
+        },
       },
       {},
     );

@@ -3,6 +3,7 @@ import { isIP } from "node:net";
 import { isSwitchboardError } from "@switchboard/core";
 import type { HttpRoute } from "../http/http-route";
 import type { HttpRouteDeps } from "../http/routes";
+import { cancelledRequestIds, McpCancellations } from "./mcp-cancellations";
 import { McpSessionTools } from "./mcp-session-tools";
 
 export const MCP_PATH = "/mcp";
@@ -106,6 +107,7 @@ async function readBody(req: IncomingMessage, limit: number): Promise<Buffer | u
 export function mcpRoutes(deps: HttpRouteDeps): HttpRoute[] {
   const log = deps.log.child({ component: "mcp" });
   const tools = new McpSessionTools(deps);
+  const cancellations = new McpCancellations();
   const maxBody = deps.config.gateway.limits.maxPayload;
   return [
     {
@@ -170,11 +172,28 @@ export function mcpRoutes(deps: HttpRouteDeps): HttpRoute[] {
           return;
         }
 
+        // A cancellation of a call this instance is running (its POST is still open).
+        for (const requestId of cancelledRequestIds(parsed)) {
+          if (cancellations.cancel(binding.tokenName, requestId))
+            log.info({ token: binding.tokenName, requestId }, "mcp call cancelled by its client");
+        }
         const { createMcpServer, StreamableHTTPServerTransport } = await loadMcpSdk();
         const server = createMcpServer(
           {
             listTools: () => tools.list(binding),
-            callTool: (name, args, signal) => tools.call(binding, name, args, { transport: "http", signal }),
+            callTool: async (name, args, signal, requestId) => {
+              if (requestId === undefined)
+                return tools.call(binding, name, args, { transport: "http", signal });
+              const tracked = cancellations.track(binding.tokenName, requestId);
+              try {
+                return await tools.call(binding, name, args, {
+                  transport: "http",
+                  signal: AbortSignal.any([signal, tracked.signal]),
+                });
+              } finally {
+                tracked.done();
+              }
+            },
           },
           { sessionKey: binding.sessionKey },
         );

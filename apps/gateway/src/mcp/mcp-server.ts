@@ -26,6 +26,8 @@ export interface SessionToolPort {
     name: string,
     args: Record<string, unknown>,
     signal: AbortSignal,
+    /** The JSON-RPC id of the `tools/call` (what a `notifications/cancelled` names). */
+    requestId?: string | number,
   ): Promise<Record<string, unknown>>;
 }
 
@@ -158,7 +160,7 @@ export function createMcpServer(port: SessionToolPort, options: McpServerOptions
       }, progressEvery);
     }
     try {
-      return toolResultContent(await port.callTool(name, args, extra.signal));
+      return toolResultContent(await port.callTool(name, args, extra.signal, extra.requestId));
     } catch (error) {
       return thrownContent(error);
     } finally {

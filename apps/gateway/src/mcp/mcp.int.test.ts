@@ -15,6 +15,9 @@ const WORKER_TOKEN = "mcp-test-worker-0123456789";
 const MCP_TOKEN = "mcp-test-desktop-0123456789";
 const CLIENT_TOKEN = "mcp-test-webchat-0123456789";
 const MCP_KEY = "agent:main:mcp:desktop";
+/** A second host's token and session (its calls do not raise the desktop session's taint). */
+const LAPTOP_TOKEN = "mcp-test-laptop-0123456789";
+const LAPTOP_KEY = "agent:main:mcp:laptop";
 /** A PUBLIC chat (webchat is unlabelled): the bound session may write to it only while its taint is PUBLIC. */
 const BOB = "agent:main:webchat:dm:bob";
 /** A CONFIDENTIAL chat: reading it raises the bound session's taint. */
@@ -35,6 +38,7 @@ const CONFIG: ConfigInput = {
     tokens: [
       { name: "worker", token: WORKER_TOKEN, role: "agent", agents: ["main"] },
       { name: "desktop", token: MCP_TOKEN, role: "mcp", session: MCP_KEY },
+      { name: "laptop", token: LAPTOP_TOKEN, role: "mcp", session: LAPTOP_KEY },
       { name: "webchat", token: CLIENT_TOKEN, role: "client", sessions: ["agent:main:webchat:*"] },
     ],
   },
@@ -69,6 +73,42 @@ async function chatSession(key: string, channel: string): Promise<void> {
 }
 
 type ToolCallResult = Awaited<ReturnType<Client["callTool"]>>;
+
+/**
+ * `client` (bound to the laptop session) sends "slow ping", answered 2.6 s later, and cancels the
+ * call after 0.3 s: the gateway ends it well before the reply (recorded `timeout`, the run going
+ * on), and the reply the host never got is not taken into its session.
+ */
+async function expectCancelledCallStopped(client: Client, transport: "http" | "websocket"): Promise<void> {
+  const controller = new AbortController();
+  const started = Date.now();
+  const call = client
+    .callTool(
+      { name: "sessions_send", arguments: { sessionKey: BOB, message: "slow ping", timeoutSeconds: 20 } },
+      undefined,
+      { signal: controller.signal },
+    )
+    .catch((error: Error) => error);
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  controller.abort();
+  expect(await call).toBeInstanceOf(Error);
+  let record: Record<string, unknown> | undefined;
+  while (!record && Date.now() - started < 2_000) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    record = (await auditEntries()).find(
+      (entry) =>
+        entry.kind === "mcp.call" &&
+        entry.actor === "laptop" &&
+        (entry.data as { transport?: string }).transport === transport,
+    );
+  }
+  expect(record, "the cancelled call went on waiting").toBeDefined();
+  expect(record!.data).toMatchObject({ tool: "sessions_send", status: "timeout" });
+  await new Promise((resolve) => setTimeout(resolve, Math.max(0, started + 3_200 - Date.now())));
+  const own = await op.sessions.history({ sessionKey: LAPTOP_KEY, includeTools: true, limit: 50 });
+  expect(JSON.stringify(own.messages)).not.toContain("slow pong");
+  expect((await op.sessions.status({ sessionKey: LAPTOP_KEY })).taint).toBe("PUBLIC");
+}
 
 function text(result: ToolCallResult): string {
   return (result.content as Array<{ type: string; text: string }>)[0]!.text;
@@ -178,6 +218,11 @@ describe("MCP over Streamable HTTP at /mcp", { timeout: 30_000 }, () => {
       total: 20,
       message: expect.stringMatching(/^sessions_send: still waiting after \d+ s$/),
     });
+  });
+
+  it("stops a call its client cancels: the wait ends at once and the late reply is not taken in", async () => {
+    // The SDK sends `notifications/cancelled` in a POST of its own, which a fresh server handles.
+    await expectCancelledCallStopped(await mcpOverHttp(LAPTOP_TOKEN), "http");
   });
 
   it("lists sessions, sends a message a reference agent answers, then reads a CONFIDENTIAL one and is refused a write-down", async () => {
@@ -460,6 +505,19 @@ describe.skipIf(!CLI_BUILT)("MCP over stdio: switchboard mcp", { timeout: 30_000
         data: expect.objectContaining({ tool: "sessions_history", status: "ok", transport: "websocket" }),
       }),
     );
+  });
+
+  it("stops a call the host cancels at the gateway too (tools.cancel)", async () => {
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [CLI_PATH, "mcp", "--url", gw.url],
+      env: cleanEnv({ SWITCHBOARD_TOKEN: LAPTOP_TOKEN }) as Record<string, string>,
+      stderr: "pipe",
+    });
+    const client = new Client({ name: "mcp-stdio-test", version: "0" });
+    await client.connect(transport);
+    clients.push(client);
+    await expectCancelledCallStopped(client, "websocket");
   });
 
   it("exits with a clear message on stderr when the gateway refuses the token", async () => {

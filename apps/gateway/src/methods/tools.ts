@@ -1,10 +1,13 @@
 import { McpSessionTools } from "../mcp/mcp-session-tools";
 import type { MethodDeps } from "./deps";
 import type { Handlers } from "./handler";
+import { InflightToolCalls } from "./inflight-tool-calls";
 
 /**
  * Tool calls made over the protocol: by a worker for its run, an operator acting `as` a session, or
- * the stdio MCP bridge (role mcp) as the session its token is bound to.
+ * the stdio MCP bridge (role mcp) as the session its token is bound to. A call given a
+ * `toolCallId` can be stopped by `tools.cancel` on the same connection, and stops when the
+ * connection closes.
  */
 export function toolMethods({
   access,
@@ -13,9 +16,10 @@ export function toolMethods({
   sessions,
   audit,
 }: Pick<MethodDeps, "access" | "tools" | "toolCalls" | "sessions" | "audit">): Handlers<
-  "tools.list" | "tools.invoke"
+  "tools.list" | "tools.invoke" | "tools.cancel"
 > {
   const mcp = new McpSessionTools({ sessions, tools, toolCalls, audit });
+  const inflight = new InflightToolCalls();
   return {
     "tools.list": async (params, connection) => {
       if (connection.identity!.role === "mcp")
@@ -24,12 +28,27 @@ export function toolMethods({
       return { tools: tools.definitionsFor(entry, caller.runOrigin).list };
     },
     "tools.invoke": async (params, connection) => {
-      if (connection.identity!.role === "mcp") {
-        const binding = access.mcpBinding(connection, params);
-        return mcp.call(binding, params.tool, params.args, { transport: "websocket" });
+      const tracked = inflight.track(connection, params.toolCallId);
+      try {
+        const signal = tracked ? { signal: tracked.signal } : {};
+        if (connection.identity!.role === "mcp") {
+          const binding = access.mcpBinding(connection, params);
+          return await mcp.call(binding, params.tool, params.args, { transport: "websocket", ...signal });
+        }
+        const { caller, entry } = await access.toolCaller(connection, params);
+        return await toolCalls.invoke(
+          { ...caller, ...signal },
+          entry,
+          params.tool,
+          params.args,
+          params.toolCallId,
+        );
+      } finally {
+        tracked?.done();
       }
-      const { caller, entry } = await access.toolCaller(connection, params);
-      return toolCalls.invoke(caller, entry, params.tool, params.args, params.toolCallId);
     },
+    "tools.cancel": async (params, connection) => ({
+      cancelled: inflight.cancel(connection, params.toolCallId),
+    }),
   };
 }

@@ -273,6 +273,12 @@ export const Methods = {
     }),
     result: z.looseObject({ status: z.string() }),
   },
+  "tools.cancel": {
+    // Stops a `tools.invoke` this connection made with that `toolCallId` and is still waiting for
+    // (a send waiting for its reply ends `timeout`, its run going on). False: no such call in flight.
+    params: z.object({ toolCallId: z.string().min(1).max(128) }),
+    result: z.object({ cancelled: z.boolean() }),
+  },
   "policy.simulate": {
     params: z.object({
       as: SessionKeyParam,
@@ -341,6 +347,7 @@ export const METHOD_ROLES: Record<MethodName, readonly Role[]> = {
   "agents.list": ["operator"],
   "tools.list": ["operator", "agent", "mcp"],
   "tools.invoke": ["operator", "agent", "mcp"],
+  "tools.cancel": ["operator", "agent", "mcp"],
   "policy.simulate": ["operator"],
   "audit.tail": ["operator"],
   "audit.verify": ["operator"],
