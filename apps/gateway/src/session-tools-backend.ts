@@ -2,6 +2,7 @@ import {
   type AgentsListResult,
   activeSinceMinutes,
   type Config,
+  canFlowTo,
   displayKey,
   type HistoryMessage,
   type Level,
@@ -154,7 +155,11 @@ export class SessionToolsBackend implements ToolBackend {
             limit: messageLimit,
             filter: isMessage(false),
           });
-          row.messages = read.entries.map(toHistoryMessage);
+          // Only what the row's taint, which discovery decided on, covers: a message that came in
+          // after the row was read may be labelled higher.
+          row.messages = read.entries
+            .filter((message) => canFlowTo(message.label, entry.taint))
+            .map(toHistoryMessage);
         }
         return row;
       }),
@@ -216,13 +221,19 @@ export class SessionToolsBackend implements ToolBackend {
       filter: isMessage(query.includeTools),
       ...(query.before !== undefined ? { before: query.before } : {}),
     });
-    if (target.key !== callerEntry.key) {
-      await this.sessions.raiseTaint(
-        callerEntry.key,
-        target.taint,
-        `read history of ${target.key}`,
-        target.key,
+    // The transcript is read after the row: entries that came in meanwhile may carry a label above
+    // the taint the decision saw. What is handed over is labelled by what it holds, and a label that
+    // rose is decided again on it (no read-up, however the reads interleave).
+    const level = maxLevel(target.taint, ...read.entries.map((entry) => entry.label));
+    if (level !== target.taint && readHook) {
+      const again = await this.policy.enforce(
+        this.historyContext(callerEntry, { ...target, taint: level }),
+        caller.operator,
       );
+      if (again.action === "BLOCK") return { status: "forbidden", error: again.message };
+    }
+    if (target.key !== callerEntry.key) {
+      await this.sessions.raiseTaint(callerEntry.key, level, `read history of ${target.key}`, target.key);
     }
     return {
       status: "ok",
@@ -230,7 +241,7 @@ export class SessionToolsBackend implements ToolBackend {
       sessionId: target.sessionId,
       messages: read.entries.map(toHistoryMessage),
       truncated: read.truncated,
-      dataLabel: target.taint,
+      dataLabel: level,
       ...(read.nextBefore !== undefined ? { nextBefore: read.nextBefore } : {}),
       ...(read.damaged ? { damaged: read.damaged } : {}),
     };

@@ -755,6 +755,69 @@ describe("status, agents, message and summarize", () => {
 });
 
 describe("labels and simulation", () => {
+  /**
+   * `call`, as `main` with `clearance`, on a PUBLIC session whose taint rises to CONFIDENTIAL (a
+   * labelled message comes in) between the read of its row and the read of its transcript.
+   */
+  async function duringRise(call: (targetKey: string) => Promise<Result>, clearance?: string) {
+    await setup();
+    await create("main");
+    if (clearance) await op.call("sessions.patch", { key: "main", clearance });
+    const target = await create("agent:main:cron:x");
+    await runOn("agent:main:cron:x", "hello");
+    const transcripts = gw.gateway.store.transcripts;
+    const read = transcripts.read.bind(transcripts);
+    let risen = false;
+    transcripts.read = async (sessionId, options) => {
+      if (sessionId === target.sessionId && !risen) {
+        risen = true;
+        await gw.gateway.sessions.raiseTaint(target.key, "CONFIDENTIAL", "test", "test");
+        await gw.gateway.sessions.append(target.key, [
+          {
+            type: "message",
+            label: "CONFIDENTIAL",
+            message: { role: "user", content: [{ type: "text", text: "the secret" }] },
+          },
+        ]);
+      }
+      return read(sessionId, options);
+    };
+    const result = await call(target.key);
+    expect(risen).toBe(true);
+    return { result, taint: (await tool("main", "session_status")).taint };
+  }
+  const historyDuringRise = async (clearance?: string) => {
+    const { result, taint } = await duringRise(
+      (sessionKey) => tool("main", "sessions_history", { sessionKey }),
+      clearance,
+    );
+    return { history: result, taint };
+  };
+
+  it("labels history by what it hands over when the target's taint rises during the read", async () => {
+    const { history, taint } = await historyDuringRise();
+    expect(history).toMatchObject({ status: "ok", dataLabel: "CONFIDENTIAL" });
+    expect(JSON.stringify(history.messages)).toContain("the secret");
+    expect(taint).toBe("CONFIDENTIAL");
+  });
+
+  it("leaves out of list previews a message labelled above the row's taint that came in during the read", async () => {
+    const { result, taint } = await duringRise(() => tool("main", "sessions_list", { messageLimit: 5 }));
+    const rows = result.sessions as Array<{ key: string; messages?: unknown[] }>;
+    const row = rows.find((candidate) => candidate.key === "agent:main:cron:x");
+    expect(row?.messages?.length).toBeGreaterThan(0);
+    expect(JSON.stringify(result)).not.toContain("the secret");
+    expect(result.dataLabel).toBe("PUBLIC");
+    expect(taint).toBe("PUBLIC");
+  });
+
+  it("refuses history that rose above the caller's clearance during the read (no read-up)", async () => {
+    const { history, taint } = await historyDuringRise("INTERNAL");
+    expect(history).toMatchObject({ status: "forbidden" });
+    expect(JSON.stringify(history)).not.toContain("the secret");
+    expect(taint).toBe("PUBLIC");
+  });
+
   /** `main` (with `clearance`, if given) and a CONFIDENTIAL webchat session to send to with a wait. */
   async function confidentialTarget(clearance?: string) {
     await setup(
