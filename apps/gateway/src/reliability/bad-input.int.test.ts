@@ -169,6 +169,8 @@ describe("methods", () => {
       [op, "tools.invoke", { tool: long(200), as: "main" }, "tool"],
       [op, "tools.invoke", { tool: "sessions_list", args: [], as: "main" }, "args"],
       [op, "tools.invoke", { tool: "sessions_list", args: "limit=5", as: "main" }, "args"],
+      [op, "tools.cancel", {}, "toolCallId"],
+      [op, "tools.cancel", { toolCallId: long(200) }, "toolCallId"],
       [op, "policy.simulate", {}, "as"],
       [op, "policy.simulate", { as: "main", tool: "" }, "tool"],
       [op, "policy.simulate", { as: "main", tool: "sessions_list", args: 3 }, "args"],
