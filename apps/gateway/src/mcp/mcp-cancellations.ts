@@ -20,8 +20,8 @@ export class McpCancellations {
   track(tokenName: string, requestId: string | number): { signal: AbortSignal; done: () => void } {
     const key = McpCancellations.key(tokenName, requestId);
     const controller = new AbortController();
-    let calls = this.inflight.get(key);
-    if (!calls) this.inflight.set(key, (calls = new Set()));
+    const calls = this.inflight.get(key) ?? new Set<AbortController>();
+    this.inflight.set(key, calls);
     calls.add(controller);
     return {
       signal: controller.signal,
@@ -35,7 +35,7 @@ export class McpCancellations {
   /** Cancels the one call of the token with this id; false when there is none or more than one. */
   cancel(tokenName: string, requestId: string | number): boolean {
     const calls = this.inflight.get(McpCancellations.key(tokenName, requestId));
-    if (!calls || calls.size !== 1) return false;
+    if (calls?.size !== 1) return false;
     for (const controller of calls) controller.abort();
     return true;
   }
