@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { isIP } from "node:net";
+import { BlockList, isIP } from "node:net";
 import { isSwitchboardError } from "@switchboard/core";
 import type { HttpRoute } from "../http/http-route";
 import type { HttpRouteDeps } from "../http/routes";
@@ -30,18 +30,24 @@ function loadMcpSdk() {
   return mcpSdk;
 }
 
-const LOOPBACK_NAMES = new Set(["localhost", "127.0.0.1", "[::1]", "::1"]);
+const LOOPBACK = new BlockList();
+LOOPBACK.addSubnet("127.0.0.0", 8, "ipv4");
+LOOPBACK.addAddress("::1", "ipv6");
 
-/** A loopback address of this host (IPv4 127/8, IPv6 ::1, or IPv4-mapped 127/8). */
+/**
+ * A loopback address of this host: IPv4 127/8 or IPv6 ::1, in any spelling (`::ffff:127.0.0.1`,
+ * `::ffff:7f00:1` — how the URL parser writes the former —, `0:0:0:0:0:0:0:1`).
+ */
 export function isLoopbackAddress(address: string | undefined): boolean {
   if (!address) return false;
-  const plain = address.startsWith("::ffff:") ? address.slice(7) : address;
-  if (isIP(plain) === 4) return plain.startsWith("127.");
-  return plain === "::1";
+  const family = isIP(address);
+  return family !== 0 && LOOPBACK.check(address, family === 4 ? "ipv4" : "ipv6");
 }
 
 function isLoopbackName(hostname: string): boolean {
-  return LOOPBACK_NAMES.has(hostname) || isLoopbackAddress(hostname.replace(/^\[|\]$/g, ""));
+  // `localhost.` is the same name as `localhost` (a fully qualified name's root dot).
+  const name = hostname.replace(/\.$/, "");
+  return name === "localhost" || isLoopbackAddress(name.replace(/^\[|\]$/g, ""));
 }
 
 /**

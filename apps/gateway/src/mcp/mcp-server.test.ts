@@ -129,6 +129,23 @@ describe("MCP server over a session tool port", () => {
     expect(progress[0]!.message).toMatch(/^sessions_send: still waiting after \d+ s$/);
   });
 
+  it("gives progress the wait's total as the tool clamps it", async () => {
+    const client = await connected(
+      fakePort(async () => {
+        await new Promise((resolve) => setTimeout(resolve, 120));
+        return { status: "ok", reply: "late" };
+      }),
+      50,
+    );
+    const progress: Array<{ progress: number; total?: number }> = [];
+    await client.callTool(
+      { name: "sessions_send", arguments: { sessionKey: "x", message: "m", timeoutSeconds: 3600 } },
+      undefined,
+      { onprogress: (update) => progress.push(update) },
+    );
+    expect(progress[0]).toMatchObject({ total: 600 });
+  });
+
   it("serves visible transcripts as resources through sessions_list and sessions_history", async () => {
     const port = fakePort(async (name, args) => {
       if (name === "sessions_list")
@@ -177,11 +194,21 @@ describe("DNS-rebinding checks on loopback", () => {
       "Origin header: https://evil.example is not a loopback origin",
     );
     expect(rebindingProblem(undefined, undefined)).toBe("Host header: required");
+    // Other spellings of the same loopback names (the URL parser turns the mapped address into hex).
+    expect(rebindingProblem("localhost.:18789", undefined)).toBeUndefined();
+    expect(rebindingProblem("[::ffff:127.0.0.1]:18789", "http://[::ffff:127.0.0.1]:3000")).toBeUndefined();
+    expect(rebindingProblem("localhost.evil.example", undefined)).toBe(
+      "Host header: localhost.evil.example is not a loopback name",
+    );
   });
 
   it("knows loopback socket addresses", () => {
     expect(isLoopbackAddress("127.0.0.1")).toBe(true);
     expect(isLoopbackAddress("::ffff:127.0.0.1")).toBe(true);
+    expect(isLoopbackAddress("::ffff:7f00:1")).toBe(true);
+    expect(isLoopbackAddress("0:0:0:0:0:0:0:1")).toBe(true);
+    expect(isLoopbackAddress("::ffff:10.0.0.1")).toBe(false);
+    expect(isLoopbackAddress("localhost")).toBe(false);
     expect(isLoopbackAddress("::1")).toBe(true);
     expect(isLoopbackAddress("10.0.0.1")).toBe(false);
     expect(isLoopbackAddress(undefined)).toBe(false);
