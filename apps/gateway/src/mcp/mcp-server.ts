@@ -11,7 +11,7 @@ import {
   type Tool,
   type ToolAnnotations,
 } from "@modelcontextprotocol/sdk/types.js";
-import { isSwitchboardError, type ToolDefinition } from "@switchboard/core";
+import { isSwitchboardError, SEND_TIMEOUT_SECONDS, type ToolDefinition } from "@switchboard/core";
 import { VERSION } from "../version";
 
 /**
@@ -142,8 +142,11 @@ export function createMcpServer(port: SessionToolPort, options: McpServerOptions
     let timer: NodeJS.Timeout | undefined;
     if (progressToken !== undefined) {
       const started = Date.now();
+      // The wait as the tool clamps it (a 3600 s request waits at most SEND_TIMEOUT_SECONDS.max).
       const total =
-        name === "sessions_send" && typeof args.timeoutSeconds === "number" ? args.timeoutSeconds : undefined;
+        name === "sessions_send" && typeof args.timeoutSeconds === "number"
+          ? Math.min(args.timeoutSeconds, SEND_TIMEOUT_SECONDS.max)
+          : undefined;
       timer = setInterval(() => {
         const seconds = Math.round((Date.now() - started) / 1000);
         void extra
