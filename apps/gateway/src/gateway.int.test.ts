@@ -26,6 +26,9 @@ describe("gateway: handshake, roles and runs", () => {
     const response = await fetch(`http://127.0.0.1:${gw.gateway.port}/healthz`);
     expect(response.status).toBe(200);
     expect(await response.json()).toMatchObject({ ok: true });
+    const probe = await fetch(`http://127.0.0.1:${gw.gateway.port}/healthz`, { method: "HEAD" });
+    expect(probe.status).toBe(200);
+    expect(await probe.text()).toBe("");
   });
 
   it("answers connect with the server, role, methods and limits", async () => {

@@ -139,13 +139,17 @@ export async function startTransport(options: {
       connectionsCheckingInterval: Math.min(1000, limits.handshakeTimeoutMs),
     },
     (req: IncomingMessage, res: ServerResponse) => {
-      if (req.method === "GET" && (req.url === "/healthz" || req.url?.startsWith("/healthz?"))) {
+      if (
+        (req.method === "GET" || req.method === "HEAD") &&
+        (req.url === "/healthz" || req.url?.startsWith("/healthz?"))
+      ) {
+        // HEAD too: load balancers and uptime checks probe with it (the status alone, no body).
         const report = healthReport();
         res.writeHead(report.ok ? 200 : 503, {
           "content-type": "application/json",
           "cache-control": "no-store",
         });
-        res.end(JSON.stringify(report));
+        res.end(req.method === "HEAD" ? undefined : JSON.stringify(report));
         return;
       }
       const pathname = (req.url ?? "/").split("?", 1)[0] ?? "/";
