@@ -27,7 +27,7 @@ import type { AdmittedCall, CallAdmission } from "./ports/call-admission";
 import type { CallBudget } from "./ports/call-budget";
 import type { FlowClaims } from "./ports/flow-claims";
 import { type ChainPosition, chainPositionOf, type WaitGraph } from "./ports/wait-graph";
-import type { RunScheduler, WaitResult } from "./run-scheduler";
+import type { RunEnd, RunScheduler, WaitResult } from "./run-scheduler";
 import type { SessionsService } from "./sessions-service";
 
 export const REPLY_SKIP = "REPLY_SKIP";
@@ -59,7 +59,7 @@ export class AgentFlows {
     /** Several instances: each announce and send follow-up performed once cluster-wide. */
     private readonly claims?: FlowClaims,
   ) {
-    scheduler.onRunEnded((record) => this.onRunEnded(record));
+    scheduler.onRunEnded((record, end) => this.onRunEnded(record, end));
     this.hostDriven = hostDrivenSessionKeys(config);
   }
 
@@ -746,8 +746,9 @@ export class AgentFlows {
     };
   }
 
-  private onRunEnded(record: RunRecord): void {
-    if (record.spawn && record.spawn.announce.status === "pending") this.track(this.announceSpawn(record));
+  private onRunEnded(record: RunRecord, end: RunEnd): void {
+    if (record.spawn && record.spawn.announce.status === "pending")
+      this.track(this.announceSpawn(record, end.replyLabel));
     if (
       (record.origin === "chat" || record.origin === "agent") &&
       record.status === "ok" &&
@@ -775,22 +776,23 @@ export class AgentFlows {
    * ended on, or the leader taking over pending announces); the claim is re-checked against the
    * stored record, since another instance may have finished the announce just before.
    */
-  async announceSpawn(record: RunRecord): Promise<void> {
+  async announceSpawn(record: RunRecord, replyLabel?: Level): Promise<void> {
     const claims = this.claims;
-    if (!claims) return this.performSpawnAnnounce(record);
+    if (!claims) return this.performSpawnAnnounce(record, replyLabel);
     const key = record.spawn!.announce.idempotencyKey;
     if (!(await claims.claim(key, "spawn-announce", record.runId))) return;
     try {
       const fresh = await this.store.runs.get(record.runId);
       if (fresh?.spawn?.announce.status !== "pending" || !TERMINAL_RUN_STATUSES.includes(fresh.status))
         return;
-      await this.performSpawnAnnounce(fresh);
+      await this.performSpawnAnnounce(fresh, replyLabel);
     } finally {
       await claims.release(key);
     }
   }
 
-  private async performSpawnAnnounce(record: RunRecord): Promise<void> {
+  /** `replyLabel`: the label the child's reply was written with, when this instance wrote it. */
+  private async performSpawnAnnounce(record: RunRecord, replyLabel?: Level): Promise<void> {
     const spawn = record.spawn!;
     const requester = await this.sessions.get(spawn.requesterKey);
     const child = await this.sessions.get(spawn.childKey);
@@ -828,15 +830,22 @@ export class AgentFlows {
       "",
       `Stats: runtime ${(runtimeMs / 1000).toFixed(1)}s • tokens ${tokens}${record.usage ? ` (in ${record.usage.inputTokens} / out ${record.usage.outputTokens})` : ""} • session ${spawn.childKey} • sessionId ${spawn.childSessionId} • transcript ${this.sessions.transcriptPathOf(spawn.childSessionId)}`,
     ].join("\n");
-    const childFacts = child
-      ? this.policy.facts(child)
+    // The findings carry the taint of the transcript they were written in. A child reset (or
+    // deleted) since its run ended has a taint that says nothing of them: they are labelled with the
+    // label the reply was written with, or, not known here (an announce resumed after a restart or
+    // taken over), the most that transcript could have held: the child's clearance (an over-taint,
+    // never a leak).
+    const sameChild = child?.sessionId === spawn.childSessionId ? child : undefined;
+    const clearance = child?.clearance ?? this.childClearance(requester, record.agentId);
+    const childFacts = sameChild
+      ? this.policy.facts(sameChild)
       : {
           key: spawn.childKey,
           agentId: record.agentId,
           kind: "subagent" as const,
           channel: "internal",
-          taint: "PUBLIC" as Level,
-          clearance: "PUBLIC" as Level,
+          taint: replyLabel ?? clearance,
+          clearance,
         };
     const decision = await this.policy.enforce({
       hook: "PRE_SEND",

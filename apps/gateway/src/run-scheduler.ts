@@ -87,7 +87,16 @@ export interface ClusterRunHooks {
   wait(runId: string, timeoutMs: number, signal?: AbortSignal): Promise<WaitResult>;
 }
 
-export type RunEndedListener = (record: RunRecord) => void | Promise<void>;
+/** What this instance knows of a run's end beyond its record. */
+export interface RunEnd {
+  /**
+   * The label its reply was written into the transcript with: the session's taint at that moment,
+   * which a later reset of the session no longer shows. Absent: no reply was written here.
+   */
+  replyLabel?: Level;
+}
+
+export type RunEndedListener = (record: RunRecord, end: RunEnd) => void | Promise<void>;
 
 /**
  * Runs: lanes per session (one run at a time per session+lane, FIFO), idempotency keys, timeouts,
@@ -764,7 +773,8 @@ export class RunScheduler {
       this.retryUnsaved();
     }
     recorded ??= this.recordEnd(record, status, outcome);
-    await recorded;
+    const replyLabel = await recorded;
+    const end: RunEnd = replyLabel ? { replyLabel } : {};
     this.active.delete(record.runId);
     this.bus.publish("run.ended", runEndedPayload(record, status), {
       sessionKey: record.sessionKey,
@@ -773,8 +783,8 @@ export class RunScheduler {
     this.waiters.ended(record);
     const notify = () =>
       this.telemetry
-        ? this.telemetry.ended(record, () => this.notifyEnded(record))
-        : this.notifyEnded(record);
+        ? this.telemetry.ended(record, () => this.notifyEnded(record, end))
+        : this.notifyEnded(record, end);
     let notified: Promise<void> | undefined;
     if (this.cluster) {
       // Flows hear of the end before the release's round trip, as they do without a cluster: a wait
@@ -831,12 +841,16 @@ export class RunScheduler {
     if (freedWorker) this.pumpStarved(this.workers.agentsOf(freedWorker) ?? [record.agentId]);
   }
 
-  /** The run's end in its session's transcript: the reply, or an event saying how it ended. */
+  /**
+   * The run's end in its session's transcript: the reply, or an event saying how it ended. Resolves
+   * with the label the reply was written with (undefined: none written).
+   */
   private async recordEnd(
     record: RunRecord,
     status: "ok" | "error" | "timeout",
     outcome: { reply?: string; error?: string; usage?: Usage },
-  ): Promise<void> {
+  ): Promise<Level | undefined> {
+    let replyLabel: Level | undefined;
     try {
       // Into the transcript the run was started in (not one a reset began since), the reply labelled
       // with the session's taint as it is when the entry is written.
@@ -845,17 +859,18 @@ export class RunScheduler {
         const tokens = outcome.usage ? outcome.usage.inputTokens + outcome.usage.outputTokens : 0;
         await this.sessions.appendFor(
           record.sessionKey,
-          (entry) =>
-            entry.sessionId !== record.sessionId
-              ? undefined
-              : [
-                  {
-                    type: "message",
-                    label: entry.taint,
-                    runId: record.runId,
-                    message: { role: "assistant", content: [{ type: "text", text: reply }] },
-                  },
-                ],
+          (entry) => {
+            if (entry.sessionId !== record.sessionId) return undefined;
+            replyLabel = entry.taint;
+            return [
+              {
+                type: "message",
+                label: entry.taint,
+                runId: record.runId,
+                message: { role: "assistant", content: [{ type: "text", text: reply }] },
+              },
+            ];
+          },
           // Added by the store to the row as it is then, so concurrent ends never lose tokens.
           tokens ? { addTokens: tokens } : {},
         );
@@ -875,13 +890,15 @@ export class RunScheduler {
       }
     } catch (error) {
       this.log.warn({ err: error, runId: record.runId }, "could not record run end in transcript");
+      return undefined;
     }
+    return replyLabel;
   }
 
-  private async notifyEnded(record: RunRecord): Promise<void> {
+  private async notifyEnded(record: RunRecord, end: RunEnd): Promise<void> {
     for (const listener of this.endedListeners) {
       try {
-        await listener(record);
+        await listener(record, end);
       } catch (error) {
         this.log.error({ err: error, runId: record.runId }, "run-ended listener failed");
       }

@@ -627,6 +627,47 @@ describe("sessions_spawn", () => {
     expect(tools.tools.map((t) => t.name)).not.toContain("sessions_list");
   });
 
+  it("labels an announce's findings by the child's transcript they came from, even once the child was reset", async () => {
+    let childKey: string | undefined;
+    const answer = behaviour({ announceStep: () => "ANNOUNCE_SKIP" });
+    await setup(config(), async (context) => {
+      // The child takes in something CONFIDENTIAL during its run: its findings carry that taint.
+      if (context.run.input.message.endsWith("findings"))
+        await gw.gateway.sessions.raiseTaint(context.run.sessionKey, "CONFIDENTIAL", "test", "test");
+      return answer(context);
+    });
+    await create("main");
+    // The child is reset between its run's end and the announce (its taint back to PUBLIC).
+    const announce = gw.gateway.flows.announceSpawn.bind(gw.gateway.flows);
+    gw.gateway.flows.announceSpawn = async (record, replyLabel) => {
+      await op.call("sessions.reset", { key: record.sessionKey });
+      return announce(record, replyLabel);
+    };
+    const spawned = await tool("main", "sessions_spawn", { task: "findings" });
+    childKey = spawned.childSessionKey as string;
+    expect(spawned.status).toBe("accepted");
+    await assigned((r) => r.input.provenance.kind === "subagent");
+    await gw.gateway.flows.idle();
+    expect((await op.call<{ taint: string }>("sessions.status", { sessionKey: childKey })).taint).toBe(
+      "PUBLIC",
+    );
+    // Before, the findings came in at the reset child's PUBLIC taint.
+    expect((await tool("main", "session_status")).taint).toBe("CONFIDENTIAL");
+    // An announce that does not know the reply's label (resumed after a restart, taken over) takes
+    // the most the child's old transcript could have held: its clearance.
+    gw.gateway.flows.announceSpawn = async (record) => {
+      await op.call("sessions.reset", { key: record.sessionKey });
+      return announce(record);
+    };
+    const second = await tool("main", "sessions_spawn", { task: "more findings" });
+    childKey = second.childSessionKey as string;
+    await assigned(
+      (r) => r.input.provenance.kind === "subagent" && r.input.provenance.childSessionKey === childKey,
+    );
+    await gw.gateway.flows.idle();
+    expect((await tool("main", "session_status")).taint).toBe("RESTRICTED");
+  });
+
   it("announces timeouts and failures from the runtime, and deletes the child on cleanup", async () => {
     await setup();
     await create("main");
