@@ -10,6 +10,7 @@ import {
   type Store,
   SwitchboardError,
   TERMINAL_RUN_STATUSES,
+  timerDelay,
   type Usage,
 } from "@switchboard/core";
 import type { Logger } from "pino";
@@ -22,7 +23,6 @@ import type { WorkerRegistry } from "./ports/worker-registry";
 import type { RunDispatcher } from "./run-assignment";
 import type { SessionsService } from "./sessions-service";
 import type { RunObserver } from "./telemetry/telemetry";
-import { timerDelay } from "./timer-delay";
 
 export interface RunSpec {
   sessionKey: string;

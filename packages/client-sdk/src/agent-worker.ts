@@ -7,6 +7,7 @@ import {
   type MethodParams,
   type MethodResult,
   SwitchboardError,
+  timerDelay,
   UsageSchema,
 } from "@switchboard/core";
 import { z } from "zod";
@@ -253,15 +254,19 @@ export class AgentWorker {
     }
     this.runs.set(run.runId, active);
     if (run.deadline !== undefined) {
-      active.deadlineTimer = setTimeout(
-        () =>
+      const deadline = run.deadline;
+      const arm = () => {
+        active.deadlineTimer = setTimeout(() => {
+          // A deadline past setTimeout's range (~24.8 days) fires early: wait on.
+          if (Date.now() < deadline) return arm();
           active.controller.abort(
             new SwitchboardError("TIMEOUT", `run ${run.runId} passed its deadline`, {
-              details: { deadline: run.deadline },
+              details: { deadline },
             }),
-          ),
-        Math.max(0, run.deadline - Date.now()),
-      );
+          );
+        }, timerDelay(deadline));
+      };
+      arm();
     }
     this.queue.push(active);
     this.pump();

@@ -8,4 +8,5 @@ export * from "./logger";
 export * from "./policy/index";
 export * from "./protocol/index";
 export * from "./store/index";
+export * from "./timer-delay";
 export * from "./tools/index";

@@ -6,12 +6,12 @@ import {
   type Store,
   SwitchboardError,
   TERMINAL_RUN_STATUSES,
+  timerDelay,
 } from "@switchboard/core";
 import type { Cluster, ClusterRunLanes, LostRun } from "@switchboard/store-pg";
 import type { Logger } from "pino";
 import type { EventLog } from "../ports/event-log";
 import { runEndedPayload, toWaitResult, type WaitResult, waitResultOfEnded } from "../run-scheduler";
-import { timerDelay } from "../timer-delay";
 
 /** How often a run waiting for its lane (held by another instance) tries the claim again. */
 const CLAIM_RETRY_MS = 25;

@@ -1,0 +1,155 @@
+// The SDK, the reference agent and the CLI off the paths their own tests walk: run deadlines past
+// setTimeout's range, several event subscriptions and reconnects, a worker at its connection's
+// in-flight cap, and CLI exit codes and counts.
+import { type RunningAgentWorker, startAgentWorker } from "@switchboard/agent";
+import {
+  type ClientOptions,
+  type ConnectionState,
+  connect,
+  type SwitchboardClient,
+  serve,
+  type WebSocketConstructor,
+} from "@switchboard/client";
+import { type ConfigInput, parseConfig } from "@switchboard/core";
+import { afterEach, describe, expect, it } from "vitest";
+import { WebSocket } from "ws";
+import { CLI_BUILT, cleanEnv, runCliProcess } from "./cli/cli-process";
+import { startTestGateway, type TestGateway, testStoreKind } from "./testing/test-gateway";
+
+const STORE = testStoreKind();
+const WORKER_TOKEN = "hostile-worker-token-0123456789";
+const FAST_RECONNECT = { initialDelayMs: 5, maxDelayMs: 20, jitter: false } as const;
+
+const baseConfig: ConfigInput = {
+  auth: { tokens: [{ name: "worker", token: WORKER_TOKEN, role: "agent", agents: ["main"] }] },
+  agents: { list: [{ id: "main", default: true }] },
+};
+
+let gw: TestGateway | undefined;
+const clients: SwitchboardClient[] = [];
+const stops: Array<() => Promise<void>> = [];
+
+afterEach(async () => {
+  await Promise.all(stops.splice(0).map((stop) => stop().catch(() => undefined)));
+  await Promise.all(clients.splice(0).map((client) => client.close()));
+  await gw?.close();
+  gw = undefined;
+});
+
+async function startGateway(config: ConfigInput = baseConfig): Promise<TestGateway> {
+  gw = await startTestGateway(config, { store: STORE });
+  return gw;
+}
+
+async function open(options: Partial<ClientOptions> = {}): Promise<SwitchboardClient> {
+  const client = await connect({
+    url: gw!.url,
+    token: gw!.token,
+    role: "operator",
+    reconnect: FAST_RECONNECT,
+    ...options,
+  } as ClientOptions);
+  clients.push(client);
+  return client;
+}
+
+async function until<T>(
+  check: () => T | undefined | false | Promise<T | undefined | false>,
+  what: string,
+  timeoutMs = 5_000,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+function untilState(client: SwitchboardClient, state: ConnectionState): Promise<void> {
+  if (client.state === state) return Promise.resolve();
+  return new Promise((resolve) => {
+    const off = client.onStateChange((next) => {
+      if (next !== state) return;
+      off();
+      resolve();
+    });
+  });
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A `ws` WebSocket whose live sockets the test can drop from the client's side. */
+function controlledSockets() {
+  const control = {
+    sockets: [] as WebSocket[],
+    WebSocket: undefined as unknown as WebSocketConstructor,
+    drop(index = control.sockets.length - 1) {
+      control.sockets[index]?.terminate();
+    },
+  };
+  class ControlledWebSocket extends WebSocket {
+    constructor(url: string) {
+      super(url);
+      control.sockets.push(this);
+    }
+  }
+  control.WebSocket = ControlledWebSocket as unknown as WebSocketConstructor;
+  return control;
+}
+
+describe("run deadlines far in the future", () => {
+  // agents.defaults.timeoutSeconds has no upper bound in the config schema: 3 000 000 s (~35 days) is legal.
+  const longTimeout: ConfigInput = {
+    ...baseConfig,
+    agents: {
+      defaults: { timeoutSeconds: 3_000_000 },
+      list: [
+        {
+          id: "main",
+          default: true,
+          model: { provider: "scripted", rules: [{ when: "^slowish$", delayMs: 300, reply: "done" }] },
+        },
+      ],
+    },
+  };
+
+  it("the SDK's AgentWorker does not abort a run whose deadline is 35 days away", async () => {
+    await startGateway(longTimeout);
+    const op = await open();
+    let abortedWith: unknown;
+    const worker = await serve(
+      { url: gw!.url, token: WORKER_TOKEN, reconnect: FAST_RECONNECT },
+      ["main"],
+      async (run, ctx) => {
+        await sleep(200);
+        if (ctx.signal.aborted) {
+          abortedWith = ctx.signal.reason;
+          throw ctx.signal.reason;
+        }
+        return { reply: `ok ${run.input.message}` };
+      },
+    );
+    stops.push(() => worker.stop());
+    const { runId } = await op.chat.send({ sessionKey: "main", message: "hello" });
+    const result = await op.agent.wait({ runId, timeoutMs: 5_000 });
+    expect(abortedWith).toBeUndefined();
+    expect(result).toMatchObject({ status: "ok", reply: "ok hello" });
+  });
+
+  it("the reference agent completes a run whose deadline is 35 days away", async () => {
+    await startGateway(longTimeout);
+    const op = await open();
+    const worker: RunningAgentWorker = await startAgentWorker({
+      url: gw!.url,
+      token: WORKER_TOKEN,
+      config: parseConfig(longTimeout),
+      stopGraceMs: 1_000,
+    });
+    stops.push(() => worker.stop());
+    const { runId } = await op.chat.send({ sessionKey: "main", message: "slowish" });
+    const result = await op.agent.wait({ runId, timeoutMs: 5_000 });
+    expect(result, result.error).toMatchObject({ status: "ok", reply: "done" });
+  });
+});
