@@ -81,9 +81,15 @@ function untilState(client: SwitchboardClient, state: ConnectionState): Promise<
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** A `ws` WebSocket whose live sockets the test can drop from the client's side. */
-function controlledSockets() {
-  const control = {
-    sockets: [] as WebSocket[],
+interface SocketControl {
+  sockets: WebSocket[];
+  WebSocket: WebSocketConstructor;
+  drop(index?: number): void;
+}
+
+function controlledSockets(): SocketControl {
+  const control: SocketControl = {
+    sockets: [],
     WebSocket: undefined as unknown as WebSocketConstructor,
     drop(index = control.sockets.length - 1) {
       control.sockets[index]?.terminate();
@@ -98,6 +104,59 @@ function controlledSockets() {
   control.WebSocket = ControlledWebSocket as unknown as WebSocketConstructor;
   return control;
 }
+
+describe("event subscriptions of one client", () => {
+  it("a client subscribed to two sessions receives the events of both", async () => {
+    await startGateway();
+    const op = await open();
+    const A = "agent:main:cron:alpha";
+    const B = "agent:main:cron:beta";
+    await op.sessions.create({ key: A });
+    await op.sessions.create({ key: B });
+    const seen: string[] = [];
+    op.on("session.updated", (event) => void seen.push(event.payload.key));
+    await op.subscribe({ sessionKey: A });
+    await op.subscribe({ sessionKey: B });
+
+    await op.sessions.patch({ key: A, label: "first" });
+    await op.sessions.patch({ key: B, label: "second" });
+    await until(() => seen.includes(B), "B's update");
+    await sleep(100);
+    expect(seen).toContain(A);
+  });
+
+  it("keeps the same subscriptions across a reconnect, whatever order they were made in", async () => {
+    await startGateway();
+    const control = controlledSockets();
+    const op = await open({ WebSocket: control.WebSocket });
+    const A = "agent:main:cron:alpha";
+    const B = "agent:main:cron:beta";
+    await op.sessions.create({ key: A });
+    await op.sessions.create({ key: B });
+    const seen: string[] = [];
+    op.on("session.updated", (event) => void seen.push(event.payload.key));
+    // Subscriptions add up: A, then B, then A renewed. (Before, the gateway kept only the last one
+    // and the SDK renewed them in first-made order, so a reconnect swapped A for B.)
+    await op.subscribe({ sessionKey: A });
+    await op.subscribe({ sessionKey: B });
+    await op.subscribe({ sessionKey: A });
+
+    await op.sessions.patch({ key: B, label: "one" });
+    await op.sessions.patch({ key: A, label: "before" });
+    await until(() => seen.includes(A), "A's update before the drop");
+    expect(seen).toEqual([B, A]);
+
+    control.drop();
+    await untilState(op, "reconnecting");
+    await untilState(op, "open");
+
+    await op.sessions.patch({ key: B, label: "two" });
+    await op.sessions.patch({ key: A, label: "after" });
+    await until(() => seen.length === 4, "both updates after the reconnect");
+    await sleep(100);
+    expect(seen).toEqual([B, A, B, A]);
+  });
+});
 
 describe("run deadlines far in the future", () => {
   // agents.defaults.timeoutSeconds has no upper bound in the config schema: 3 000 000 s (~35 days) is legal.

@@ -27,8 +27,11 @@ export class Connection {
   /** Requests handed to the gateway and not yet answered (bounded by `limits.maxInFlight`). */
   inFlight = 0;
   private corked = false;
-  /** Events published while a replay is being sent are held here, then flushed in order. */
-  subscriptionFilter: ((event: import("./event-bus").BusEvent) => boolean) | undefined;
+  /**
+   * The connection's event subscriptions, by session key (`*`: all it may see): an event is sent
+   * when any of them accepts it. Each `events.subscribe` adds one (or renews its own).
+   */
+  readonly subscriptionFilters = new Map<string, (event: import("./event-bus").BusEvent) => boolean>();
   private readonly closeCallbacks: Array<() => void> = [];
 
   onClosed(callback: () => void): void {

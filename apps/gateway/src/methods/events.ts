@@ -50,7 +50,10 @@ export function eventMethods({
       if (!connection.subscribed) {
         connection.subscribed = true;
         const unsubscribe = bus.subscribe({
-          accepts: (event) => connection.subscriptionFilter?.(event) ?? false,
+          accepts: (event) => {
+            for (const accepts of connection.subscriptionFilters.values()) if (accepts(event)) return true;
+            return false;
+          },
           deliver: (event) => {
             const held = heldDuringReplay.get(connection);
             if (held) held.push(event);
@@ -59,7 +62,8 @@ export function eventMethods({
         });
         connection.onClosed(unsubscribe);
       }
-      connection.subscriptionFilter = accepts;
+      // Subscriptions add up (a client following two sessions gets both), as the SDK renews them.
+      connection.subscriptionFilters.set(sessionKey ?? "*", accepts);
       if (params.after !== undefined) {
         const replayed = bus.replay(params.after, accepts);
         if (Array.isArray(replayed)) {
