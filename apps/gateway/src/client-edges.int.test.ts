@@ -212,3 +212,50 @@ describe("run deadlines far in the future", () => {
     expect(result, result.error).toMatchObject({ status: "ok", reply: "done" });
   });
 });
+
+describe("an agent worker on a connection at its in-flight cap", () => {
+  it("still delivers a run's completion while other runs hold tools.invoke calls", async () => {
+    const config: ConfigInput = {
+      gateway: { limits: { maxInFlight: 2 } },
+      auth: { tokens: [{ name: "worker", token: WORKER_TOKEN, role: "agent", agents: ["main"] }] },
+      agents: { list: [{ id: "main", default: true }, { id: "idle" }] },
+      tools: { agentToAgent: { enabled: true, allow: ["main", "idle"] } },
+    };
+    await startGateway(config);
+    const op = await open();
+    let holding = 0;
+    const warned: string[] = [];
+    const note = (fields: unknown, message?: string) =>
+      void warned.push(`${message ?? ""} ${JSON.stringify(fields)}`);
+    const warnings = { debug() {}, info() {}, warn: note, error: note } as never;
+    const worker = await serve(
+      { url: gw!.url, token: WORKER_TOKEN, reconnect: FAST_RECONNECT },
+      ["main"],
+      async (run, ctx) => {
+        if (run.input.message.startsWith("hold")) {
+          holding += 1;
+          // Nobody serves agent `idle`: the send waits its whole timeout.
+          const sent = await ctx.invokeTool("sessions_send", {
+            sessionKey: "agent:idle:main",
+            message: "anyone?",
+            timeoutSeconds: 4,
+          });
+          expect(sent.status).toBe("timeout");
+          return { reply: "held" };
+        }
+        return { reply: "quick reply" };
+      },
+      { concurrency: 3, logger: warnings },
+    );
+    stops.push(() => worker.stop());
+    for (const key of ["agent:idle:main", "agent:main:cron:h1", "agent:main:cron:h2", "agent:main:cron:q"])
+      await op.sessions.create({ key });
+    await op.chat.send({ sessionKey: "agent:main:cron:h1", message: "hold 1" });
+    await op.chat.send({ sessionKey: "agent:main:cron:h2", message: "hold 2" });
+    await until(() => holding === 2, "two runs holding a tool call");
+    await sleep(200);
+    const { runId } = await op.chat.send({ sessionKey: "agent:main:cron:q", message: "quick" });
+    const result = await op.agent.wait({ runId, timeoutMs: 2_000 });
+    expect(result, warned.join("\n")).toMatchObject({ status: "ok", reply: "quick reply" });
+  });
+});

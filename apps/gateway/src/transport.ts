@@ -416,9 +416,13 @@ export async function startTransport(options: {
       connection.send(errorFrame(frame.id, invalidRequestFromZod(params.error, "params")));
       return;
     }
-    // Refusing (rather than pausing the socket) keeps a worker's run.complete from queueing behind its own
-    // long tools.invoke calls; the error is retryable and names the limit.
-    if (connection.inFlight >= limits.maxInFlight) {
+    // Refusing (rather than pausing the socket) keeps a worker's requests from queueing behind its own
+    // long tools.invoke calls; the error is retryable and names the limit. A run's end is never
+    // refused: it frees what the cap protects, a worker sends at most one per run it holds (its
+    // concurrency, which the gateway set), and refusing it left a finished run hanging until its
+    // deadline whenever the worker's other runs held the connection's slots with tools.invoke.
+    const endsRun = method === "run.complete" || method === "run.fail";
+    if (!endsRun && connection.inFlight >= limits.maxInFlight) {
       connection.send(
         errorFrame(
           frame.id,
