@@ -259,3 +259,28 @@ describe("an agent worker on a connection at its in-flight cap", () => {
     expect(result, warned.join("\n")).toMatchObject({ status: "ok", reply: "quick reply" });
   });
 });
+
+describe.skipIf(!CLI_BUILT)("the switchboard CLI against a running gateway", { timeout: 30_000 }, () => {
+  const target = () => ["--url", gw!.url, "--token", gw!.token];
+
+  it("exits 2 (usage) for a malformed argument: an empty message or an invalid session key", async () => {
+    await startGateway();
+    const empty = await runCliProcess(["send", "main", "", ...target()], { env: cleanEnv() });
+    expect(empty.stderr).toContain("message");
+    expect(empty.code, empty.stderr).toBe(2);
+    const badKey = await runCliProcess(["sessions", "history", "bad key", ...target()], { env: cleanEnv() });
+    expect(badKey.code, badKey.stderr).toBe(2);
+  });
+
+  it("tail --max 1 prints the event it counted before exiting", async () => {
+    await startGateway();
+    const op = await open();
+    await op.sessions.create({ key: "agent:main:cron:tailed" });
+    const tailed = await runCliProcess(["tail", "--max", "1", "--after", "0", ...target()], {
+      env: cleanEnv(),
+    });
+    expect(tailed.code, tailed.stderr).toBe(0);
+    // One event was asked for: the user must see one event line (`HH:MM:SS  #<seq>  <event> …`).
+    expect(tailed.stdout).toMatch(/#\d+\s+\S+/);
+  });
+});

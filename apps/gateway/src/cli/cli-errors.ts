@@ -4,8 +4,7 @@
  * else; 2 unknown command or flag, malformed argument, invalid config; 3 refused: FORBIDDEN,
  * UNAUTHORIZED, or a tool result with status `forbidden`).
  */
-import { EXIT } from "@switchboard/agent/exit-codes";
-import type { ErrorCode } from "@switchboard/core";
+import { EXIT, exitCodeFor as protocolExitCode } from "@switchboard/agent/exit-codes";
 
 export { EXIT };
 
@@ -41,8 +40,6 @@ export const USAGE_CODE = "USAGE";
 /** `code` of the `--json` error object for a config file that does not load or validate. */
 export const INVALID_CONFIG_CODE = "INVALID_CONFIG";
 
-const REFUSED_CODES: ReadonlySet<string> = new Set<ErrorCode>(["FORBIDDEN", "UNAUTHORIZED"]);
-
 /** The protocol error code of an error, if it has one (works across module copies of core). */
 export function errorCode(error: unknown): string | undefined {
   const code = (error as { code?: unknown } | null)?.code;
@@ -52,8 +49,9 @@ export function errorCode(error: unknown): string | undefined {
 export function exitCodeFor(error: unknown): number {
   if (error instanceof UsageError) return EXIT.usage;
   if (error instanceof CliError) return error.exitCode;
-  const code = errorCode(error);
-  return code !== undefined && REFUSED_CODES.has(code) ? EXIT.refused : EXIT.failure;
+  // A protocol error by the table every binary shares: the gateway's INVALID_REQUEST names an
+  // argument the user gave (2), FORBIDDEN/UNAUTHORIZED is a refusal (3), anything else 1.
+  return protocolExitCode(error);
 }
 
 export function errorMessage(error: unknown): string {

@@ -25,7 +25,7 @@ const spec: CommandSpec = {
     session: { type: "string", value: "KEY", description: "only events of this session" },
     events: { type: "string", value: "LIST", description: `only these events (${EVENT_NAMES.join(", ")})` },
     after: { type: "string", value: "SEQ", description: "first replay the events after this seq" },
-    max: { type: "string", value: "N", description: "exit after N events" },
+    max: { type: "string", value: "N", description: "exit after N events shown" },
     verbose: {
       type: "boolean",
       short: "v",
@@ -83,10 +83,11 @@ export const tailCommand: Command = {
               io.out(JSON.stringify({ seq: event.seq, event: event.event, payload: event.payload }));
             else {
               const line = describeEvent(event, { verbose: values.verbose === true || names !== undefined });
-              if (line)
-                io.out(
-                  `${clock(Date.now())}  #${event.seq}  ${event.event.padEnd(14)} ${line.actor.padEnd(20)} ${line.text}`,
-                );
+              // `--max` counts the events shown: one this view hides (without -v) is not one of them.
+              if (!line) continue;
+              io.out(
+                `${clock(Date.now())}  #${event.seq}  ${event.event.padEnd(14)} ${line.actor.padEnd(20)} ${line.text}`,
+              );
             }
             count += 1;
             if (max !== undefined && count >= max) break;
