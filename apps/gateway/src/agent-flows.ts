@@ -58,6 +58,8 @@ export class AgentFlows {
     private readonly admission: CallAdmission,
     /** Several instances: each announce and send follow-up performed once cluster-wide. */
     private readonly claims?: FlowClaims,
+    /** One wait of a flow for a run's end; it waits again while the run goes on. */
+    private readonly waitSliceMs = 60_000,
   ) {
     scheduler.onRunEnded((record, end) => this.onRunEnded(record, end));
     this.hostDriven = hostDrivenSessionKeys(config);
@@ -235,10 +237,7 @@ export class AgentFlows {
         ...(taken.withheld ? { withheld: taken.withheld } : {}),
       };
     }
-    if (
-      result.status === "timeout" &&
-      (result.error?.startsWith("run still in progress") || result.error === "wait aborted")
-    ) {
+    if (result.stillRunning) {
       return {
         status: "timeout",
         runId: record.runId,
@@ -568,8 +567,10 @@ export class AgentFlows {
   private async waitEnd(runId: string): Promise<WaitResult> {
     // Long bounded waits: every run has a timeout of its own, so this never hangs past it.
     for (;;) {
-      const result = await this.scheduler.wait(runId, 60_000);
-      if (result.status !== "timeout" || !result.error?.startsWith("run still in progress")) return result;
+      const result = await this.scheduler.wait(runId, this.waitSliceMs);
+      // Any waiter's "not yet" (a run held on another instance answers in other words than a local
+      // one): a run that thinks for more than a minute still gets its reply turns and announce.
+      if (!result.stillRunning) return result;
     }
   }
 

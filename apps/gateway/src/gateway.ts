@@ -63,6 +63,11 @@ export interface GatewayOptions {
   secrets?: Secrets;
   /** Trace exporter and environment (tests: an in-memory exporter turns traces on). */
   telemetry?: TelemetryOptions;
+  /**
+   * How long a background flow (reply turns, announce) waits for a run before waiting again
+   * (default 60 s; tests shorten it to reach a flow's second wait).
+   */
+  flowWaitSliceMs?: number;
 }
 
 /** The services of a running gateway, built once by {@link Gateway.start} in dependency order. */
@@ -270,6 +275,7 @@ export class Gateway {
         waitGraph,
         admission,
         cluster?.flows,
+        options.flowWaitSliceMs,
       );
       const backend = new SessionToolsBackend(
         config,

@@ -55,6 +55,11 @@ export interface WaitResult {
   error?: string;
   startedAt?: number;
   endedAt?: number;
+  /**
+   * The wait ended before the run did (its time was up, or it was cancelled): the run goes on. Set
+   * by every waiter, local or cluster-wide, so callers ask this rather than match their wording.
+   */
+  stillRunning?: true;
 }
 
 type ActiveRun = ActiveRunOf<Connection>;
@@ -947,7 +952,7 @@ export class RunScheduler {
       const result = toWaitResult(outcome.ended);
       return outcome.settled ? { result, settled: outcome.settled } : { result };
     }
-    return { result: { runId, status: "timeout", error: outcome.stopped } };
+    return { result: { runId, status: "timeout", error: outcome.stopped, stillRunning: true } };
   }
 
   private async waitInactive(runId: string, timeoutMs: number, signal?: AbortSignal): Promise<WaitResult> {
@@ -960,7 +965,7 @@ export class RunScheduler {
       // Held by another instance (or queued there): its end comes through the cluster's events.
       if (this.cluster) return this.cluster.wait(runId, timeoutMs, signal);
       // Ended between the two lookups, or not yet active after recovery: poll once via the store.
-      return { runId, status: "timeout", error: "run has not ended yet" };
+      return { runId, status: "timeout", error: "run has not ended yet", stillRunning: true };
     }
     return toWaitResult(stored);
   }

@@ -1,13 +1,15 @@
 // Child process of the cluster tests (src/cluster/*.int.test.ts) and benchmarks B9/B10: one gateway
 // instance on a postgres store, killed with SIGKILL by the parent when a test needs a dead instance.
-// Usage: node cluster-gateway.mjs <postgres url> <schema> [workerToken]. Prints one JSON line
-// {url, token, pid, instanceId} once it accepts connections.
+// Usage: node cluster-gateway.mjs <postgres url> <schema> [workerToken] [flowWaitSliceMs]. Prints
+// one JSON line {url, token, pid, instanceId} once it accepts connections.
 import { parseConfig } from "@switchboard/core";
 import { Gateway } from "../dist/index.js";
 
-const [url, schema, workerToken = "cluster-worker-token-0123456789"] = process.argv.slice(2);
+const [url, schema, workerToken = "cluster-worker-token-0123456789", flowWaitSliceMs] = process.argv.slice(2);
 if (!url || !schema) {
-  process.stderr.write("usage: node cluster-gateway.mjs <postgres url> <schema> [workerToken]\n");
+  process.stderr.write(
+    "usage: node cluster-gateway.mjs <postgres url> <schema> [workerToken] [flowWaitSliceMs]\n",
+  );
   process.exit(2);
 }
 const config = parseConfig({
@@ -26,7 +28,12 @@ const config = parseConfig({
   // Small enough for the cluster tests to reach across instances.
   session: { agentToAgent: { budgetPerMinute: 4 } },
 });
-const gateway = await Gateway.start({ config, port: 0, host: "127.0.0.1" });
+const gateway = await Gateway.start({
+  config,
+  port: 0,
+  host: "127.0.0.1",
+  ...(flowWaitSliceMs ? { flowWaitSliceMs: Number(flowWaitSliceMs) } : {}),
+});
 process.stdout.write(
   `${JSON.stringify({ url: gateway.url, token: gateway.operatorToken, pid: process.pid, instanceId: gateway.instanceId })}\n`,
 );

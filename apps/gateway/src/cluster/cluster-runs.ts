@@ -677,6 +677,7 @@ export class ClusterRuns {
         runId,
         status: "timeout",
         error: signal?.aborted ? "the wait was cancelled" : "run has not ended yet",
+        stillRunning: true,
       };
     } finally {
       clearTimeout(timer);

@@ -65,14 +65,22 @@ async function startPgProxy(): Promise<TcpProxy> {
   return proxy;
 }
 
-/** Instances on one fresh schema; started one after the other (the first creates the schema). */
-async function startCluster(count: number, url = testPgUrl()): Promise<ChildGateway[]> {
+/**
+ * Instances on one fresh schema; started one after the other (the first creates the schema).
+ * `flowWaitSliceMs`: how long their background flows wait for a run before waiting again.
+ */
+async function startCluster(
+  count: number,
+  url = testPgUrl(),
+  options: { flowWaitSliceMs?: number } = {},
+): Promise<ChildGateway[]> {
   requirePostgres();
   const schema = testSchemaName("sbgwclu");
   schemas.push(schema);
+  const args = [url, schema, WORKER_TOKEN];
+  if (options.flowWaitSliceMs) args.push(String(options.flowWaitSliceMs));
   const started: ChildGateway[] = [];
-  for (let i = 0; i < count; i++)
-    started.push(await startChildGateway(childScript, [url, schema, WORKER_TOKEN], children));
+  for (let i = 0; i < count; i++) started.push(await startChildGateway(childScript, args, children));
   return started;
 }
 
@@ -387,6 +395,37 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
       onA.close();
       onB.close();
     }, 20_000);
+
+    it("takes the reply turns of a send whose target runs longer than one wait on another instance", async () => {
+      // A flow waits for a run in slices (60 s; 1 s here) and waits again while it goes on. A run
+      // held on another instance answered "not yet" in other words than a local one, so the flow
+      // took it for an end: no reply turns, no announce, for any target thinking over a minute.
+      const [a, b] = await startCluster(2, testPgUrl(), { flowWaitSliceMs: 1000 });
+      const asker = await TestWorker.start(a!.url, WORKER_TOKEN, ["main"], () => "REPLY_SKIP");
+      const slow = await TestWorker.start(b!.url, WORKER_TOKEN, ["relay"], async () => {
+        await sleep(2500);
+        return "pong after a long think";
+      });
+      const opA = await operator(a!);
+      const requester = "agent:main:cron:patient";
+      const target = "agent:relay:cron:slow";
+      await opA.peer.call("sessions.create", { key: requester });
+      await opA.peer.call("sessions.create", { key: target });
+      // A reads which agents have workers elsewhere every second.
+      await sleep(1500);
+      const sent = await opA.peer.call<{ status: string }>("tools.invoke", {
+        tool: "sessions_send",
+        args: { sessionKey: target, message: "ping", timeoutSeconds: 0 },
+        as: requester,
+      });
+      expect(sent.status).toBe("accepted");
+      // The target's reply comes back to the requester as reply turn 1 (agent-to-agent.md).
+      const deadline = Date.now() + 10_000;
+      while (asker.runs.length === 0 && Date.now() < deadline) await sleep(50);
+      expect(asker.runs.map((run) => run.input.message)).toEqual(["pong after a long think"]);
+      asker.close();
+      slow.close();
+    }, 30_000);
 
     it("reassigns the run of a worker that disconnects mid-run to a worker of another instance", async () => {
       const [a, b] = await startCluster(2);

@@ -83,7 +83,8 @@ export function runMethods({
     agent: (params, connection) => input(connection, params, "agent"),
     "agent.wait": async (params, connection) => {
       await access.requireRunAccess(connection, params.runId);
-      return { ...(await scheduler.wait(params.runId, params.timeoutMs ?? 30_000)) };
+      const { stillRunning: _, ...result } = await scheduler.wait(params.runId, params.timeoutMs ?? 30_000);
+      return result;
     },
     "run.progress": async (params, connection) => {
       const record = access.heldRun(connection, params.runId);
