@@ -36,6 +36,10 @@ export class ClusterEventBus implements EventLog {
     return this.log.replay(after, accepts);
   }
 
+  catchUp(): Promise<void> {
+    return this.log.catchUp();
+  }
+
   subscribe(subscriber: EventSubscriber): () => void {
     return this.log.subscribe(subscriber);
   }

@@ -683,6 +683,102 @@ describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
       }
     }, 30_000);
 
+    /** A reaching the database directly and B through `proxy`, on one schema. */
+    async function pairBehindProxy(proxy: TcpProxy): Promise<[ChildGateway, ChildGateway]> {
+      const schema = testSchemaName("sbgwclu");
+      schemas.push(schema);
+      const a = await startChildGateway(childScript, [testPgUrl(), schema, WORKER_TOKEN], children);
+      const b = await startChildGateway(
+        childScript,
+        [proxy.urlFor(testPgUrl()), schema, WORKER_TOKEN],
+        children,
+      );
+      return [a, b];
+    }
+
+    it("resumes a client past an instance's reader that is behind: nothing at or below `after` again", async () => {
+      const proxy = await startPgProxy();
+      try {
+        const [a, b] = await pairBehindProxy(proxy);
+        const opA = await operator(a);
+        const opB = await operator(b);
+        await opA.peer.call("events.subscribe", {});
+        // B loses its database for a moment (well inside its lease); A goes on publishing.
+        await proxy.stop();
+        for (let i = 0; i < 3; i++)
+          await opA.peer.call("sessions.create", { key: `agent:main:cron:lag${i}` });
+        await opA.peer.waitForEvent(
+          (event) => event.event === "session.updated" && event.payload.key === "agent:main:cron:lag2",
+        );
+        const cursor = opA.peer.events.at(-1)!.seq;
+        // The client resumes on B from its cursor as soon as B's database is back; B's reader has not
+        // read A's events yet. Before, B answered with its own old position and later sent the
+        // client every event between it and the cursor again.
+        await proxy.start();
+        let resumed: { seq: number } | undefined;
+        for (let tries = 0; !resumed; tries++) {
+          const response = await opB.peer.request("events.subscribe", { after: cursor });
+          if (response.ok) resumed = response.result as { seq: number };
+          else if (tries > 50) throw new Error(`subscribe failed: ${response.error?.message}`);
+          else await sleep(50);
+        }
+        expect(resumed.seq).toBeGreaterThanOrEqual(cursor);
+        await opA.peer.call("sessions.create", { key: "agent:main:cron:after" });
+        await opB.peer.waitForEvent(
+          (event) => event.event === "session.updated" && event.payload.key === "agent:main:cron:after",
+          5000,
+        );
+        expect(opB.peer.events.filter((event) => event.seq <= cursor).map((event) => event.seq)).toEqual([]);
+      } finally {
+        await proxy.stop();
+      }
+    }, 20_000);
+
+    it("fails an SDK client over to an instance whose reader is behind: each event once, in order", async () => {
+      const proxy = await startPgProxy();
+      const [a, b] = await pairBehindProxy(proxy);
+      const client = await connect({
+        url: [a.url, b.url],
+        token: a.token,
+        role: "operator",
+        reconnect: { initialDelayMs: 20, maxDelayMs: 100 },
+      });
+      const seen: Array<{ seq: number; key?: string }> = [];
+      void (async () => {
+        for await (const event of client.events({ highWaterMark: 100_000 })) {
+          if (event.event !== "session.updated") continue;
+          seen.push({ seq: event.seq, key: (event.payload as { key?: string }).key });
+        }
+      })().catch(() => undefined);
+      const saw = async (key: string) => {
+        const deadline = Date.now() + 8000;
+        while (!seen.some((event) => event.key === key) && Date.now() < deadline) await sleep(10);
+        expect(seen.some((event) => event.key === key)).toBe(true);
+      };
+      try {
+        await client.subscribe();
+        const opA = await operator(a);
+        // B's database connection drops for a moment while A publishes.
+        await proxy.stop();
+        for (let i = 0; i < 3; i++)
+          await opA.peer.call("sessions.create", { key: `agent:main:cron:sdk${i}` });
+        await saw("agent:main:cron:sdk2");
+        // A dies just as B's database comes back: the SDK fails over to B and resumes there.
+        await proxy.start();
+        a.process.kill("SIGKILL");
+        await sleep(300);
+        const opB = await operator(b);
+        await opB.peer.call("sessions.create", { key: "agent:main:cron:sdk-after" });
+        await saw("agent:main:cron:sdk-after");
+        const keys = seen.map((event) => event.key);
+        expect(keys.filter((key, i) => keys.indexOf(key) !== i)).toEqual([]);
+        expect(seen.every((event, i) => i === 0 || event.seq > seen[i - 1]!.seq)).toBe(true);
+      } finally {
+        await client.close();
+        await proxy.stop();
+      }
+    }, 20_000);
+
     it("drops the late result of an instance that was cut off from the database and declared lost", async () => {
       const proxy = await startPgProxy();
       try {

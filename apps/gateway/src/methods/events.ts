@@ -46,6 +46,10 @@ export function eventMethods({
         access.requireClientSession(connection, sessionKey);
       }
       const accepts = eventFilter(access, connection, sessionKey);
+      // A client resuming past what this instance has read (its reader was behind: a failover to an
+      // instance whose database connection just came back) waits for the reader to catch up, so the
+      // answer's `seq` and the replay reach its cursor.
+      if (params.after !== undefined && params.after > bus.currentSeq) await bus.catchUp?.();
       const seq = bus.currentSeq;
       if (!connection.subscribed) {
         connection.subscribed = true;
@@ -65,6 +69,9 @@ export function eventMethods({
       // Subscriptions add up (a client following two sessions gets both), as the SDK renews them.
       connection.subscriptionFilters.set(sessionKey ?? "*", accepts);
       if (params.after !== undefined) {
+        // The client holds everything up to `after` (in this numbering: the stream has reached it):
+        // nothing at or below it is sent again, replayed or live.
+        if (params.after <= seq) connection.lastEventSeq = Math.max(connection.lastEventSeq, params.after);
         const replayed = bus.replay(params.after, accepts);
         if (Array.isArray(replayed)) {
           // Replayed synchronously: no live event can interleave, so order and uniqueness hold.

@@ -51,6 +51,12 @@ export interface EventLog {
    * every instance; undefined for the in-process bus (the gateway sends its instance id).
    */
   readonly epoch?: string;
+  /**
+   * Brings `currentSeq` up to everything committed, delivering it to subscribers first. The
+   * cluster's reader can be behind the stream (its database connection was down a moment); the
+   * in-process bus is always current and has none.
+   */
+  catchUp?(): Promise<void>;
   /** Stops background work (shutdown). */
   stop(): void;
 }
