@@ -505,8 +505,9 @@ export class ClusterRuns {
 
   /**
    * The leader's sweep found runs of lost instances. A run lost for the first time is reassigned
-   * once: the sweep put it back at the head of its lane, its record goes back to `queued`, and an
-   * instance with a free worker of its agent adopts it (the workers of the lost instance reconnect
+   * once: the sweep put it back at the head of its lane and its record back to `queued` (one
+   * transaction, so nothing here writes the record: an instance may have adopted or even ended it
+   * since), and an instance with a free worker of its agent adopts it (the workers of the lost instance reconnect
    * elsewhere). If none takes it within `REASSIGN_WAIT_MS` it ends `error` naming the instance, so a
    * wait still answers within the spec's 10 s. A run lost again (`failed`) ends `error` at once.
    * Idempotent: a run already ended is only released and acknowledged.
@@ -527,8 +528,6 @@ export class ClusterRuns {
         await this.lanes.release(lost.laneKey, lost.runId);
         continue;
       }
-      record.status = "queued";
-      await this.store.runs.put(record);
       requeued += 1;
       this.log.info(
         { runId: record.runId, lostInstance: lost.lostInstance },

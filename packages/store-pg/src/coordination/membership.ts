@@ -139,6 +139,21 @@ export function openMembership(
           requeued.map((run) => run.attempts),
         ],
       );
+      // Their records go back to `queued` in the same transaction (beside a gateway's tables, always
+      // there): an instance adopting one right after this commit finds it queued and starts it, and
+      // no write after the sweep can take a run another instance adopted, or ended, back to queued.
+      const runs = await client.query<{ found: string | null }>("SELECT to_regclass($1)::text AS found", [
+        q("runs"),
+      ]);
+      if (runs.rows[0]?.found != null) {
+        await client.query(
+          `UPDATE ${q("runs")} SET status = 'queued',
+             row = (row::jsonb || '{"status": "queued"}'::jsonb)::json,
+             version = nextval('${q("row_versions").replaceAll("'", "''")}')
+           WHERE run_id = ANY($1::text[]) AND status NOT IN ('ok', 'error', 'timeout')`,
+          [requeued.map((run) => run.runId)],
+        );
+      }
     }
     if (failed.length > 0) {
       await client.query(

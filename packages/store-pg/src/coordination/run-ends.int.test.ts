@@ -56,11 +56,34 @@ await describeWithPg("cluster run ends (fencing)", () => {
     expect(await a.ends.write(ended(first, "ok", "late"))).toBe(false);
     expect(await a.ends.write(ended(second, "ok", "late"))).toBe(false);
     expect(await store.runs.get(first.runId)).toMatchObject({ status: "error" });
-    expect(await store.runs.get(second.runId)).toMatchObject({ status: "running" });
+    // (Put back to queued by the sweep; B's dispatch would start it.)
+    expect(await store.runs.get(second.runId)).toMatchObject({ status: "queued" });
     // The holder's end is written, once.
     expect(await b.ends.write(ended(second, "ok", "on time"))).toBe(true);
     expect(await store.runs.get(second.runId)).toMatchObject({ status: "ok", reply: "on time" });
     expect(await b.ends.write(ended(second, "error", "again"))).toBe(false);
+  });
+
+  it("puts a lost instance's runs back to queued with their requeue, and never an ended one", async () => {
+    const a = await instance("gw-a", 300);
+    const b = await instance("gw-b", 5000);
+    const store = await openPostgresStore({ url: TEST_PG_URL, schema: cluster.schema });
+    cluster.cleanup(() => store.close());
+    const running = sampleRun({ status: "running", startedAt: Date.now() });
+    const done = sampleRun({ status: "running", startedAt: Date.now(), sessionKey: "agent:main:done" });
+    await store.runs.put(running);
+    await store.runs.put(done);
+    expect(await a.lanes.claim("agent:main:main|main", running.runId, "main")).toBe(true);
+    expect(await a.lanes.claim("agent:main:done|main", done.runId, "main")).toBe(true);
+    // One of them ended just before A was declared lost (its claim not released yet).
+    await store.runs.put(ended(done, "ok", "finished"));
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    const swept = await b.membership.sweep();
+    expect(swept.requeued.map((run) => run.runId).sort()).toEqual([running.runId, done.runId].sort());
+    // Queued as the sweep commits (before, the leader wrote it afterwards, over whatever an adopter
+    // had written meanwhile); the ended run keeps its end.
+    expect(await store.runs.get(running.runId)).toMatchObject({ status: "queued" });
+    expect(await store.runs.get(done.runId)).toMatchObject({ status: "ok", reply: "finished" });
   });
 
   it("writes the end of a run never claimed (timed out in a local queue) unless it is in the cluster's queue", async () => {
