@@ -469,8 +469,15 @@ export class ClusterRuns {
             attempts: Math.max(0, record.attempts - 1),
           });
         }
-        await this.lanes.release(claim.laneKey, claim.runId);
-        await this.lanes.enqueue(claim.laneKey, claim.runId, { agentId: claim.agentId, front: true });
+        // One statement gives the claim up and puts the run at the head of its lane with the claim's
+        // reassignment count (a re-insert started it at 0: a reassigned run could be reassigned
+        // again where it should end `error`), and wakes every instance.
+        await this.lanes.handBack(
+          claim.laneKey,
+          claim.runId,
+          claim.agentId,
+          runChannel(this.cluster.coordination.schema),
+        );
         this.markUnnamed();
         return;
       }

@@ -81,11 +81,14 @@ await describeWithPg("cluster run lanes", () => {
     const b = await instance("gw-b");
     const lane = "agent:w:back|main";
     expect(await a.lanes.claim(lane, "running", "w")).toBe(true);
+    // A run reassigned once already (its claim counts it): the count goes back with it.
+    const { db, q } = a.coordination;
+    await db.query("test", `UPDATE ${q("run_claims")} SET attempts = 1 WHERE run_id = 'running'`);
     await b.lanes.enqueue(lane, "later", { agentId: "w" });
     await a.lanes.handBack(lane, "running", "w", "sb_test_hand_back");
     expect(await b.lanes.holder(lane)).toBeUndefined();
-    // Ahead of the run queued behind it, for any instance.
-    expect((await b.lanes.claimNext(["w"]))?.runId).toBe("running");
+    // Ahead of the run queued behind it, for any instance, with its reassignment count.
+    expect(await b.lanes.claimNext(["w"])).toMatchObject({ runId: "running", attempts: 1 });
     await b.lanes.release(lane, "running");
     expect((await b.lanes.claimNext(["w"]))?.runId).toBe("later");
   });
