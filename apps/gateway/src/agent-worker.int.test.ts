@@ -5,6 +5,7 @@ import { connect, type SwitchboardClient } from "@switchboard/client";
 import { type ConfigInput, parseConfig, type ScriptedRuleInput } from "@switchboard/core";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { startTestGateway, type TestGateway, testStoreKind } from "./testing/test-gateway";
+import { until } from "./testing/until";
 
 const STORE = testStoreKind();
 const WORKER_TOKEN = "agent-worker-token-0123456789";
@@ -124,20 +125,6 @@ async function startWorker(
   });
   workers.push(worker);
   return worker;
-}
-
-async function until<T>(
-  check: () => T | undefined | false | Promise<T | undefined | false>,
-  what: string,
-  timeoutMs = 5_000,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
 }
 
 type HistoryMessage = { role: string; content: Array<{ type: string; text?: string; name?: string }> };

@@ -4,7 +4,6 @@
 import { type RunningAgentWorker, startAgentWorker } from "@switchboard/agent";
 import {
   type ClientOptions,
-  type ConnectionState,
   connect,
   type SwitchboardClient,
   serve,
@@ -15,6 +14,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { WebSocket } from "ws";
 import { CLI_BUILT, cleanEnv, runCliProcess } from "./cli/cli-process";
 import { startTestGateway, type TestGateway, testStoreKind } from "./testing/test-gateway";
+import { until, untilState } from "./testing/until";
 
 const STORE = testStoreKind();
 const WORKER_TOKEN = "hostile-worker-token-0123456789";
@@ -51,31 +51,6 @@ async function open(options: Partial<ClientOptions> = {}): Promise<SwitchboardCl
   } as ClientOptions);
   clients.push(client);
   return client;
-}
-
-async function until<T>(
-  check: () => T | undefined | false | Promise<T | undefined | false>,
-  what: string,
-  timeoutMs = 5_000,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
-
-function untilState(client: SwitchboardClient, state: ConnectionState): Promise<void> {
-  if (client.state === state) return Promise.resolve();
-  return new Promise((resolve) => {
-    const off = client.onStateChange((next) => {
-      if (next !== state) return;
-      off();
-      resolve();
-    });
-  });
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -1,6 +1,5 @@
 import {
   type ClientOptions,
-  type ConnectionState,
   connect,
   isAbortError,
   type SwitchboardClient,
@@ -11,6 +10,7 @@ import { SwitchboardError } from "@switchboard/core";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { WebSocket } from "ws";
 import { startTestGateway, type TestGateway, testStoreKind } from "./testing/test-gateway";
+import { until, untilState } from "./testing/until";
 
 const STORE = testStoreKind();
 const WORKER_TOKEN = "sdk-worker-token-0123456789";
@@ -53,27 +53,6 @@ async function open(options: Partial<ClientOptions> = {}): Promise<SwitchboardCl
   } as ClientOptions);
   clients.push(client);
   return client;
-}
-
-async function until<T>(check: () => T | undefined | false, what: string, timeoutMs = 5_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = check();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-}
-
-function untilState(client: SwitchboardClient, state: ConnectionState): Promise<void> {
-  if (client.state === state) return Promise.resolve();
-  return new Promise((resolve) => {
-    const off = client.onStateChange((next) => {
-      if (next !== state) return;
-      off();
-      resolve();
-    });
-  });
 }
 
 function deferred<T = void>() {
