@@ -26,6 +26,7 @@ import {
   type ToolFailure,
   type TranscriptEntry,
   toolLevel,
+  tryParseKey,
 } from "@switchboard/core";
 import type { AgentFlows } from "./agent-flows";
 import type { OutputDelivery } from "./output-delivery";
@@ -74,7 +75,7 @@ export class SessionToolsBackend implements ToolBackend {
     private readonly toolGate: ToolGate,
   ) {
     this.contexts = toolPolicyContexts({
-      target: (caller, input) => this.target(caller, input),
+      target: (caller, callerEntry, input) => this.target(caller, callerEntry, input),
       readContext: (callerEntry, target) => this.readContext(callerEntry, target),
       messageContext: (callerEntry, request) => this.messageContext(callerEntry, request),
       flows,
@@ -88,11 +89,36 @@ export class SessionToolsBackend implements ToolBackend {
     return this.sessions.require(caller.sessionKey);
   }
 
-  private async target(caller: ToolCaller, input: string): Promise<SessionEntry> {
+  private async target(caller: ToolCaller, callerEntry: SessionEntry, input: string): Promise<SessionEntry> {
     const key = await this.sessions.resolveInput(input, caller.agentId);
     const entry = await this.sessions.get(key);
-    if (!entry || entry.archivedAt) throw new SwitchboardError("NOT_FOUND", `session not found: ${input}`);
+    if (!entry || entry.archivedAt) {
+      // A caller the policy refuses any session at this key (a sandboxed session and a key it did not
+      // spawn, an agent outside the agent-to-agent allowlist) hears that refusal whether the session
+      // exists or not: `not_found` for the missing ones would let it probe which keys exist.
+      const refusal = this.refusalAt(callerEntry, key);
+      if (refusal) throw new SwitchboardError("FORBIDDEN", refusal);
+      throw new SwitchboardError("NOT_FOUND", `session not found: ${input}`);
+    }
     return entry;
+  }
+
+  /** The policy's refusal of reading a session at `key` whatever it holds (undefined: none). */
+  private refusalAt(callerEntry: SessionEntry, key: string): string | undefined {
+    const parsed = key === callerEntry.key ? undefined : tryParseKey(key);
+    if (!parsed) return undefined;
+    // The facts of a session at that key holding nothing (the least any rule on labels could see).
+    const empty: SessionEntry = {
+      key,
+      sessionId: "00000000-0000-4000-8000-000000000000",
+      agentId: parsed.agentId,
+      createdAt: 0,
+      updatedAt: 0,
+      taint: "PUBLIC",
+      clearance: "PUBLIC",
+    };
+    const decision = this.policy.evaluate(this.historyContext(callerEntry, empty));
+    return decision.action === "BLOCK" ? decision.message : undefined;
   }
 
   /**
@@ -209,7 +235,7 @@ export class SessionToolsBackend implements ToolBackend {
     query: { sessionKey: string; limit: number; includeTools: boolean; before?: number; maxBytes: number },
   ): Promise<SessionsHistoryResult | ToolFailure> {
     const callerEntry = await this.callerEntry(caller);
-    const target = await this.target(caller, query.sessionKey);
+    const target = await this.target(caller, callerEntry, query.sessionKey);
     const readHook = this.readContext(callerEntry, target);
     if (readHook) {
       const decision = await this.policy.enforce(readHook, caller.operator);
@@ -252,7 +278,7 @@ export class SessionToolsBackend implements ToolBackend {
     request: { sessionKey: string; message: string; timeoutSeconds: number },
   ): Promise<SessionsSendResult> {
     const callerEntry = await this.callerEntry(caller);
-    const target = await this.target(caller, request.sessionKey);
+    const target = await this.target(caller, callerEntry, request.sessionKey);
     return this.flows.send(caller, callerEntry, target, request.message, request.timeoutSeconds);
   }
 
@@ -266,7 +292,7 @@ export class SessionToolsBackend implements ToolBackend {
     query: { sessionKey?: string },
   ): Promise<SessionStatusResult | ToolFailure> {
     const callerEntry = await this.callerEntry(caller);
-    const target = query.sessionKey ? await this.target(caller, query.sessionKey) : callerEntry;
+    const target = query.sessionKey ? await this.target(caller, callerEntry, query.sessionKey) : callerEntry;
     const readHook = this.readContext(callerEntry, target);
     if (readHook) {
       const decision = await this.policy.enforce(readHook, caller.operator);
@@ -468,7 +494,9 @@ export class SessionToolsBackend implements ToolBackend {
     request: { scope: "session" | "topic"; sessionKey?: string },
   ): Promise<SummarizeResult> {
     const callerEntry = await this.callerEntry(caller);
-    const target = request.sessionKey ? await this.target(caller, request.sessionKey) : callerEntry;
+    const target = request.sessionKey
+      ? await this.target(caller, callerEntry, request.sessionKey)
+      : callerEntry;
     const readHook = this.readContext(callerEntry, target);
     if (readHook) {
       const decision = await this.policy.enforce(readHook, caller.operator);

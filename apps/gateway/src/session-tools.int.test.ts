@@ -180,6 +180,29 @@ describe("sessions_list", () => {
 });
 
 describe("sessions_history", () => {
+  it("tells a sandboxed session nothing about keys it may not address, whether a session is there or not", async () => {
+    await setup();
+    await create("main");
+    await create("agent:ops:main");
+    await create("agent:ops:cron:elsewhere");
+    // Before, a missing key answered not_found and an existing one forbidden: a probe for which exist.
+    for (const sessionKey of ["agent:ops:cron:elsewhere", "agent:ops:cron:nothing-here"]) {
+      for (const name of ["sessions_history", "session_status", "sessions_send"]) {
+        const result = await tool("agent:ops:main", name, { sessionKey, message: "x", timeoutSeconds: 0 });
+        expect(result, `${name} ${sessionKey}`).toMatchObject({
+          status: "forbidden",
+          error: `${sessionKey} is not visible from sandboxed session agent:ops:main (agents.defaults.sandbox.sessionToolsVisibility is "spawned")`,
+        });
+      }
+    }
+    // A caller that may address the key still hears that it is not there.
+    expect(
+      await tool("main", "sessions_history", { sessionKey: "agent:ops:cron:nothing-here" }),
+    ).toMatchObject({
+      status: "not_found",
+    });
+  });
+
   it("drops tool results unless asked, pages with before, and caps output bytes", async () => {
     await setup();
     await create("main");

@@ -44,7 +44,7 @@ export type ToolPolicyContexts = {
 
 /** What the contexts are built from (the backend's target lookup and the hooks' builders). */
 export interface ContextBuilders {
-  target(caller: ToolCaller, input: string): Promise<SessionEntry>;
+  target(caller: ToolCaller, callerEntry: SessionEntry, input: string): Promise<SessionEntry>;
   /** PRE_HISTORY for reading another session; none for one's own. */
   readContext(callerEntry: SessionEntry, target: SessionEntry): PolicyContext | undefined;
   messageContext(
@@ -62,7 +62,7 @@ export function toolPolicyContexts(builders: ContextBuilders): ToolPolicyContext
   /** History, status and summary read a session: no key means the caller's own. */
   const readOf = async (caller: ToolCaller, callerEntry: SessionEntry, sessionKey: string | undefined) => {
     if (!sessionKey) return undefined;
-    return builders.readContext(callerEntry, await builders.target(caller, sessionKey));
+    return builders.readContext(callerEntry, await builders.target(caller, callerEntry, sessionKey));
   };
   return {
     sessions_list: async () => undefined,
@@ -72,7 +72,7 @@ export function toolPolicyContexts(builders: ContextBuilders): ToolPolicyContext
     session_status: (caller, callerEntry, request) => readOf(caller, callerEntry, request.sessionKey),
     summarize: (caller, callerEntry, request) => readOf(caller, callerEntry, request.sessionKey),
     sessions_send: async (caller, callerEntry, request) => {
-      const target = await builders.target(caller, request.sessionKey);
+      const target = await builders.target(caller, callerEntry, request.sessionKey);
       return flows.sendContext(
         callerEntry,
         target,
