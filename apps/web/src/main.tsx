@@ -2,7 +2,7 @@ import { render } from "preact";
 import { useEffect } from "preact/hooks";
 import { client, connectionState, role, signIn, signOut, storedToken } from "./lib/connection";
 import { tokenFromFragment } from "./lib/format";
-import { startLive } from "./lib/live";
+import { reset as resetLive, startLive } from "./lib/live";
 import { current, href, navigate, onLinkClick } from "./lib/router";
 import { AgentsView, RunView } from "./views/agents";
 import { AuditView } from "./views/audit";
@@ -28,11 +28,28 @@ const STATE_TEXT: Record<string, string> = {
   "signed-out": "Signed out",
 };
 
+/** Views of the whole gateway (every session's runs, the audit log, the policy): operators only. */
+function operatorsOnly() {
+  return (
+    <section>
+      <h1>Operators only</h1>
+      <p>
+        This view shows every session's activity; your token sees only its own sessions.{" "}
+        <a href={href("/")}>Go to your sessions</a>.
+      </p>
+    </section>
+  );
+}
+
 function viewFor(path: string) {
   const session = /^\/sessions\/(.+)$/.exec(path);
   if (session) return <SessionView key={session[1]} sessionKey={decodeURIComponent(session[1]!)} />;
+  const operator = role.value === "operator";
   const run = /^\/runs\/(.+)$/.exec(path);
-  if (run) return <RunView runId={decodeURIComponent(run[1]!)} />;
+  if (run) return operator ? <RunView runId={decodeURIComponent(run[1]!)} /> : operatorsOnly();
+  // ("/" is the client's own sessions list.)
+  if (!operator && path !== "/" && NAV.some((item) => item.operatorOnly && item.path === path))
+    return operatorsOnly();
   switch (path) {
     case "/":
       return role.value === "operator" ? <OverviewView /> : <SessionsView />;
@@ -78,6 +95,9 @@ function Shell() {
     return () => {
       cancelled = true;
       stop?.();
+      // What this operator saw goes with its connection: a token signing in next (a client's, in
+      // the same tab) must not find another session's runs and replies in the live data.
+      resetLive();
     };
   }, [connected]);
 

@@ -7,16 +7,16 @@ import { type RunningAgentWorker, startAgentWorker } from "@switchboard/agent";
 import { type AgentWorker, connect, type SwitchboardClient, serve } from "@switchboard/client";
 import { loadConfigFile } from "@switchboard/config-loader";
 import type { Config } from "@switchboard/core";
-import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core";
+import type { Browser, BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Gateway } from "../gateway";
+import { CHROMIUM, launchChromium } from "../testing/chromium";
 import { defaultUiDir, UI_CONTENT_SECURITY_POLICY } from "./ui-routes";
 
 /**
  * The web UI end to end: Debian's Chromium (headless, through playwright-core) against a real gateway
  * with the reference agents of the example config, finding elements by role, label and text.
  */
-const CHROMIUM = process.env.SWITCHBOARD_CHROMIUM ?? "/usr/bin/chromium";
 const REQUIRED = process.env.SWITCHBOARD_REQUIRE_BROWSER === "1";
 const REPO = resolve(fileURLToPath(new URL(".", import.meta.url)), "../../../..");
 const UI_DIR = defaultUiDir();
@@ -84,18 +84,7 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
       },
       logging: { ...loaded.config.logging, level: "silent" as const },
     };
-    const launched = chromium.launch({
-      executablePath: CHROMIUM,
-      headless: true,
-      args: [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--no-first-run",
-      ],
-    });
+    const launched = launchChromium();
     gateway = await Gateway.start({ config, dataDir, port: 0, fsync: "none" });
     worker = await startAgentWorker({
       url: gateway.url,

@@ -47,11 +47,21 @@ export function SessionView({ sessionKey }: { sessionKey: string }) {
     try {
       const page = await api().sessions.history({ sessionKey, includeTools: true, limit: PAGE_MESSAGES });
       setHistoryError(undefined);
-      setTranscript((t) => ({
-        messages: mergeMessages(t.messages, page.messages as HistoryMessage[]),
-        nextBefore: t.loaded ? t.nextBefore : page.nextBefore,
-        loaded: true,
-      }));
+      setTranscript((t) => {
+        const incoming = page.messages as HistoryMessage[];
+        const newest = t.messages.at(-1)?.seq;
+        // More came in since the last load than one page holds (a reconnect after a while offline, a
+        // burst between two refreshes): the page does not reach what is shown, and merging would leave
+        // a hole no paging fills. Start over from this page; older entries, the ones shown before
+        // included, load on scroll.
+        if (t.loaded && newest !== undefined && page.nextBefore !== undefined && page.nextBefore > newest + 1)
+          return { messages: incoming, nextBefore: page.nextBefore, loaded: true };
+        return {
+          messages: mergeMessages(t.messages, incoming),
+          nextBefore: t.loaded ? t.nextBefore : page.nextBefore,
+          loaded: true,
+        };
+      });
     } catch (error) {
       if (isNotFound(error)) setTranscript({ messages: [], nextBefore: undefined, loaded: true });
       else setHistoryError(errorMessage(error));
