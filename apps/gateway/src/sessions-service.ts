@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import {
+  archiveSession,
   type ChatType,
   type Config,
   channelLevel,
@@ -286,16 +287,30 @@ export class SessionsService {
   }
 
   /**
-   * Archives a finished session: its transcript moves to the archive and its row is marked, both
-   * under the key's lock so no append lands in between. False when the session is gone, was reset
+   * Archives a finished session: its row is marked, then its transcript moves to the archive, both
+   * under the key's lock so no append lands in between. In that order, like a reset or delete: a
+   * crash in between leaves an archived row and a transcript no live row points at, which the store
+   * archives at its next open; the other order left a live row pointing at a transcript that was
+   * gone (its history and sends failing NOT_FOUND). False when the session is gone, was reset
    * (another `sessionId`) or is archived already.
    */
   async archive(key: string, sessionId: string): Promise<boolean> {
     return this.withLock(key, async () => {
       const entry = await this.store.sessions.get(key);
       if (!entry || entry.archivedAt || entry.sessionId !== sessionId) return false;
-      await this.store.transcripts.archive(entry.sessionId, "archive");
-      await this.write(entry, { ...entry, archivedAt: Date.now() }, "archived");
+      const now = Date.now();
+      const archived = { ...entry, archivedAt: now, updatedAt: Math.max(now, entry.updatedAt) };
+      const { archiveError } = await archiveSession(this.store, archived);
+      if (archiveError)
+        this.log.warn(
+          { err: archiveError, key },
+          "archived a session whose transcript stays until the next start",
+        );
+      this.bus.publish(
+        "session.updated",
+        { key, sessionId: archived.sessionId, reason: "archived" },
+        { sessionKey: key, agentId: archived.agentId },
+      );
       return true;
     });
   }

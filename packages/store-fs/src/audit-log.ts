@@ -251,7 +251,7 @@ export class FileAuditLog implements AuditStore {
       start = markBefore(await this.offsetIndex(), after + 1) ?? this.dataStart;
     }
     await scanForward(this.log.descriptor, start, this.log.size, (line) => {
-      const record = JSON.parse(line.toString("utf8")) as AuditRecord;
+      const record = this.parseRecord(line);
       if (after !== undefined && record.index <= after) return true;
       out.push(record);
       return limit === undefined || out.length < limit;
@@ -264,10 +264,26 @@ export class FileAuditLog implements AuditStore {
     const out: AuditRecord[] = [];
     if (count === 0) return out;
     await scanBackward(this.log.descriptor, this.dataStart, this.log.size, (line) => {
-      out.push(JSON.parse(line.toString("utf8")) as AuditRecord);
+      out.push(this.parseRecord(line));
       return out.length < count;
     });
     return out.reverse();
+  }
+
+  /**
+   * One record of the log. Open checks only the tail (a full scan would cost start-up time in
+   * proportion to the log), so a record damaged further back is found when a read reaches it: the
+   * read fails naming the file, rather than with the parser's bare message.
+   */
+  private parseRecord(line: Buffer): AuditRecord {
+    try {
+      return JSON.parse(line.toString("utf8")) as AuditRecord;
+    } catch (error) {
+      throw new SwitchboardError(
+        "INTERNAL",
+        `${this.log.filePath}: a damaged audit record (${(error as Error).message}) before intact ones; the log cannot be read past it — \`switchboard doctor\` reports it; restore the file from a backup`,
+      );
+    }
   }
 
   async count(): Promise<number> {

@@ -495,6 +495,21 @@ async function checkAudit(filePath: string, issues: DoctorIssue[]): Promise<void
         path: filePath,
       });
     }
+    // The whole log (the store's open checks only the tail): a damaged record before intact ones
+    // stops every read that reaches it.
+    let line = 1;
+    await scanForward(fd, headerLine!.length + 1, intact.end, (record) => {
+      line += 1;
+      if (isIntactAuditLine(record)) return true;
+      issues.push({
+        severity: "error",
+        code: "damaged-line",
+        message: `audit log line ${line} is damaged, before intact records: audit reads stop there`,
+        path: filePath,
+        fix: "restore the audit log from a backup (its records are chained: a damaged one cannot be rebuilt)",
+      });
+      return false;
+    });
   } finally {
     await closeFile(fd);
   }

@@ -227,8 +227,18 @@ async function loadSnapshot<V>(
           trailer = parsed;
           return true;
         }
-        const value = revive(parsed as V);
-        values.set(keyOf(value), value);
+        // Valid JSON of the wrong shape (no row where one belongs) is as damaged as a torn line.
+        let value: V;
+        let key: string;
+        try {
+          value = revive(parsed as V);
+          key = keyOf(value);
+          if (typeof key !== "string" || key === "undefined" || key === "null") throw new TypeError("no key");
+        } catch {
+          bad = "a malformed record";
+          return false;
+        }
+        values.set(key, value);
         count++;
         return true;
       },
@@ -295,7 +305,21 @@ async function replayJournal<V>(
         } catch {
           record = undefined;
         }
-        const valid = record !== undefined && (record.op === "put" || record.op === "del");
+        let valid = record !== undefined && (record.op === "put" || record.op === "del");
+        // A `put` whose value is of the wrong shape (valid JSON, no row) is a damaged record too,
+        // reported as one rather than as a TypeError from inside the reviver.
+        let put: { key: string; value: V } | undefined;
+        if (valid && record!.op === "put") {
+          try {
+            const value = revive(record!.value);
+            const key = keyOf(value);
+            if (typeof key !== "string" || key === "undefined" || key === "null")
+              throw new TypeError("no key");
+            put = { key, value };
+          } catch {
+            valid = false;
+          }
+        }
         if (badAt !== undefined) {
           if (valid) intactAfterBad = true;
           return true;
@@ -304,10 +328,8 @@ async function replayJournal<V>(
           badAt = lineStart;
           return true;
         }
-        if (record!.op === "put") {
-          const value = revive(record!.value);
-          values.set(keyOf(value), value);
-        } else values.delete(record!.key);
+        if (put) values.set(put.key, put.value);
+        else if (record!.op === "del") values.delete(record!.key);
         records++;
         validEnd = lineStart + line.length + 1;
         return true;
@@ -369,6 +391,8 @@ export class JournaledMap<V> {
   private readonly statsCounters = { snapshots: 0, tornTailsRepaired: 0 };
   /** Keys `putLazily` set whose current value the journal may not hold yet. */
   private readonly lazyKeys = new Set<string>();
+  /** Each key's newest `put` not yet durable, settled (resolved) however it ends. */
+  private readonly inFlightPuts = new Map<string, Promise<void>>();
   private lazyTimer: NodeJS.Timeout | undefined;
   private lazyFailing = false;
 
@@ -481,12 +505,30 @@ export class JournaledMap<V> {
     // `valueJson` (the caller serialised the value already) saves serialising it again.
     const line =
       valueJson === undefined ? JSON.stringify({ op: "put", value }) : `{"op":"put","value":${valueJson}}`;
-    return this.record(line, () => {
+    const written = this.record(line, () => {
       if (this.values.get(key) !== value) return;
       if (previous === undefined) this.values.delete(key);
       else this.values.set(key, previous);
       onUndo?.(previous);
     });
+    const settled = written.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.inFlightPuts.set(key, settled);
+    void settled.then(() => {
+      if (this.inFlightPuts.get(key) === settled) this.inFlightPuts.delete(key);
+    });
+    return written;
+  }
+
+  /**
+   * Settles once the key's `put`s issued so far are durable or undone (undefined: none in flight). A
+   * change derived from the value (a row's activity mark) waits for it: made on a value whose write
+   * then failed, it would carry the refused change on, and its own later write would make it durable.
+   */
+  settledFor(key: string): Promise<void> | undefined {
+    return this.inFlightPuts.get(key);
   }
 
   /**

@@ -20,10 +20,11 @@ export function sessionIdOfFileName(name: string): string | undefined {
 }
 
 /**
- * Finishes resets and deletes a crash cut short. The gateway points the index at the new
- * transcript (or drops the row) before it archives the old transcript, so a crash in between
- * leaves only a transcript no row points at. Such a transcript is archived here, as the
- * interrupted call would have done: `reset` when its key still has a row, `delete` otherwise.
+ * Finishes resets, deletes and archivings a crash cut short. The gateway points the index at the
+ * new transcript, drops the row or marks it archived before it archives the old transcript, so a
+ * crash in between leaves only a transcript no live row points at. Such a transcript is archived
+ * here, as the interrupted call would have done: `archive` when the rows naming it are archived,
+ * `reset` when its key still has a row, `delete` otherwise.
  */
 export async function finishInterruptedRetirements(
   transcriptsDir: string,
@@ -35,9 +36,22 @@ export async function finishInterruptedRetirements(
   let archived = 0;
   for (const name of await fs.promises.readdir(transcriptsDir)) {
     const id = sessionIdOfFileName(name);
-    if (id === undefined || current.has(id)) continue;
-    const key = await headerKey(path.join(transcriptsDir, name));
-    const reason = key !== undefined && (await sessions.get(key)) ? "reset" : "delete";
+    if (id === undefined) continue;
+    const owners = current.get(id);
+    let reason: "reset" | "delete" | "archive";
+    let key: string | undefined;
+    if (owners !== undefined) {
+      // Still a live row's transcript, unless every row naming it is archived (an interrupted archive).
+      const rows = await Promise.all(
+        (Array.isArray(owners) ? owners : [owners]).map((key) => sessions.get(key)),
+      );
+      if (rows.some((row) => row?.sessionId === id && row.archivedAt === undefined)) continue;
+      reason = "archive";
+      key = rows.find((row) => row?.sessionId === id)?.key;
+    } else {
+      key = await headerKey(path.join(transcriptsDir, name));
+      reason = key !== undefined && (await sessions.get(key)) ? "reset" : "delete";
+    }
     await transcripts.archive(id, reason);
     archived++;
     logger.warn(
@@ -46,7 +60,7 @@ export async function finishInterruptedRetirements(
         key,
         reason,
       },
-      "archived a transcript an interrupted reset or delete left behind",
+      "archived a transcript an interrupted reset, delete or archive left behind",
     );
   }
   return archived;

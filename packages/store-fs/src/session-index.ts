@@ -241,6 +241,9 @@ export class FileSessionIndex implements SessionIndexStore {
 
   async touch(key: string, touch: SessionTouch): Promise<boolean> {
     const valid = validateSessionTouch(touch);
+    // Applied to the row as it is once its pending write is durable or undone (see `settledFor`).
+    const pending = this.journal.settledFor(key);
+    if (pending) await pending;
     const previous = this.journal.get(key);
     if (!previous || previous.sessionId !== valid.sessionId) return false;
     // The row's other fields are already shared and frozen: only the copy needs freezing.

@@ -2,11 +2,11 @@ import type { Store } from "./interfaces";
 import type { SessionEntry } from "./session-entry";
 
 /**
- * Resets and deletes touch two stores (the index row and the transcripts) that cannot change
- * together. Their steps are ordered so that a crash between any two leaves every row pointing at
- * a transcript that exists: the new transcript is created before the row points at it, and the
- * old one leaves only after no row points at it. What a crash can leave behind is an old
- * transcript that belongs to no row; the file store archives those at open
+ * Resets, deletes and archivings touch two stores (the index row and the transcripts) that cannot
+ * change together. Their steps are ordered so that a crash between any two leaves every live row
+ * pointing at a transcript that exists: the new transcript is created before the row points at
+ * it, and the old one leaves only after no live row points at it. What a crash can leave behind is
+ * an old transcript that belongs to no live row; the file store archives those at open
  * (`archiveOrphanTranscripts`).
  */
 
@@ -44,6 +44,24 @@ export async function deleteSession(
   try {
     if (mode === "remove") await store.transcripts.remove(entry.sessionId);
     else await store.transcripts.archive(entry.sessionId, "delete");
+    return {};
+  } catch (error) {
+    return { archiveError: error };
+  }
+}
+
+/**
+ * Writes the row marked archived (`archived.archivedAt` set), then archives its transcript. The
+ * row write is the commit point, as in `resetSessionTranscript`: a crash after it leaves a
+ * transcript no live row points at (archived at the next open), never a live row without one.
+ */
+export async function archiveSession(
+  store: Store,
+  archived: SessionEntry,
+): Promise<{ archiveError?: unknown }> {
+  await store.sessions.put(archived);
+  try {
+    await store.transcripts.archive(archived.sessionId, "archive");
     return {};
   } catch (error) {
     return { archiveError: error };
