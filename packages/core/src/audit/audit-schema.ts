@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { plainRecord } from "../plain-record";
 
 /** The `prevHash` of the first record of a chain. */
 export const GENESIS_HASH = "0".repeat(64);
@@ -19,7 +20,7 @@ export const AuditEntrySchema = z.strictObject({
     .nonnegative({ error: "must be a time in milliseconds since the epoch" }),
   actor: z.string({ error: "must be a string" }).optional(),
   sessionKey: z.string({ error: "must be a string" }).optional(),
-  data: z.record(z.string(), z.unknown(), { error: "must be an object" }),
+  data: plainRecord(z.unknown(), { error: "must be an object" }),
 });
 export type AuditEntry = z.infer<typeof AuditEntrySchema>;
 

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import type { SessionKind } from "../keys/classify";
+import { plainRecord } from "../plain-record";
 import { type Level, LevelSchema, LOWEST_LEVEL, minLevel } from "./level";
 
 /** Agent clearance when the config sets none. */
@@ -7,9 +8,9 @@ export const DEFAULT_CLEARANCE: Level = "RESTRICTED";
 
 /** `labels` in the config: classifications of channels, `<channel>:<to>` recipients and tools. */
 export const LabelsConfigSchema = z.strictObject({
-  channels: z.record(z.string(), LevelSchema).optional(),
-  recipients: z.record(z.string(), LevelSchema).optional(),
-  tools: z.record(z.string(), LevelSchema).optional(),
+  channels: plainRecord(LevelSchema).optional(),
+  recipients: plainRecord(LevelSchema).optional(),
+  tools: plainRecord(LevelSchema).optional(),
 });
 export type LabelsConfig = z.infer<typeof LabelsConfigSchema>;
 

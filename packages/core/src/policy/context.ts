@@ -109,6 +109,20 @@ export const CONDITION_FIELDS: readonly string[] = [
   ...Object.keys(PolicyFactsSchema.shape).map((field) => `facts.${field}`),
 ];
 
+const isLevelSchema = (schema: z.ZodType): boolean =>
+  schema === LevelSchema || (schema instanceof z.ZodOptional && schema.unwrap() === LevelSchema);
+
+/** Condition fields holding a level: compared as levels, so only level names make sense there. */
+export const LEVEL_CONDITION_FIELDS: ReadonlySet<string> = new Set([
+  "dataLabel",
+  ...Object.entries(SessionFactsSchema.shape)
+    .filter(([, schema]) => isLevelSchema(schema))
+    .flatMap(([field]) => [`caller.${field}`, `target.${field}`]),
+  ...Object.entries(RecipientFactsSchema.shape)
+    .filter(([, schema]) => isLevelSchema(schema))
+    .map(([field]) => `recipient.${field}`),
+]);
+
 const FIELD_SEGMENT = /^[A-Za-z0-9_-]+$/;
 
 /** Why a condition field is not usable, or undefined when it is. */

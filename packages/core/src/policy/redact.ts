@@ -23,7 +23,10 @@ export function redactText(
   let count = 0;
   let current = text;
   for (const pattern of patterns) {
-    current = current.replace(pattern, () => {
+    current = current.replace(pattern, (match: string) => {
+      // A zero-width match (a lookahead, `\b`) removes nothing: it is not a redaction, and
+      // counting it would report the text rewritten while the secret goes out whole.
+      if (match === "") return "";
       count++;
       return replacement;
     });

@@ -1,7 +1,8 @@
 import { z } from "zod";
 import { SwitchboardError } from "../errors";
 import { LEVELS, LevelSchema } from "../labels/level";
-import { conditionFieldProblem } from "./context";
+import { plainRecord } from "../plain-record";
+import { conditionFieldProblem, LEVEL_CONDITION_FIELDS } from "./context";
 import { HookSchema } from "./hooks";
 
 /** Ids of the built-in rules, in evaluation order. User rules may not reuse them. */
@@ -115,7 +116,7 @@ export const PolicyRuleSchema = z
       ),
     hook: HookSchema,
     priority: z.number().int("must be an integer").default(0),
-    when: z.record(z.string(), ConditionSchema).optional(),
+    when: plainRecord(ConditionSchema).optional(),
     action: z.enum(["allow", "deny", "redact"], { error: () => "must be one of allow, deny, redact" }),
     message: z.string().max(500).optional(),
     redact: RedactSpecSchema.optional(),
@@ -150,6 +151,10 @@ export const PolicyRuleSchema = z
     for (const [field, condition] of Object.entries(rule.when ?? {})) {
       const fieldProblem = conditionFieldProblem(field);
       if (fieldProblem) ctx.addIssue({ code: "custom", path: ["when", field], message: fieldProblem });
+      if (LEVEL_CONDITION_FIELDS.has(field)) {
+        for (const [where, problem] of levelConditionProblems(condition))
+          ctx.addIssue({ code: "custom", path: ["when", field, ...where], message: problem });
+      }
       if (condition !== null && typeof condition === "object" && condition.matches !== undefined) {
         const problem = regexProblem(condition.matches);
         if (problem) ctx.addIssue({ code: "custom", path: ["when", field, "matches"], message: problem });
@@ -157,6 +162,36 @@ export const PolicyRuleSchema = z
     }
   });
 export type PolicyRule = z.output<typeof PolicyRuleSchema>;
+
+const LEVEL_NAMES: readonly unknown[] = LEVELS;
+const NOT_A_LEVEL = `must be a level (${LEVELS.join(", ")}): levels parse exactly, and nothing else ever matches this field`;
+
+/**
+ * What is wrong with a condition on a level field: a value that is not a level name (`confidential`,
+ * `2`) can never equal or order against one, so the rule would silently never match (or, in `not`,
+ * always). `null` stays allowed (an absent `dataLabel`).
+ */
+function levelConditionProblems(condition: Condition): Array<[Array<string | number>, string]> {
+  const isLevel = (value: unknown) => value === null || LEVEL_NAMES.includes(value);
+  if (condition === null || typeof condition !== "object")
+    return isLevel(condition) ? [] : [[[], NOT_A_LEVEL]];
+  const problems: Array<[Array<string | number>, string]> = [];
+  const list = (operator: "in" | "not") => {
+    const value = condition[operator];
+    if (value === undefined) return;
+    const values = Array.isArray(value) ? value : [value];
+    values.forEach((item, index) => {
+      if (!isLevel(item)) problems.push([Array.isArray(value) ? [operator, index] : [operator], NOT_A_LEVEL]);
+    });
+  };
+  list("in");
+  list("not");
+  for (const operator of ["gt", "gte", "lt", "lte"] as const) {
+    const value = condition[operator];
+    if (value !== undefined && !LEVEL_NAMES.includes(value)) problems.push([[operator], NOT_A_LEVEL]);
+  }
+  return problems;
+}
 export type PolicyRuleInput = z.input<typeof PolicyRuleSchema>;
 
 /** A list of rules with unique ids (what `policy.rules` holds). */

@@ -5,7 +5,8 @@ import { keyRest } from "../keys/parse-key";
 export const SendPolicyActionSchema = z.enum(["allow", "deny"], { error: () => "must be allow or deny" });
 export type SendPolicyAction = z.infer<typeof SendPolicyActionSchema>;
 
-const MatchValueSchema = z.string().min(1, "must not be empty");
+// Matching trims and ignores case: a blank value would read as "field absent" and match every send.
+const MatchValueSchema = z.string().refine((value) => value.trim().length > 0, "must not be empty or blank");
 
 export const SendPolicyRuleSchema = z.strictObject({
   action: SendPolicyActionSchema,
@@ -76,6 +77,10 @@ export function resolveSendPolicy(
     const rule = rules[index];
     if (!rule) continue;
     const match = rule.match ?? {};
+    // A blank value (the schema refuses it; rules may come from elsewhere) matches nothing, rather
+    // than reading as an absent field that matches every send.
+    if ([match.channel, match.keyPrefix, match.to].some((value) => value !== undefined && !normalize(value)))
+      continue;
     const wantChannel = normalize(match.channel);
     if (wantChannel !== undefined && wantChannel !== channel) continue;
     if (match.chatType !== undefined && match.chatType !== chatType) continue;

@@ -1,0 +1,96 @@
+import { describe, expect, it } from "vitest";
+import { createAuditChain, verifyAuditRecords } from "../audit/audit-chain";
+import type { AuditRecord } from "../audit/audit-schema";
+import { parseConfig } from "../config/parse-config";
+import { createPolicyEngine } from "./engine";
+import { validatePolicyRules } from "./rule-schema";
+import { resolveSendPolicy } from "./send-policy";
+import { MAIN, sendContext, sessionFacts } from "./test-fixtures";
+
+const TELEGRAM_DM = "agent:main:telegram:dm:42";
+
+describe("rule conditions", () => {
+  it("rejects a `when` field named __proto__ instead of dropping it (the rule would match everything)", () => {
+    // JSON (and JSON5/YAML) config gives an own "__proto__" key; zod's record turns it into a prototype.
+    const rules = JSON.parse(
+      '[{"id":"allow-trusted","hook":"PRE_TOOL_CALL","priority":10,"action":"allow","when":{"__proto__":{"in":["x"]}}},' +
+        '{"id":"deny-all-tools","hook":"PRE_TOOL_CALL","action":"deny"}]',
+    );
+    expect(() => validatePolicyRules(rules)).toThrow(/__proto__|unknown field/);
+  });
+
+  it("rejects a level field compared with a lower-case level (equality) at load", () => {
+    // Levels parse exactly (upper case); this deny rule could never match and leaks silently.
+    expect(() =>
+      validatePolicyRules([
+        { id: "no-conf-out", hook: "PRE_OUTPUT", action: "deny", when: { "caller.taint": "confidential" } },
+      ]),
+    ).toThrow(/PUBLIC, INTERNAL, CONFIDENTIAL, RESTRICTED/);
+  });
+
+  it("rejects a level field with a number comparison (gte: 2) at load", () => {
+    expect(() =>
+      validatePolicyRules([
+        { id: "no-high-out", hook: "PRE_OUTPUT", action: "deny", when: { "caller.taint": { gte: 2 } } },
+      ]),
+    ).toThrow(/caller\.taint/);
+  });
+});
+
+describe("redaction", () => {
+  it("does not report a zero-width match as a redaction (the secret would go out under REDACT)", () => {
+    const engine = createPolicyEngine({
+      rules: [{ id: "no-keys", hook: "PRE_SEND", action: "redact", redact: { patterns: ["\\b(?=sk-)"] } }],
+    });
+    const decision = engine.evaluate(
+      sendContext({}, { key: TELEGRAM_DM }, { text: "key: sk-ABCDEFGHIJKLMNOPQRSTUVWX" }),
+    );
+    // Before: one "redaction", the text "key: [REDACTED]sk-…" and the decision REDACT.
+    expect(decision.redactions).toBe(0);
+    expect(decision.action).not.toBe("REDACT");
+    expect(decision.text).toBe("key: sk-ABCDEFGHIJKLMNOPQRSTUVWX");
+  });
+});
+
+describe("send policy", () => {
+  it("a whitespace-only match value is not a wildcard (deny channel ' ' blocks nothing on telegram)", () => {
+    expect(
+      resolveSendPolicy({ rules: [{ action: "deny", match: { channel: " " } }] }, { key: TELEGRAM_DM }),
+    ).toMatchObject({ action: "allow" });
+  });
+
+  it("rejects a whitespace-only send-policy match value at config load", () => {
+    expect(() =>
+      parseConfig({ session: { sendPolicy: { rules: [{ action: "deny", match: { keyPrefix: "  " } }] } } }),
+    ).toThrow(/session\.sendPolicy\.rules\[0\]\.match\.keyPrefix/);
+  });
+});
+
+describe("audit verify", () => {
+  const key = new Uint8Array(32).fill(7);
+
+  async function chainOf(count: number): Promise<AuditRecord[]> {
+    const chain = createAuditChain({ key });
+    const records: AuditRecord[] = [];
+    for (let n = 0; n < count; n++)
+      records.push(
+        await chain.next({
+          kind: "policy.blocked",
+          at: 1_700_000_000_000 + n,
+          actor: "agent:main:main",
+          data: { ruleId: "flow.no-write-down", n },
+        }),
+      );
+    return records;
+  }
+
+  it("detects a record whose data gained a __proto__ key (as stored on disk, one JSON line each)", async () => {
+    const lines = (await chainOf(3)).map((record) => JSON.stringify(record));
+    lines[1] = lines[1]!.replace('"n":1', '"n":1,"__proto__":{"ruleId":"forged","approvedBy":"ops"}');
+    const tampered = lines.map((line) => JSON.parse(line) as unknown);
+    // The stored record really changed.
+    expect(Object.hasOwn((tampered[1] as { data: object }).data, "__proto__")).toBe(true);
+    const result = await verifyAuditRecords(key, tampered);
+    expect(result).toMatchObject({ ok: false, firstBadIndex: 1 });
+  });
+});
