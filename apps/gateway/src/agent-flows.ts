@@ -413,6 +413,30 @@ export class AgentFlows {
     }
   }
 
+  /**
+   * After a start, on one instance: a send's follow-up (reply turns, announce) lived in the process
+   * that accepted the send. One whose primary run is still queued (the process stopped before it
+   * ran; queued runs resume) waits for it again here, so a fire-and-forget send keeps its reply
+   * turns. A primary found running ended `error` at recovery (no reply: no follow-up); a follow-up
+   * already past its primary is not resumed (its step runs carry no idempotency keys here). Several
+   * instances: the leader takes over orphaned follow-ups through the flow claims instead.
+   */
+  async resumeQueuedSends(): Promise<void> {
+    if (this.claims) return;
+    for (const primary of await this.store.runs.list({ statuses: ["queued"] })) {
+      const flow = primary.flow;
+      if (
+        primary.origin !== "send" ||
+        typeof flow?.requesterKey !== "string" ||
+        typeof flow.request !== "string" ||
+        typeof flow.chainId !== "string"
+      )
+        continue;
+      const position = { chainId: flow.chainId, hop: Number(flow.hop ?? 0) };
+      this.track(this.afterPrimary(primary, flow.requesterKey, primary.sessionKey, flow.request, position));
+    }
+  }
+
   /** A step's idempotency key in a send's follow-up (several instances: see `claimFollowUp`). */
   private stepKey(primary: RunRecord, step: string): { idempotencyKey?: string } {
     return this.claims ? { idempotencyKey: `a2a:${primary.runId}:${step}` } : {};

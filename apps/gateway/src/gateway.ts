@@ -336,6 +336,7 @@ export class Gateway {
       if (alone) {
         await scheduler.recover();
         await flows.resumePendingAnnounces();
+        await flows.resumeQueuedSends();
       }
       let stopLeaderTimers: (() => void) | undefined;
       if (cluster && clusterRuns) {

@@ -114,7 +114,7 @@ export class RunScheduler {
   private readonly inputsPending = new Map<string, Promise<void>>();
   /** Runs being put in the cluster's queue (see `handOff`). */
   private readonly handingOff = new Map<string, Promise<void>>();
-  /** Several instances: each lane's last step in order here (see `inLaneOrder`). */
+  /** Each lane's last step in order here (see `inLaneOrder`). */
   private readonly laneOrder = new Map<string, Promise<void>>();
   private stopping = false;
   private cluster: ClusterRunHooks | undefined;
@@ -268,8 +268,20 @@ export class RunScheduler {
     const active: ActiveRun = { record };
     const laneKey = laneKeyOf(record);
     let worker = this.claimAtOnce(active);
-    /** Several instances: this run's step in its lane's order here, open until its place is known. */
+    /** This run's step in its lane's order here, open until its place is known. */
     let placed: (() => void) | undefined;
+    /** One instance, not started at once: the lane's previous step, to be queued after it. */
+    let after: Promise<void> | undefined;
+    if (!worker && !this.cluster) {
+      // Queued only after its writes. Until then a slot freeing up must not start a later run of the
+      // lane at once (it would overtake this one: `claimAtOnce` sees no holder and no queued run),
+      // and a later run must not reach the queue first.
+      after = this.laneOrder.get(laneKey);
+      let settle!: () => void;
+      const place = new Promise<void>((resolve) => (settle = resolve));
+      void this.inLaneOrder(laneKey, () => place);
+      placed = settle;
+    }
     if (worker && this.cluster) {
       // Several instances: the lane is taken cluster-wide too, before anything is written. Runs of
       // the lane accepted here meanwhile wait for the outcome (`inLaneOrder`).
@@ -365,6 +377,7 @@ export class RunScheduler {
         }
         return record;
       }
+      if (after) await after;
       this.active.add(active);
       this.armTimeout(active);
       this.queue(record);
@@ -376,9 +389,9 @@ export class RunScheduler {
   }
 
   /**
-   * Several instances: runs `step` after the earlier steps of the lane on this instance (a run's
-   * cluster claim at creation, or its hand-off to the cluster's queue), so they reach the cluster in
-   * the order this instance accepted them.
+   * Runs `step` after the earlier steps of the lane on this instance, so runs reach their queue in
+   * the order this instance accepted them: one instance's lane queue, or, on several, a run's cluster
+   * claim at creation or its hand-off to the cluster's queue.
    */
   private inLaneOrder(laneKey: string, step: () => Promise<void>): Promise<void> {
     const before = this.laneOrder.get(laneKey) ?? Promise.resolve();
@@ -402,7 +415,7 @@ export class RunScheduler {
     const laneKey = laneKeyOf(record);
     if (this.stopping || this.lanes.holder(laneKey) !== undefined || this.lanes.next(laneKey) !== undefined)
       return undefined;
-    // Several instances: a run of the lane on its way to the cluster goes first.
+    // A run of the lane accepted before, on its way to the queue (or the cluster's), goes first.
     if (this.laneOrder.has(laneKey)) return undefined;
     const worker = this.pickWorker(record.agentId);
     if (!worker) return undefined;

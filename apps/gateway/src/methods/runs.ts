@@ -1,5 +1,6 @@
 import { type Level, type RunRecord, SwitchboardError } from "@switchboard/core";
 import type { Connection } from "../connection";
+import { InProcessSessionLocks } from "../ports/session-locks";
 import type { MethodDeps } from "./deps";
 import type { Handlers, ParsedParams } from "./handler";
 import { isSendCommand, sendCommand } from "./send-command";
@@ -78,9 +79,23 @@ export function runMethods({
     return { runId: record.runId, status: "accepted" };
   };
 
+  // Inputs to one session lane are accepted one after another, in the order they arrived: each goes
+  // through several awaits (session, policy, taint) before the scheduler sees it, and a later one
+  // must not reach the lane first (runs of a lane execute in arrival order). Keyed by the session
+  // as given; the lane queue orders what reached it.
+  const arrivals = new InProcessSessionLocks();
+  const inOrder = (
+    connection: Connection,
+    params: ParsedParams<"chat.send"> & Partial<ParsedParams<"agent">>,
+    origin: "chat" | "agent",
+  ) =>
+    arrivals.run(`${params.sessionKey}\u0000${params.lane ?? "main"}`, () =>
+      input(connection, params, origin),
+    );
+
   return {
-    "chat.send": (params, connection) => input(connection, params, "chat"),
-    agent: (params, connection) => input(connection, params, "agent"),
+    "chat.send": (params, connection) => inOrder(connection, params, "chat"),
+    agent: (params, connection) => inOrder(connection, params, "agent"),
     "agent.wait": async (params, connection) => {
       await access.requireRunAccess(connection, params.runId);
       const { stillRunning: _, ...result } = await scheduler.wait(params.runId, params.timeoutMs ?? 30_000);

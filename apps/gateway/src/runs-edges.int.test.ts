@@ -1,0 +1,121 @@
+import type { ConfigInput } from "@switchboard/core";
+import { afterEach, describe, expect, it } from "vitest";
+import { behaviour } from "./testing/behaviour";
+import { startTestGateway, type TestGateway, TestWorker, type WorkerHandler } from "./testing/test-gateway";
+import { TestPeer } from "./testing/test-peer";
+
+const WORKER = "worker-token-0123456789";
+
+function config(overrides: Partial<ConfigInput> = {}): ConfigInput {
+  return {
+    auth: { tokens: [{ name: "worker", token: WORKER, role: "agent" }] },
+    agents: {
+      list: [{ id: "main", default: true, subagents: { allowAgents: ["research"] } }, { id: "research" }],
+    },
+    tools: { agentToAgent: { enabled: true, allow: ["*"] } },
+    ...overrides,
+  };
+}
+
+type Result = Record<string, unknown> & { status: string };
+
+let gw: TestGateway | undefined;
+const workers: TestWorker[] = [];
+
+afterEach(async () => {
+  await gw?.gateway.flows.idle();
+  for (const worker of workers.splice(0)) worker.close();
+  await gw?.close();
+  gw = undefined;
+});
+
+async function startWorker(handler: WorkerHandler = behaviour(), agents = ["main", "research"]) {
+  const worker = await TestWorker.start(gw!.url, WORKER, agents, handler);
+  workers.push(worker);
+  return worker;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+describe("runs and agent-to-agent flows off the usual paths (file store)", () => {
+  it("a fire-and-forget send still queued at a graceful restart gets its reply-back turn once it runs", async () => {
+    gw = await startTestGateway(config({ session: { agentToAgent: { maxPingPongTurns: 1 } } }), {
+      store: "file",
+    });
+    const op: TestPeer = await gw.operator();
+    await op.call("sessions.create", { key: "agent:research:main" });
+    await op.call("sessions.create", { key: "agent:main:main" });
+    // No worker connected: the send's primary run waits queued on the target.
+    const sent = await op.call<Result>("tools.invoke", {
+      tool: "sessions_send",
+      args: { sessionKey: "agent:research:main", message: "what is up?", timeoutSeconds: 0 },
+      as: "agent:main:main",
+    });
+    expect(sent).toMatchObject({ status: "accepted", delivery: { status: "queued" } });
+    // Graceful restart: queued runs stay queued and resume after the next start (docs/decisions.md).
+    await gw.restart();
+    const op2 = await gw.operator();
+    const worker = await startWorker(behaviour({ replyStep: () => "REPLY_SKIP" }));
+    expect(await op2.call("agent.wait", { runId: sent.runId, timeoutMs: 5000 })).toMatchObject({
+      status: "ok",
+      reply: "echo: what is up?",
+    });
+    await sleep(500);
+    await gw.gateway.flows.idle();
+    // After the primary run ends with a reply, turn 1 goes to the requester (agent-to-agent.md).
+    const replySteps = worker.runs.filter((r) => r.input.context.includes("Agent-to-agent reply step:"));
+    expect(replySteps.map((r) => r.sessionKey)).toEqual(["agent:main:main"]);
+  });
+
+  it("keeps FIFO order in a lane when a worker slot frees while an earlier run of the lane is being accepted", async () => {
+    gw = await startTestGateway(
+      {
+        auth: { tokens: [{ name: "worker", token: WORKER, role: "agent" as const, agents: ["main"] }] },
+        agents: { list: [{ id: "main", default: true }] },
+      },
+      { store: "file" },
+    );
+    const op = await gw.operator();
+    const worker = await TestPeer.open(gw.url);
+    const connected = await worker.request("connect", {
+      protocol: 1,
+      client: { name: "holding", version: "0" },
+      auth: { token: WORKER },
+      role: "agent",
+      agents: ["main"],
+      concurrency: 1,
+    });
+    expect(connected.ok).toBe(true);
+    const assigned = () =>
+      worker.events.filter((e) => e.event === "run.assigned").map((e) => String(e.payload.runId));
+    const outOfOrder: string[] = [];
+    for (let round = 0; round < 40; round++) {
+      // The worker's only slot is busy with a run of another session.
+      const { runId: busy } = await op.call<{ runId: string }>("chat.send", {
+        sessionKey: `agent:main:cron:busy-${round}`,
+        message: "busy",
+      });
+      await worker.waitForEvent((e) => e.event === "run.assigned" && e.payload.runId === busy);
+      const lane = `agent:main:cron:lane-${round}`;
+      const first = op.request("chat.send", { sessionKey: lane, message: "first" });
+      await sleep(round % 3);
+      const freed = worker.request("run.complete", { runId: busy, reply: "done" });
+      const second = op.request("chat.send", { sessionKey: lane, message: "second" });
+      const [a, , b] = await Promise.all([first, freed, second]);
+      const firstId = (a.result as { runId: string }).runId;
+      const secondId = (b.result as { runId: string }).runId;
+      const order = async () => assigned().filter((id) => id === firstId || id === secondId);
+      await worker.waitForEvent(
+        (e) => e.event === "run.assigned" && (e.payload.runId === firstId || e.payload.runId === secondId),
+      );
+      const head = (await order())[0]!;
+      if (head !== firstId) outOfOrder.push(`round ${round}: "second" started before "first"`);
+      await worker.call("run.complete", { runId: head, reply: "ok" });
+      const other = head === firstId ? secondId : firstId;
+      await worker.waitForEvent((e) => e.event === "run.assigned" && e.payload.runId === other);
+      await worker.call("run.complete", { runId: other, reply: "ok" });
+    }
+    worker.close();
+    expect(outOfOrder).toEqual([]);
+  });
+});
