@@ -1,9 +1,11 @@
 import { randomUUID } from "node:crypto";
 import {
+  archiveWindowMinutes,
   type Config,
   displayKey,
   hostDrivenSessionKeys,
   type Level,
+  longestArchiveWindowMinutes,
   makeSubagentKey,
   minLevel,
   type PolicyContext,
@@ -18,6 +20,7 @@ import {
   type SubagentModel,
   TERMINAL_RUN_STATUSES,
   type ToolCaller,
+  tryParseKey,
 } from "@switchboard/core";
 import type { Logger } from "pino";
 import type { AuditService } from "./audit-service";
@@ -950,19 +953,31 @@ export class AgentFlows {
 
   /** Archives finished sub-agent sessions after `archiveAfterMinutes`. */
   startArchiver(intervalMs = 60_000): void {
-    const minutes = this.config.agents.defaults.subagents.archiveAfterMinutes;
-    if (minutes <= 0) return;
+    if (longestArchiveWindowMinutes(this.config) <= 0) return;
     this.archiveTimer = setInterval(() => {
-      this.track(this.archiveSweep(Date.now() - minutes * 60_000));
+      this.track(this.archiveSweep());
     }, intervalMs);
     this.archiveTimer.unref();
   }
 
-  async archiveSweep(endedBefore: number): Promise<number> {
+  /**
+   * Archives the children of spawn runs that ended before `endedBefore`, or, without it, longer ago
+   * than their requester agent's `subagents.archiveAfterMinutes` (the default's when it sets none;
+   * <= 0: never). Returns how many it archived.
+   */
+  async archiveSweep(endedBefore?: number): Promise<number> {
     const runs = await this.store.runs.list({ statuses: ["ok", "error", "timeout"] });
+    const now = Date.now();
     let archived = 0;
     for (const run of runs) {
-      if (!run.spawn || run.spawn.cleanup === "delete" || (run.endedAt ?? 0) > endedBefore) continue;
+      if (!run.spawn || run.spawn.cleanup === "delete") continue;
+      let cutoff = endedBefore;
+      if (cutoff === undefined) {
+        const minutes = archiveWindowMinutes(this.config, tryParseKey(run.spawn.requesterKey)?.agentId);
+        if (minutes <= 0) continue;
+        cutoff = now - minutes * 60_000;
+      }
+      if ((run.endedAt ?? 0) > cutoff) continue;
       const child = await this.sessions.get(run.spawn.childKey);
       if (!child || child.archivedAt || this.scheduler.activeRunFor(child.key)) continue;
       if (await this.sessions.archive(child.key, child.sessionId)) archived += 1;

@@ -74,6 +74,24 @@ describe("retention", () => {
     expect(later.totals).toEqual({ runs: 1, archives: 2 });
   });
 
+  it("keeps ended runs as long as the longest sub-agent archive window, an agent's own override included", async () => {
+    const target = await fileStore();
+    const now = Date.now();
+    // One agent archives its sub-agents only after 14 days: their spawn runs must outlive runsDays.
+    const config = parseConfig({
+      gateway: { retention: { runsDays: 1 } },
+      agents: { list: [{ id: "main", default: true, subagents: { archiveAfterMinutes: 14 * 24 * 60 } }] },
+    });
+    const spawned = sampleRun({ runId: "spawned", status: "ok", endedAt: now - 3 * DAY });
+    const older = sampleRun({ runId: "older", status: "ok", endedAt: now - 15 * DAY });
+    await Promise.all([spawned, older].map((run) => target.runs.put(run)));
+    const retention = new Retention(target, config, pino({ level: "silent" }), () => now);
+    // Before, only agents.defaults' 60 minutes counted: the 3-day-old run went after 1 day.
+    expect(await retention.runOnce()).toEqual({ runs: 1, archives: 0 });
+    expect(await target.runs.get("spawned")).toBeDefined();
+    expect(await target.runs.get("older")).toBeUndefined();
+  });
+
   it("keeps archives for ever with archiveDays null, and survives a reopen of what it pruned", async () => {
     const target = await fileStore();
     const now = Date.now();

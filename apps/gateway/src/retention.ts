@@ -1,4 +1,5 @@
 import type { Config, Store } from "@switchboard/core";
+import { longestArchiveWindowMinutes } from "@switchboard/core";
 import type { Logger } from "pino";
 
 const DAY_MS = 86_400_000;
@@ -60,7 +61,7 @@ export class Retention {
     const { runsDays, archiveDays } = this.config.gateway.retention;
     const now = this.now();
     // The sub-agent archiver finds children to archive through their spawn runs: never prune those first.
-    const archiverMs = this.config.agents.defaults.subagents.archiveAfterMinutes * 60_000;
+    const archiverMs = longestArchiveWindowMinutes(this.config) * 60_000;
     const endedBefore = now - Math.max(runsDays * DAY_MS, archiverMs + 2 * 60_000);
     const pruned: RetentionTotals = { runs: 0, archives: 0 };
     for (;;) {

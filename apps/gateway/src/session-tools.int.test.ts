@@ -1104,6 +1104,52 @@ describe("sub-agent archiver", () => {
     expect(after?.sessionId).toBe(before?.sessionId);
     expect(await gw.gateway.flows.archiveSweep(Date.now() + 1)).toBe(0);
   });
+
+  it("archives each child after its requester agent's own window (agents.list override), never with 0", async () => {
+    await setup(
+      config({
+        agents: {
+          list: [
+            { id: "main", default: true, subagents: { allowAgents: ["research"], archiveAfterMinutes: 0 } },
+            { id: "research", subagents: { archiveAfterMinutes: 1 } },
+            { id: "ops", sandboxed: true },
+          ],
+        },
+      }),
+    );
+    const endedAt = Date.now() - 2 * 24 * 60 * 60_000;
+    const children: Record<string, string> = {};
+    for (const requester of ["main", "research"]) {
+      const childKey = `agent:${requester}:subagent:${randomUUID()}`;
+      const created = await create(childKey);
+      children[requester] = childKey;
+      await gw.gateway.store.runs.put({
+        runId: randomUUID(),
+        sessionKey: childKey,
+        sessionId: created.sessionId,
+        agentId: requester,
+        lane: "subagent",
+        status: "ok",
+        createdAt: endedAt - 1000,
+        endedAt,
+        origin: "spawn",
+        message: "t",
+        attempts: 1,
+        spawn: {
+          requesterKey: `agent:${requester}:main`,
+          childKey,
+          childSessionId: created.sessionId,
+          task: "t",
+          cleanup: "keep",
+          announce: { status: "delivered", attempts: 1, idempotencyKey: `announce:${childKey}` },
+        },
+      });
+    }
+    // Two days old: past research's one minute; main's 0 means never (before, both used the default).
+    expect(await gw.gateway.flows.archiveSweep()).toBe(1);
+    expect((await gw.gateway.store.sessions.get(children.research!))?.archivedAt).toBeGreaterThan(0);
+    expect((await gw.gateway.store.sessions.get(children.main!))?.archivedAt).toBeUndefined();
+  });
 });
 
 describe("spawn and send limits under parallel tool calls", () => {

@@ -1,4 +1,5 @@
 import type { Config } from "@switchboard/core";
+import { longestArchiveWindowMinutes } from "@switchboard/core";
 import type { Cluster } from "@switchboard/store-pg";
 import type { Logger } from "pino";
 import type { AgentFlows } from "../agent-flows";
@@ -35,8 +36,7 @@ export function startLeaderTimers(
     timer.unref();
     timers.push(timer);
   };
-  const minutes = config.agents.defaults.subagents.archiveAfterMinutes;
-  if (minutes > 0) every(archiveEveryMs, "archive", () => flows.archiveSweep(Date.now() - minutes * 60_000));
+  if (longestArchiveWindowMinutes(config) > 0) every(archiveEveryMs, "archive", () => flows.archiveSweep());
   every(1000, "queued run timeouts", () => runs.expireQueued());
   // Announces whose run ended where nobody announced it (a lost instance's run ended by the sweep,
   // a queued run timed out) or whose instance died before finishing them, and sends whose

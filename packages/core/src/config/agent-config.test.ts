@@ -1,5 +1,11 @@
 import { describe, expect, it } from "vitest";
-import { agentClearance, agentConfig, defaultAgentId } from "./agent-config";
+import {
+  agentClearance,
+  agentConfig,
+  archiveWindowMinutes,
+  defaultAgentId,
+  longestArchiveWindowMinutes,
+} from "./agent-config";
 import { parseConfig } from "./parse-config";
 
 describe("agent helpers", () => {
@@ -60,5 +66,23 @@ describe("agent helpers", () => {
     expect(agentClearance(config, "Main")).toBe("CONFIDENTIAL");
     expect(agentClearance(config, "nobody")).toBe("CONFIDENTIAL");
     expect(agentClearance(parseConfig({}), "main")).toBe("RESTRICTED");
+  });
+});
+
+describe("sub-agent archive windows", () => {
+  it("takes the requester agent's own archiveAfterMinutes, else the default, and knows the longest", () => {
+    const config = parseConfig({
+      agents: {
+        defaults: { subagents: { archiveAfterMinutes: 60 } },
+        list: [
+          { id: "main", default: true },
+          { id: "slow", subagents: { archiveAfterMinutes: 20_160 } },
+        ],
+      },
+    });
+    expect(archiveWindowMinutes(config, "main")).toBe(60);
+    expect(archiveWindowMinutes(config, "slow")).toBe(20_160);
+    expect(archiveWindowMinutes(config, undefined)).toBe(60);
+    expect(longestArchiveWindowMinutes(config)).toBe(20_160);
   });
 });

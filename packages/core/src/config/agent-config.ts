@@ -77,3 +77,20 @@ export function hostDrivenSessionKeys(config: Config): ReadonlySet<string> {
   for (const token of config.auth.tokens) if (token.role === "mcp" && token.session) keys.add(token.session);
   return keys;
 }
+
+/**
+ * How long after its run ends a sub-agent spawned by `requesterAgentId` is archived (minutes; <= 0:
+ * never): that agent's `subagents.archiveAfterMinutes`, else the default.
+ */
+export function archiveWindowMinutes(config: Config, requesterAgentId: string | undefined): number {
+  const own = requesterAgentId === undefined ? undefined : agentConfig(config, requesterAgentId);
+  return own?.subagents.archiveAfterMinutes ?? config.agents.defaults.subagents.archiveAfterMinutes;
+}
+
+/** The longest archive window of any agent (minutes; <= 0 when no agent's sub-agents are archived). */
+export function longestArchiveWindowMinutes(config: Config): number {
+  return Math.max(
+    config.agents.defaults.subagents.archiveAfterMinutes,
+    ...config.agents.list.map((agent) => archiveWindowMinutes(config, agent.id)),
+  );
+}

@@ -1,8 +1,10 @@
 export {
   agentClearance,
   agentConfig,
+  archiveWindowMinutes,
   defaultAgentId,
   hostDrivenSessionKeys,
+  longestArchiveWindowMinutes,
   type ResolvedAgentConfig,
 } from "./agent-config";
 export type { ConfigIssue } from "./config-issues";
