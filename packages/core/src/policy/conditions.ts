@@ -1,5 +1,6 @@
 import { isLevel, levelRank } from "../labels/level";
 import type { Condition, ConditionScalar } from "./rule-schema";
+import { compileSafeRegex } from "./safe-regex";
 
 /** A condition ready to run: the path it reads and the test on the value found there. */
 export interface CompiledCondition {
@@ -70,8 +71,8 @@ export function compileCondition(field: string, condition: Condition): CompiledC
     });
   }
   if (operators.matches !== undefined) {
-    // No `g` flag: `test` then keeps no state between calls, so evaluation stays deterministic.
-    const pattern = new RegExp(operators.matches, "u");
+    // RE2: linear in the text whatever the pattern (see `safe-regex.ts`); `test` keeps no state.
+    const pattern = compileSafeRegex(operators.matches);
     tests.push((value) => {
       const text = asText(value);
       return text !== undefined && pattern.test(text);

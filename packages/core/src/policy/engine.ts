@@ -14,6 +14,7 @@ import {
   type PolicyRuleInput,
   validatePolicyRules,
 } from "./rule-schema";
+import type { SafeRegex } from "./safe-regex";
 import type { SendPolicyConfig } from "./send-policy";
 import type { SpawnLimitsSource } from "./spawn";
 
@@ -102,7 +103,7 @@ export interface PolicyEngine {
 interface CompiledRule {
   rule: PolicyRule;
   conditions: CompiledCondition[];
-  patterns: RegExp[];
+  patterns: SafeRegex[];
 }
 
 function errorText(error: unknown): string {

@@ -38,17 +38,34 @@ describe("rule conditions", () => {
 });
 
 describe("redaction", () => {
-  it("does not report a zero-width match as a redaction (the secret would go out under REDACT)", () => {
+  it("refuses lookaround (RE2 syntax) and does not report a zero-width match as a redaction", () => {
+    expect(() =>
+      validatePolicyRules([
+        { id: "no-keys", hook: "PRE_SEND", action: "redact", redact: { patterns: ["\\b(?=sk-)"] } },
+      ]),
+    ).toThrow(/redact\.patterns\[0\]: invalid regular expression \(RE2 syntax/);
     const engine = createPolicyEngine({
-      rules: [{ id: "no-keys", hook: "PRE_SEND", action: "redact", redact: { patterns: ["\\b(?=sk-)"] } }],
+      rules: [{ id: "no-keys", hook: "PRE_SEND", action: "redact", redact: { patterns: ["\\bkey\\b|\\b"] } }],
     });
     const decision = engine.evaluate(
       sendContext({}, { key: TELEGRAM_DM }, { text: "key: sk-ABCDEFGHIJKLMNOPQRSTUVWX" }),
     );
-    // Before: one "redaction", the text "key: [REDACTED]sk-…" and the decision REDACT.
-    expect(decision.redactions).toBe(0);
-    expect(decision.action).not.toBe("REDACT");
-    expect(decision.text).toBe("key: sk-ABCDEFGHIJKLMNOPQRSTUVWX");
+    // Only the real match counts; the empty ones (`\b` between words) rewrite nothing. Before, each
+    // empty match was a "redaction" with the replacement spliced in beside the secret.
+    expect(decision.redactions).toBe(1);
+    expect(decision.text).toBe("[REDACTED]: sk-ABCDEFGHIJKLMNOPQRSTUVWX");
+  });
+
+  it("matches a catastrophically backtracking pattern in linear time (RE2), not freezing the loop", () => {
+    const engine = createPolicyEngine({
+      rules: [{ id: "as-only", hook: "PRE_SEND", action: "deny", when: { text: { matches: "^(a+)+$" } } }],
+    });
+    // Forty characters kept a backtracking engine busy for hours; RE2 answers at once.
+    const decision = engine.evaluate(
+      sendContext({}, { key: TELEGRAM_DM }, { text: `${"a".repeat(10_000)}!` }),
+    );
+    expect(decision.action).not.toBe("BLOCK");
+    expect(engine.evaluate(sendContext({}, { key: TELEGRAM_DM }, { text: "aaaa" })).action).toBe("BLOCK");
   });
 });
 

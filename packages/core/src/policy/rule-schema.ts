@@ -4,6 +4,7 @@ import { LEVELS, LevelSchema } from "../labels/level";
 import { plainRecord } from "../plain-record";
 import { conditionFieldProblem, LEVEL_CONDITION_FIELDS } from "./context";
 import { HookSchema } from "./hooks";
+import { compileSafeRegex, safeRegexProblem } from "./safe-regex";
 
 /** Ids of the built-in rules, in evaluation order. User rules may not reuse them. */
 export const BUILTIN_RULE_IDS = [
@@ -91,15 +92,8 @@ export const RedactSpecSchema = z.strictObject({
 
 export const DEFAULT_REDACTION = "[REDACTED]";
 
-/** Why `source` is not a usable regular expression, or undefined. */
-function regexProblem(source: string): string | undefined {
-  try {
-    new RegExp(source, "u");
-    return undefined;
-  } catch (error) {
-    return `invalid regular expression: ${error instanceof Error ? error.message : String(error)}`;
-  }
-}
+/** Why `source` is not a usable regular expression, or undefined (RE2 syntax, see `safe-regex.ts`). */
+const regexProblem = safeRegexProblem;
 
 /**
  * One user policy rule (config `policy.rules[]`). A plain zod object so the config schema can
@@ -139,7 +133,7 @@ export const PolicyRuleSchema = z
       const problem = regexProblem(pattern);
       if (problem) {
         ctx.addIssue({ code: "custom", path: ["redact", "patterns", index], message: problem });
-      } else if (new RegExp(pattern, "u").test("")) {
+      } else if (compileSafeRegex(pattern).test("")) {
         // Would "redact" the empty string between every character.
         ctx.addIssue({
           code: "custom",
