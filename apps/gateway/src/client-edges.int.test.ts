@@ -81,15 +81,22 @@ function controlledSockets(): SocketControl {
 }
 
 describe("event subscriptions of one client", () => {
-  it("a client subscribed to two sessions receives the events of both", async () => {
+  const A = "agent:main:cron:alpha";
+  const B = "agent:main:cron:beta";
+
+  /** A gateway with sessions A and B and a client recording whose `session.updated` it receives. */
+  async function twoSessions(options: Partial<ClientOptions> = {}) {
     await startGateway();
-    const op = await open();
-    const A = "agent:main:cron:alpha";
-    const B = "agent:main:cron:beta";
+    const op = await open(options);
     await op.sessions.create({ key: A });
     await op.sessions.create({ key: B });
     const seen: string[] = [];
     op.on("session.updated", (event) => void seen.push(event.payload.key));
+    return { op, seen };
+  }
+
+  it("a client subscribed to two sessions receives the events of both", async () => {
+    const { op, seen } = await twoSessions();
     await op.subscribe({ sessionKey: A });
     await op.subscribe({ sessionKey: B });
 
@@ -101,15 +108,8 @@ describe("event subscriptions of one client", () => {
   });
 
   it("keeps the same subscriptions across a reconnect, whatever order they were made in", async () => {
-    await startGateway();
     const control = controlledSockets();
-    const op = await open({ WebSocket: control.WebSocket });
-    const A = "agent:main:cron:alpha";
-    const B = "agent:main:cron:beta";
-    await op.sessions.create({ key: A });
-    await op.sessions.create({ key: B });
-    const seen: string[] = [];
-    op.on("session.updated", (event) => void seen.push(event.payload.key));
+    const { op, seen } = await twoSessions({ WebSocket: control.WebSocket });
     // Subscriptions add up: A, then B, then A renewed. (Before, the gateway kept only the last one
     // and the SDK renewed them in first-made order, so a reconnect swapped A for B.)
     await op.subscribe({ sessionKey: A });

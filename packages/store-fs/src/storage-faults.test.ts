@@ -2,7 +2,7 @@ import path from "node:path";
 import { type SessionEntry, type Store, SwitchboardError } from "@switchboard/core";
 import { sampleAuditRecords, sampleMessage, sampleRun, sampleSession } from "@switchboard/core/testing";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { tempDir } from "../test/helpers";
+import { openClosedAfter, tempDir } from "../test/helpers";
 import { type FileStore, type FileStoreOptions, openFileStore } from "./file-store";
 import { type FaultOp, setFaultHook } from "./fs-io";
 
@@ -49,16 +49,7 @@ async function freshStore(
   const { dir, cleanup } = await tempDir("sb-faults-");
   cleanups.push(cleanup);
   const dataDir = path.join(dir, "data");
-  const store = await openFileStore({ dataDir, fsyncMode: "none", ...options });
-  let closed = false;
-  const close = store.close.bind(store);
-  store.close = () => {
-    closed = true;
-    return close();
-  };
-  cleanups.push(async () => {
-    if (!closed) await store.close();
-  });
+  const store = await openClosedAfter(cleanups, dataDir, options);
   return { store, dataDir };
 }
 

@@ -3,7 +3,7 @@ import path from "node:path";
 import { archiveSession, SwitchboardError } from "@switchboard/core";
 import { sampleMessage, sampleSession } from "@switchboard/core/testing";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { tempDir } from "../test/helpers";
+import { openClosedAfter, tempDir } from "../test/helpers";
 import { type FileStore, type FileStoreOptions, openFileStore } from "./file-store";
 import { type FaultOp, setFaultHook } from "./fs-io";
 
@@ -40,18 +40,8 @@ async function freshDir(): Promise<string> {
   return path.join(dir, "data");
 }
 
-async function open(dataDir: string, options: Partial<FileStoreOptions> = {}): Promise<FileStore> {
-  const store = await openFileStore({ dataDir, fsyncMode: "none", ...options });
-  let closed = false;
-  const close = store.close.bind(store);
-  store.close = () => {
-    closed = true;
-    return close();
-  };
-  cleanups.push(async () => {
-    if (!closed) await store.close();
-  });
-  return store;
+function open(dataDir: string, options: Partial<FileStoreOptions> = {}): Promise<FileStore> {
+  return openClosedAfter(cleanups, dataDir, options);
 }
 
 describe("a row touch racing a put whose journal write fails", () => {

@@ -2,6 +2,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import type { Logger } from "@switchboard/core";
+import { type FileStore, type FileStoreOptions, openFileStore } from "../src/file-store";
 import { setFaultHook } from "../src/fs-io";
 
 /** A fresh temp dir for one test; removed by the returned cleanup. */
@@ -68,4 +69,26 @@ export function killAtFault(killArg: string | undefined): void {
       process.kill(process.pid, "SIGKILL");
     return undefined;
   });
+}
+
+/**
+ * Opens a file store (fsync off) whose close is registered in `cleanups`, unless the test closed it
+ * itself first.
+ */
+export async function openClosedAfter(
+  cleanups: Array<() => Promise<void>>,
+  dataDir: string,
+  options: Partial<FileStoreOptions> = {},
+): Promise<FileStore> {
+  const store = await openFileStore({ dataDir, fsyncMode: "none", ...options });
+  let closed = false;
+  const close = store.close.bind(store);
+  store.close = () => {
+    closed = true;
+    return close();
+  };
+  cleanups.push(async () => {
+    if (!closed) await store.close();
+  });
+  return store;
 }

@@ -1,3 +1,4 @@
+import type { Config } from "@switchboard/core";
 import { type Browser, chromium } from "playwright-core";
 
 /** Debian's Chromium unless `SWITCHBOARD_CHROMIUM` names another (playwright cannot download one here). */
@@ -17,4 +18,27 @@ export function launchChromium(): Promise<Browser> {
       "--no-first-run",
     ],
   });
+}
+
+/**
+ * The example config the UI tests run, quiet, plus a `client` token that may act for the webchat
+ * conversations only (`webchat-viewer`).
+ */
+export function withWebchatViewer(config: Config, clientToken: string): Config {
+  return {
+    ...config,
+    auth: {
+      ...config.auth,
+      tokens: [
+        ...config.auth.tokens,
+        {
+          name: "webchat-viewer",
+          token: clientToken,
+          role: "client" as const,
+          sessions: ["agent:main:webchat:*"],
+        },
+      ],
+    },
+    logging: { ...config.logging, level: "silent" as const },
+  };
 }

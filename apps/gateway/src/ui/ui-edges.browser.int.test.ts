@@ -11,7 +11,7 @@ import type { Config } from "@switchboard/core";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { Gateway } from "../gateway";
-import { CHROMIUM, launchChromium } from "../testing/chromium";
+import { CHROMIUM, launchChromium, withWebchatViewer } from "../testing/chromium";
 import { defaultUiDir } from "./ui-routes";
 
 /** The web UI off the paths its own tests walk: a sign-out followed by another token, a reconnect after a long time offline. */
@@ -84,24 +84,9 @@ describe.skipIf(missing !== undefined)("hostile web UI tests", { timeout: 60_000
   let origin: string;
 
   beforeAll(async () => {
-    dataDir = await mkdtemp(join(tmpdir(), "sb-ui-hostile-"));
+    dataDir = await mkdtemp(join(tmpdir(), "sb-ui-edges-"));
     const loaded = await loadConfigFile(join(REPO, "examples/switchboard.config.json5"));
-    config = {
-      ...loaded.config,
-      auth: {
-        ...loaded.config.auth,
-        tokens: [
-          ...loaded.config.auth.tokens,
-          {
-            name: "webchat-viewer",
-            token: CLIENT_TOKEN,
-            role: "client" as const,
-            sessions: ["agent:main:webchat:*"],
-          },
-        ],
-      },
-      logging: { ...loaded.config.logging, level: "silent" as const },
-    };
+    config = withWebchatViewer(loaded.config, CLIENT_TOKEN);
     gateway = await Gateway.start({ config, dataDir, port: 0, fsync: "none" });
     worker = await startAgentWorker({
       url: gateway.url,

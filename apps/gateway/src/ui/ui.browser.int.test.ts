@@ -10,7 +10,7 @@ import type { Config } from "@switchboard/core";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Gateway } from "../gateway";
-import { CHROMIUM, launchChromium } from "../testing/chromium";
+import { CHROMIUM, launchChromium, withWebchatViewer } from "../testing/chromium";
 import { defaultUiDir, UI_CONTENT_SECURITY_POLICY } from "./ui-routes";
 
 /**
@@ -67,22 +67,8 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
     const loaded = await loadConfigFile(join(REPO, "examples/switchboard.config.json5"));
     // Plus a "writer" agent served by a worker of this test that streams its reply word by word.
     config = {
-      ...loaded.config,
+      ...withWebchatViewer(loaded.config, CLIENT_TOKEN),
       agents: { ...loaded.config.agents, list: [...loaded.config.agents.list, { id: "writer" }] },
-      // A client token that may act for the webchat conversations only.
-      auth: {
-        ...loaded.config.auth,
-        tokens: [
-          ...loaded.config.auth.tokens,
-          {
-            name: "webchat-viewer",
-            token: CLIENT_TOKEN,
-            role: "client" as const,
-            sessions: ["agent:main:webchat:*"],
-          },
-        ],
-      },
-      logging: { ...loaded.config.logging, level: "silent" as const },
     };
     const launched = launchChromium();
     gateway = await Gateway.start({ config, dataDir, port: 0, fsync: "none" });
