@@ -17,7 +17,7 @@ import { startTestGateway, type TestGateway, testStoreKind } from "./testing/tes
 import { until, untilState } from "./testing/until";
 
 const STORE = testStoreKind();
-const WORKER_TOKEN = "hostile-worker-token-0123456789";
+const WORKER_TOKEN = "edges-worker-token-0123456789";
 const FAST_RECONNECT = { initialDelayMs: 5, maxDelayMs: 20, jitter: false } as const;
 
 const baseConfig: ConfigInput = {

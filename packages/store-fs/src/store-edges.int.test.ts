@@ -35,7 +35,7 @@ afterEach(async () => {
 });
 
 async function freshDir(): Promise<string> {
-  const { dir, cleanup } = await tempDir("sb-hostile-");
+  const { dir, cleanup } = await tempDir("sb-edges-");
   cleanups.push(cleanup);
   return path.join(dir, "data");
 }

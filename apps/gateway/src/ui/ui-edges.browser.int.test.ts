@@ -24,7 +24,7 @@ const missing = !existsSync(CHROMIUM)
     : undefined;
 
 const LAB = "agent:research:discord:group:lab";
-const CLIENT_TOKEN = "client-token-for-the-webchat-sessions-hostile";
+const CLIENT_TOKEN = "client-token-for-the-webchat-sessions-edges";
 
 /** A TCP relay between the browser and the gateway that can drop the browser's network for a while. */
 class Relay {
@@ -73,7 +73,7 @@ class Relay {
   }
 }
 
-describe.skipIf(missing !== undefined)("hostile web UI tests", { timeout: 60_000 }, () => {
+describe.skipIf(missing !== undefined)("web UI off the usual paths", { timeout: 60_000 }, () => {
   let dataDir: string;
   let gateway: Gateway;
   let worker: RunningAgentWorker;
