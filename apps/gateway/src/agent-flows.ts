@@ -18,6 +18,7 @@ import {
   type SpawnRequest,
   type Store,
   type SubagentModel,
+  SwitchboardError,
   TERMINAL_RUN_STATUSES,
   type ToolCaller,
   tryParseKey,
@@ -35,6 +36,12 @@ import type { SessionsService } from "./sessions-service";
 
 export const REPLY_SKIP = "REPLY_SKIP";
 export const ANNOUNCE_SKIP = "ANNOUNCE_SKIP";
+
+/** A send's follow-up on one process, in its primary's `flow.followUp` (see `resumeSendFollowUps`). */
+const FOLLOW_UP_PENDING = "pending";
+const FOLLOW_UP_DONE = "done";
+
+const isConflict = (error: unknown) => error instanceof SwitchboardError && error.code === "CONFLICT";
 
 /**
  * The agent-to-agent flows (agent-to-agent.md): send → wait → reply-back loop → announce, and
@@ -186,18 +193,29 @@ export class AgentFlows {
         hop: position.hop,
         step: "send",
       };
+      const hasSteps = this.followUpHasSteps(callerEntry, targetEntry);
+      // One process: a follow-up with a step to take is marked pending in the primary's own record
+      // (no write of its own), so a restart finds and finishes it (`resumeSendFollowUps`).
+      const marked = !this.claims && hasSteps;
       ({ record, audited } = await this.deliverMessage(callerEntry, targetEntry, text, {
         origin: "send",
         provenance,
         context: this.a2aContextBlock(callerEntry, targetEntry),
-        flow: { chainId: position.chainId, hop: position.hop, requesterKey: callerEntry.key, request: text },
+        flow: {
+          chainId: position.chainId,
+          hop: position.hop,
+          requesterKey: callerEntry.key,
+          request: text,
+          ...(marked ? { followUp: FOLLOW_UP_PENDING } : {}),
+        },
         actor: caller.operator,
         auditWhileWaiting: true,
       }));
       delivery = { status: this.scheduler.hasWorker(targetEntry.agentId) ? "delivered" : "queued" };
 
       // The reply-back loop and announce always run in the background, after the primary run.
-      if (!this.claims || !this.followUpHasSteps(callerEntry, targetEntry))
+      if (marked) this.track(this.followUp(record, callerEntry.key, text, position));
+      else if (!this.claims || !hasSteps)
         this.track(this.afterPrimary(record, callerEntry.key, targetEntry.key, text, position));
       else {
         // Not claimed (the database failed us): this instance still performs it, untaken-over.
@@ -418,15 +436,16 @@ export class AgentFlows {
 
   /**
    * After a start, on one instance: a send's follow-up (reply turns, announce) lived in the process
-   * that accepted the send. One whose primary run is still queued (the process stopped before it
-   * ran; queued runs resume) waits for it again here, so a fire-and-forget send keeps its reply
-   * turns. A primary found running ended `error` at recovery (no reply: no follow-up); a follow-up
-   * already past its primary is not resumed (its step runs carry no idempotency keys here). Several
-   * instances: the leader takes over orphaned follow-ups through the flow claims instead.
+   * that accepted the send, and is taken up again here. Those with a step to take are marked pending
+   * in their primary's record until they end; one whose primary is still queued (the process stopped
+   * before it ran) waits for it again, so a fire-and-forget send keeps its reply turns. A step run
+   * already created is found again by its idempotency key and awaited, not started twice; one found
+   * running ended `error` at recovery, which ends the turns there (the announce still follows).
+   * Several instances: the leader takes over orphaned follow-ups through the flow claims instead.
    */
-  async resumeQueuedSends(): Promise<void> {
+  async resumeSendFollowUps(): Promise<void> {
     if (this.claims) return;
-    for (const primary of await this.store.runs.list({ statuses: ["queued"] })) {
+    for (const primary of await this.store.runs.list({})) {
       const flow = primary.flow;
       if (
         primary.origin !== "send" ||
@@ -436,13 +455,42 @@ export class AgentFlows {
       )
         continue;
       const position = { chainId: flow.chainId, hop: Number(flow.hop ?? 0) };
-      this.track(this.afterPrimary(primary, flow.requesterKey, primary.sessionKey, flow.request, position));
+      if (flow.followUp === FOLLOW_UP_PENDING)
+        this.track(this.followUp(primary, flow.requesterKey, flow.request, position));
+      // Queued before follow-ups were marked: taken up as before, unmarked.
+      else if (primary.status === "queued" && flow.followUp === undefined)
+        this.track(this.afterPrimary(primary, flow.requesterKey, primary.sessionKey, flow.request, position));
+    }
+  }
+
+  /** One process: a marked send's follow-up, then its mark cleared (see `resumeSendFollowUps`). */
+  private async followUp(
+    primary: RunRecord,
+    requesterKey: string,
+    request: string,
+    position: ChainPosition,
+  ): Promise<void> {
+    await this.afterPrimary(primary, requesterKey, primary.sessionKey, request, position);
+    // The primary has ended and its end is durable (`waitEnd` waits for that): nothing else writes
+    // its record now but retention, so a version conflict means it was just written again; re-read.
+    for (let attempt = 0; attempt < 5; attempt++) {
+      const current = await this.store.runs.getVersioned(primary.runId);
+      if (!current || current.row.flow?.followUp !== FOLLOW_UP_PENDING) return;
+      const flow = { ...current.row.flow, followUp: FOLLOW_UP_DONE };
+      try {
+        await this.store.runs.put({ ...current.row, flow }, { expectedVersion: current.version });
+        return;
+      } catch (error) {
+        if (!isConflict(error)) throw error;
+      }
     }
   }
 
   /** A step's idempotency key in a send's follow-up (several instances: see `claimFollowUp`). */
   private stepKey(primary: RunRecord, step: string): { idempotencyKey?: string } {
-    return this.claims ? { idempotencyKey: `a2a:${primary.runId}:${step}` } : {};
+    return this.claims || primary.flow?.followUp !== undefined
+      ? { idempotencyKey: `a2a:${primary.runId}:${step}` }
+      : {};
   }
 
   /** Background part of a send: wait for the primary reply, ping-pong, then announce. */

@@ -336,7 +336,7 @@ export class Gateway {
       if (alone) {
         await scheduler.recover();
         await flows.resumePendingAnnounces();
-        await flows.resumeQueuedSends();
+        await flows.resumeSendFollowUps();
       }
       let stopLeaderTimers: (() => void) | undefined;
       if (cluster && clusterRuns) {

@@ -3,6 +3,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { behaviour } from "./testing/behaviour";
 import { startTestGateway, type TestGateway, TestWorker, type WorkerHandler } from "./testing/test-gateway";
 import { TestPeer } from "./testing/test-peer";
+import { until } from "./testing/until";
 
 const WORKER = "worker-token-0123456789";
 
@@ -65,6 +66,42 @@ describe("runs and agent-to-agent flows off the usual paths (file store)", () =>
     // After the primary run ends with a reply, turn 1 goes to the requester (agent-to-agent.md).
     const replySteps = worker.runs.filter((r) => r.input.context.includes("Agent-to-agent reply step:"));
     expect(replySteps.map((r) => r.sessionKey)).toEqual(["agent:main:main"]);
+  });
+
+  it("a send's follow-up already past its primary at a restart goes on with its next turn, without repeating one", async () => {
+    gw = await startTestGateway(config({ session: { agentToAgent: { maxPingPongTurns: 2 } } }), {
+      store: "file",
+    });
+    const op: TestPeer = await gw.operator();
+    await op.call("sessions.create", { key: "agent:research:main" });
+    await op.call("sessions.create", { key: "agent:main:main" });
+    // Only the target's agent has a worker: the primary is answered, turn 1 (into the requester) waits.
+    const first = await startWorker(behaviour(), ["research"]);
+    const sent = await op.call<Result>("tools.invoke", {
+      tool: "sessions_send",
+      args: { sessionKey: "agent:research:main", message: "what is up?", timeoutSeconds: 10 },
+      as: "agent:main:main",
+    });
+    expect(sent).toMatchObject({ status: "ok", reply: "echo: what is up?" });
+    const store = gw.gateway.store;
+    await until(
+      async () =>
+        (await store.runs.list({ sessionKey: "agent:main:main" })).some((run) => run.origin === "reply"),
+      "turn 1 queued on the requester",
+    );
+    first.close();
+    await gw.restart();
+    const worker = await startWorker(behaviour({ replyStep: () => "and then?" }));
+    const replySteps = () =>
+      worker.runs.filter((r) => r.input.context.includes("Agent-to-agent reply step:"));
+    await until(() => replySteps().length >= 2, "turn 2 into the target", 4_000);
+    await gw.gateway.flows.idle();
+    // Turn 1 ran once (found again by its key, not started twice), then turn 2 went to the target.
+    expect(replySteps().map((r) => r.sessionKey)).toEqual(["agent:main:main", "agent:research:main"]);
+    const replyRuns = (await gw.gateway.store.runs.list({})).filter((run) => run.origin === "reply");
+    expect(replyRuns).toHaveLength(2);
+    // Finished: the next start does not take it up again.
+    expect((await gw.gateway.store.runs.get(sent.runId as string))?.flow?.followUp).toBe("done");
   });
 
   it("keeps FIFO order in a lane when a worker slot frees while an earlier run of the lane is being accepted", async () => {
