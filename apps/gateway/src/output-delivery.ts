@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import type { PolicyContext, SessionEntry } from "@switchboard/core";
+import { type PolicyContext, type SessionEntry, UNKNOWN_CHAT_TYPE } from "@switchboard/core";
 import type { AuditService } from "./audit-service";
 import type { PolicyService } from "./policy-service";
 import type { EventLog } from "./ports/event-log";
@@ -25,6 +25,10 @@ export class OutputDelivery {
 
   /** The PRE_OUTPUT context of `text` leaving `entry` for a route (shared with `message` simulation). */
   outputContext(entry: SessionEntry, route: { channel: string; to: string }, text: string): PolicyContext {
+    // The session's own chat has the session's chat type; any other destination (the `message`
+    // tool's) is one the gateway cannot classify, so send-policy chat-type rules fail closed on it.
+    const own = this.sessions.route(entry);
+    const elsewhere = own?.channel.toLowerCase() !== route.channel.toLowerCase() || own?.to !== route.to;
     return {
       hook: "PRE_OUTPUT",
       caller: this.policy.facts(entry),
@@ -32,6 +36,7 @@ export class OutputDelivery {
         channel: route.channel,
         to: route.to,
         level: this.policy.channelLevel(route.channel, route.to),
+        ...(elsewhere ? { chatType: UNKNOWN_CHAT_TYPE } : {}),
       },
       text,
     };

@@ -953,6 +953,46 @@ describe("labels and simulation", () => {
       },
     });
 
+  it("does not let `message` past a send-policy chat-type rule by naming a recipient it cannot classify", async () => {
+    const dm = "agent:main:discord:dm:alice";
+    // "No posts to discord groups": the DM's own chat is direct; any other discord recipient may be one.
+    await setup(
+      config({
+        session: {
+          sendPolicy: { rules: [{ action: "deny", match: { channel: "discord", chatType: "group" } }] },
+        },
+      }),
+    );
+    await create(dm, { channel: "discord" });
+    expect((await tool(dm, "message", { channel: "discord", to: "alice", text: "hi" })).status).toBe("ok");
+    expect(await tool(dm, "message", { channel: "discord", to: "dev-team", text: "hi all" })).toMatchObject({
+      status: "forbidden",
+      error: "send blocked by session policy",
+    });
+    expect((await tool(dm, "message", { channel: "telegram", to: "42", text: "hi" })).status).toBe("ok");
+    // The simulation says what the call would get.
+    const simulated = await tool(dm, "simulate_tool_call", {
+      tool_name: "message",
+      args: { channel: "discord", to: "dev-team", text: "hi all" },
+    });
+    expect(simulated).toMatchObject({ decision: "BLOCK", ruleId: "send-policy" });
+    await gw.close();
+
+    // "Only direct chats": an allow rule naming a chat type does not vouch for an unknown recipient.
+    await setup(
+      config({
+        session: {
+          sendPolicy: { default: "deny", rules: [{ action: "allow", match: { chatType: "direct" } }] },
+        },
+      }),
+    );
+    await create(dm, { channel: "discord" });
+    expect((await tool(dm, "message", { channel: "discord", to: "alice", text: "hi" })).status).toBe("ok");
+    expect((await tool(dm, "message", { channel: "discord", to: "dev-team", text: "hi" })).status).toBe(
+      "forbidden",
+    );
+  });
+
   it("keeps a CONFIDENTIAL session from spawning, messaging or announcing down", async () => {
     await setup(labelled());
     await create("agent:main:webchat:dm:carol", { channel: "webchat" });

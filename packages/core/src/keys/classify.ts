@@ -17,6 +17,8 @@ export function isSessionKind(value: string): value is SessionKind {
 export const CHAT_TYPES = ["direct", "group", "channel"] as const;
 export const ChatTypeSchema = z.enum(CHAT_TYPES, { error: () => `must be one of ${CHAT_TYPES.join(", ")}` });
 export type ChatType = z.infer<typeof ChatTypeSchema>;
+/** A destination whose chat type the gateway cannot tell (see `RecipientFacts.chatType`). */
+export const UNKNOWN_CHAT_TYPE = "unknown";
 
 export interface ClassifyOptions {
   /** `session.mainKey` (default `main`). */

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { ChatTypeSchema, SessionKindSchema } from "../keys/classify";
+import { ChatTypeSchema, SessionKindSchema, UNKNOWN_CHAT_TYPE } from "../keys/classify";
 import { LevelSchema } from "../labels/level";
 import { HookSchema } from "./hooks";
 
@@ -36,8 +36,12 @@ export const RecipientFactsSchema = z.object({
   to: z.string().optional(),
   /** `channelLevel(labels, channel, to)`. */
   level: LevelSchema,
-  /** Chat type of the destination when known; defaults to the caller's. */
-  chatType: ChatTypeSchema.optional(),
+  /**
+   * Chat type of the destination: absent, it is the caller's (the session's own route); `unknown`
+   * for a destination the gateway cannot classify (the `message` tool to another recipient), which
+   * a send-policy `deny` rule naming a chat type matches and an `allow` rule does not.
+   */
+  chatType: z.union([ChatTypeSchema, z.literal(UNKNOWN_CHAT_TYPE)]).optional(),
 });
 export type RecipientFacts = z.infer<typeof RecipientFactsSchema>;
 

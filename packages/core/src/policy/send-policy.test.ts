@@ -31,6 +31,25 @@ describe("resolveSendPolicy", () => {
     expect(resolveSendPolicy(policy, dm).action).toBe("allow");
   });
 
+  it("fails closed on an unknown chat type: a deny rule naming one matches it, an allow rule does not", () => {
+    const unknown = { channel: "discord", chatType: "unknown" as const, to: "dev-team" };
+    const denyGroups: SendPolicyConfig = {
+      rules: [{ action: "deny", match: { channel: "discord", chatType: "group" } }],
+    };
+    expect(resolveSendPolicy(denyGroups, unknown)).toEqual({
+      action: "deny",
+      reason: "rule",
+      matchedRule: 0,
+    });
+    expect(resolveSendPolicy(denyGroups, { ...unknown, channel: "telegram" }).action).toBe("allow");
+    const onlyDirect: SendPolicyConfig = {
+      default: "deny",
+      rules: [{ action: "allow", match: { chatType: "direct" } }],
+    };
+    expect(resolveSendPolicy(onlyDirect, unknown)).toEqual({ action: "deny", reason: "default" });
+    expect(resolveSendPolicy(onlyDirect, dm).action).toBe("allow");
+  });
+
   it("derives channel and chat type from the key when they are not given", () => {
     const policy: SendPolicyConfig = {
       rules: [{ action: "deny", match: { channel: "Discord", chatType: "group" } }],

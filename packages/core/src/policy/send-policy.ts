@@ -1,5 +1,11 @@
 import { z } from "zod";
-import { type ChatType, ChatTypeSchema, chatTypeFromKey, deriveChannel } from "../keys/classify";
+import {
+  type ChatType,
+  ChatTypeSchema,
+  chatTypeFromKey,
+  deriveChannel,
+  UNKNOWN_CHAT_TYPE,
+} from "../keys/classify";
 import { keyRest } from "../keys/parse-key";
 
 export const SendPolicyActionSchema = z.enum(["allow", "deny"], { error: () => "must be allow or deny" });
@@ -35,8 +41,12 @@ export const SEND_BLOCKED_MESSAGE = "send blocked by session policy";
 export interface SendTarget {
   /** Channel of the session (or of the recipient on output); derived from `key` when absent. */
   channel?: string;
-  /** Derived from the key's shape when absent. */
-  chatType?: ChatType;
+  /**
+   * Derived from the key's shape when absent. `unknown` (a destination the gateway cannot classify):
+   * a `deny` rule naming a chat type matches it and an `allow` rule does not, so not knowing never
+   * lets a send past a rule meant to stop it.
+   */
+  chatType?: ChatType | typeof UNKNOWN_CHAT_TYPE;
   /** Canonical key of the session sent into (or whose reply goes out). */
   key?: string;
   /** Recipient id, matched by `match.to`. */
@@ -83,7 +93,12 @@ export function resolveSendPolicy(
       continue;
     const wantChannel = normalize(match.channel);
     if (wantChannel !== undefined && wantChannel !== channel) continue;
-    if (match.chatType !== undefined && match.chatType !== chatType) continue;
+    if (
+      match.chatType !== undefined &&
+      match.chatType !== chatType &&
+      !(chatType === UNKNOWN_CHAT_TYPE && rule.action === "deny")
+    )
+      continue;
     const prefix = normalize(match.keyPrefix);
     if (prefix !== undefined && !key.startsWith(prefix) && !rest.startsWith(prefix)) continue;
     const wantTo = normalize(match.to);
