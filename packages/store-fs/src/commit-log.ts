@@ -35,7 +35,22 @@ export interface PendingCommits {
   tornBytes: number;
 }
 
-/** Reads the commit-log segments left by the previous run, changing nothing. */
+/** A segment's record line split into its session id and body; undefined when it is damaged. */
+export function parseCommitRecord(line: Buffer): { sessionId: string; body: string } | undefined {
+  const text = line.toString("utf8");
+  if (text.charAt(SESSION_ID_LENGTH) !== " ") return undefined;
+  const body = text.slice(SESSION_ID_LENGTH + 1);
+  if (body === DROP_RECORD) return { sessionId: text.slice(0, SESSION_ID_LENGTH), body };
+  const record = parseJsonLine(Buffer.from(body));
+  return record && typeof record.seq === "number"
+    ? { sessionId: text.slice(0, SESSION_ID_LENGTH), body }
+    : undefined;
+}
+
+/**
+ * Reads the commit-log segments left by the previous run, changing nothing. A torn last record
+ * of a segment is counted in `tornBytes`; a damaged record before intact ones is an error.
+ */
 export async function readPendingCommits(dir: string): Promise<PendingCommits> {
   const pending: PendingCommits = {
     segments: [],
@@ -80,13 +95,26 @@ export async function readPendingCommits(dir: string): Promise<PendingCommits> {
         );
       }
       let validEnd = headerLine.length + 1;
+      let badAt: number | undefined;
+      let intactAfterBad = false;
       await scanForward(fd, validEnd, size, (line, lineStart) => {
-        const text = line.toString("utf8");
-        const sessionId = text.slice(0, SESSION_ID_LENGTH);
-        const body = text.slice(SESSION_ID_LENGTH + 1);
-        const record = text.charAt(SESSION_ID_LENGTH) === " " ? parseJsonLine(Buffer.from(body)) : undefined;
-        // A record that does not parse can only be the torn end of the last write before a crash.
-        if (!record || (body !== DROP_RECORD && typeof record.seq !== "number")) return false;
+        const parsed = parseCommitRecord(line);
+        // Only a segment's last write can be torn by a crash: a damaged record with intact ones
+        // after it is damage, and stopping there would drop acknowledged appends unseen. Each
+        // segment has its own tail, since a rotation starts the next segment while the previous
+        // one's last batch may still be in flight.
+        if (badAt !== undefined) {
+          if (parsed) {
+            intactAfterBad = true;
+            return false;
+          }
+          return true;
+        }
+        if (!parsed) {
+          badAt = lineStart;
+          return true;
+        }
+        const { sessionId, body } = parsed;
         pending.sessions.add(sessionId);
         if (body === DROP_RECORD) pending.entries.delete(sessionId);
         else {
@@ -97,6 +125,14 @@ export async function readPendingCommits(dir: string): Promise<PendingCommits> {
         validEnd = lineStart + line.length + 1;
         return true;
       });
+      if (intactAfterBad) {
+        throw new SwitchboardError(
+          "INTERNAL",
+          `${segmentPath}: damaged commit-log record at offset ${badAt} before intact ones, which may hold acknowledged appends; ` +
+            "run `switchboard doctor --repair` with the gateway stopped to drop the damaged record and replay the rest",
+          { details: { damaged: segmentPath, offset: badAt } },
+        );
+      }
       pending.tornBytes += size - validEnd;
     } finally {
       await closeFile(fd);

@@ -8,6 +8,7 @@ import {
   type RunRecord,
   type SessionEntry,
 } from "@switchboard/core";
+import { parseCommitRecord } from "./commit-log";
 import { type DoctorReport, damagedLines, inspectDataDir } from "./doctor";
 import { openFileStore } from "./file-store";
 import { closeFile, fileSize, openFile, syncData, writeAllAt } from "./fs-io";
@@ -37,6 +38,7 @@ const KEY_FIELDS: Record<string, string> = { sessions: "key", runs: "runId", met
  * - damaged journal records are dropped; a lost or damaged snapshot is rebuilt from what is left
  *   (for the sessions index also from the transcripts' headers and taint entries);
  * - transcripts: damaged lines are dropped, a bad header is rewritten from the index row;
+ * - commit-log segments: damaged records are dropped, so the open replays the intact ones after them;
  * - rows whose transcript is missing get it back from `archive/`, or an empty one;
  * - transcripts no row points at are archived; runs waiting on a transcript that is gone are
  *   marked failed.
@@ -79,6 +81,7 @@ export async function repairDataDir(
     await repairIndex(layout.runs, "runs", stamp, actions);
     await repairIndex(layout.meta, "meta", stamp, actions);
     await restoreMissingTranscripts(layout, stamp, actions);
+    await repairCommitLog(layout.commitLog, stamp, actions);
   } finally {
     await releaseLock(lock);
   }
@@ -338,6 +341,44 @@ async function repairIndex(
     `rebuilt ${snapshotPath} with ${values.size} ${format} record(s)${format === "sessions" ? " (from the readable index files and the transcripts)" : ""}` +
       (replaced.length > 0 ? `; old files kept as *.damaged-${stamp}` : ""),
   );
+}
+
+const SEGMENT_FILE = /^\d{12}\.log$/;
+
+/**
+ * Drops damaged records from commit-log segments that the open refuses (intact records after
+ * them), keeping the header and every intact record: those may be acknowledged appends that only
+ * the segment holds, which the open then replays.
+ */
+async function repairCommitLog(dir: string, stamp: string, actions: string[]): Promise<void> {
+  const names = (await fs.promises.readdir(dir).catch(() => [] as string[])).filter((name) =>
+    SEGMENT_FILE.test(name),
+  );
+  for (const name of names.sort()) {
+    const filePath = path.join(dir, name);
+    const lines: Array<{ line: Buffer; ok: boolean }> = [];
+    const fd = await openFile(filePath, "r");
+    try {
+      await scanForward(fd, 0, await fileSize(fd), (line) => {
+        const ok = lines.length === 0 || parseCommitRecord(line) !== undefined;
+        lines.push({ line: Buffer.from(`${line.toString("utf8")}\n`), ok });
+        return true;
+      });
+    } finally {
+      await closeFile(fd);
+    }
+    // Bad lines at the very end are a torn tail, which the open ignores by itself.
+    let end = lines.length;
+    while (end > 1 && !lines[end - 1]!.ok) end--;
+    const dropped = lines.slice(0, end).filter((entry) => !entry.ok).length;
+    if (dropped === 0) continue;
+    const kept = lines.filter((entry) => entry.ok).map((entry) => entry.line);
+    const backup = await moveAside(filePath, stamp);
+    await replaceFile(filePath, (out) => writeAllAt(out, kept, 0));
+    actions.push(
+      `dropped ${dropped} damaged record(s) from commit-log segment ${filePath} (original kept as ${backup})`,
+    );
+  }
 }
 
 /** Lines of a JSONL index file: header plus intact records (with `\n`); `dropped` counts damaged middle ones. */

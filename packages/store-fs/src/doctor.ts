@@ -249,11 +249,17 @@ export async function inspectDataDir(
       });
     }
   } catch (error) {
+    const damaged = (error as { details?: { damaged?: string } }).details?.damaged;
     issues.push({
       severity: "error",
       code: "damaged-file",
       message: `commit log: ${(error as Error).message}`,
-      path: layout.commitLog,
+      path: damaged ?? layout.commitLog,
+      ...(damaged
+        ? {
+            fix: `${REPAIR}: it drops the damaged record, keeps the original segment beside it and replays the rest`,
+          }
+        : {}),
     });
   }
 
