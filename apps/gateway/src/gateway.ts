@@ -407,6 +407,7 @@ export class Gateway {
           handlers,
           dispatch,
           metrics: telemetry.metrics,
+          cancellationRelay: cluster?.cancellations,
         }),
         log: log.child({ component: "transport" }),
       });

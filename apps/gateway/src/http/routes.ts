@@ -1,4 +1,5 @@
 import type { Logger } from "pino";
+import type { McpCancellationRelay } from "../mcp/mcp-cancellations";
 import { mcpRoutes } from "../mcp/mcp-routes";
 import type { Dispatch, HandlerMap, MethodDeps } from "../methods";
 import type { GatewayMetrics } from "../telemetry/metrics";
@@ -15,6 +16,8 @@ export interface HttpRouteDeps extends MethodDeps {
   dispatch: Dispatch;
   /** Undefined when `telemetry.metrics.enabled` is false (`/metrics` is then not served). */
   metrics?: GatewayMetrics | undefined;
+  /** Several instances: MCP cancellations of calls this instance does not hold go to the others. */
+  cancellationRelay?: McpCancellationRelay | undefined;
 }
 
 /** Every HTTP endpoint besides `/healthz`, in the order they are tried. */

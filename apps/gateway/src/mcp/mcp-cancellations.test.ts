@@ -28,6 +28,36 @@ describe("McpCancellations", () => {
     expect(first.signal.aborted).toBe(true);
   });
 
+  it("passes on a cancellation it holds no call for, and applies the others' to its own calls", async () => {
+    // Two instances joined by an in-memory relay standing in for the cluster's NOTIFY.
+    const handlers: Array<(key: string) => void> = [];
+    const sent: string[] = [];
+    const relay = (index: number) => ({
+      broadcast: async (key: string) => {
+        sent.push(key);
+        handlers.forEach((handler, at) => {
+          if (at !== index) handler(key);
+        });
+      },
+      listen: async (handler: (key: string) => void) => {
+        handlers[index] = handler;
+      },
+    });
+    const a = new McpCancellations(relay(0));
+    const b = new McpCancellations(relay(1));
+    await Promise.resolve();
+    const call = a.track("laptop", 5);
+    expect(b.cancel("laptop", 5)).toBe(false);
+    await Promise.resolve();
+    expect(call.signal.aborted).toBe(true);
+    // Held here, even ambiguously: not passed on (the one-call rule decides here).
+    a.track("shared", 1);
+    b.track("shared", 1);
+    b.track("shared", 1);
+    expect(b.cancel("shared", 1)).toBe(false);
+    expect(sent).toHaveLength(1);
+  });
+
   it("reads the cancelled ids of a body, single or batched", () => {
     const cancel = (requestId: unknown) => ({
       jsonrpc: "2.0",

@@ -6,11 +6,26 @@
  *
  * Several clients may share a token and pick the same ids. An id that names more than one call of
  * the token is ambiguous and cancels none: a missed cancellation only lets a call run to its own
- * timeout, a wrong one would end another client's call. A cancellation that reaches another
- * instance of a cluster than its call is not honoured either (see docs/cluster.md).
+ * timeout, a wrong one would end another client's call.
+ *
+ * On several instances the notification may reach another instance than its call: one that holds
+ * no such call passes it on (`relay`), and each other instance applies the same rule to its own
+ * calls (see docs/cluster.md).
  */
 export class McpCancellations {
   private readonly inflight = new Map<string, Set<AbortController>>();
+
+  /** The other instances of a cluster; `onRelayError` hears a broadcast that failed. */
+  constructor(
+    private readonly relay?: McpCancellationRelay,
+    private readonly onRelayError: (error: unknown) => void = () => undefined,
+  ) {
+    void relay
+      ?.listen((key) => {
+        this.cancelKey(key);
+      })
+      .catch(onRelayError);
+  }
 
   private static key(tokenName: string, requestId: string | number): string {
     return `${tokenName}\u0000${typeof requestId}\u0000${requestId}`;
@@ -32,9 +47,19 @@ export class McpCancellations {
     };
   }
 
-  /** Cancels the one call of the token with this id; false when there is none or more than one. */
+  /**
+   * Cancels the one call of the token with this id here; false when there is none or more than
+   * one. With none here, the other instances of a cluster are asked to look for it.
+   */
   cancel(tokenName: string, requestId: string | number): boolean {
-    const calls = this.inflight.get(McpCancellations.key(tokenName, requestId));
+    const key = McpCancellations.key(tokenName, requestId);
+    if (this.cancelKey(key)) return true;
+    if (this.relay && !this.inflight.has(key)) this.relay.broadcast(key).catch(this.onRelayError);
+    return false;
+  }
+
+  private cancelKey(key: string): boolean {
+    const calls = this.inflight.get(key);
     if (calls?.size !== 1) return false;
     for (const controller of calls) controller.abort();
     return true;
@@ -46,6 +71,12 @@ export class McpCancellations {
     for (const calls of this.inflight.values()) count += calls.size;
     return count;
   }
+}
+
+/** Where a cancellation that names no call here goes: the cluster's other instances. */
+export interface McpCancellationRelay {
+  broadcast(key: string): Promise<void>;
+  listen(handler: (key: string) => void): Promise<unknown>;
 }
 
 /** The `requestId`s of the `notifications/cancelled` messages in a JSON-RPC body (one message or a batch). */

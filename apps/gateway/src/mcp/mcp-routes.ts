@@ -113,7 +113,9 @@ async function readBody(req: IncomingMessage, limit: number): Promise<Buffer | u
 export function mcpRoutes(deps: HttpRouteDeps): HttpRoute[] {
   const log = deps.log.child({ component: "mcp" });
   const tools = new McpSessionTools(deps);
-  const cancellations = new McpCancellations();
+  const cancellations = new McpCancellations(deps.cancellationRelay, (error) =>
+    log.warn({ err: error }, "could not pass an mcp cancellation to the other instances"),
+  );
   const maxBody = deps.config.gateway.limits.maxPayload;
   return [
     {

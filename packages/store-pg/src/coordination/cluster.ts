@@ -1,6 +1,7 @@
 import { type AuditHmac, SwitchboardError } from "@switchboard/core";
 import { type ClusterAuditLog, openClusterAuditLog } from "./audit-chains";
 import { type ClusterCallBudget, openClusterCallBudget } from "./call-budget";
+import { type ClusterCancellations, openClusterCancellations } from "./cancellations";
 import { type ClusterChildSlots, openClusterChildSlots } from "./child-slots";
 import { type Coordination, type CoordinationOptions, openCoordination } from "./context";
 import { type ClusterEventLog, type ClusterEventLogOptions, openClusterEventLog } from "./event-log";
@@ -64,6 +65,8 @@ export interface Cluster {
   /** Announces performed once cluster-wide, taken over when their instance dies. */
   readonly flows: ClusterFlowClaims;
   readonly audit: ClusterAuditLog;
+  /** Cancellations of calls another instance may be running (MCP's, which any instance may receive). */
+  readonly cancellations: ClusterCancellations;
   /**
    * Stops timers and the listener and closes the pool. Graceful (default): hands the leader lease
    * over and leaves the membership first. `{ graceful: false }` is what kill -9 leaves (tests).
@@ -117,6 +120,7 @@ export async function openCluster(options: ClusterOptions): Promise<Cluster> {
       children: openClusterChildSlots(coordination),
       flows: openClusterFlowClaims(coordination),
       audit,
+      cancellations: openClusterCancellations(coordination),
       async close({ graceful = true } = {}) {
         for (const timer of timers) clearInterval(timer);
         leader!.stop();

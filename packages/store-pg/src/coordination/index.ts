@@ -6,6 +6,12 @@ export {
   openClusterAuditLog,
 } from "./audit-chains";
 export { type ClusterBudgetKind, type ClusterCallBudget, openClusterCallBudget } from "./call-budget";
+export {
+  type ClusterCancellations,
+  cancellationChannel,
+  MAX_CANCELLATION_KEY_BYTES,
+  openClusterCancellations,
+} from "./cancellations";
 export { type ClusterChildSlots, openClusterChildSlots } from "./child-slots";
 export { type Cluster, type ClusterOptions, openCluster } from "./cluster";
 export { clusterValue } from "./cluster-meta";
