@@ -15,6 +15,7 @@ import {
   type SessionFacts,
   type SessionsSendResult,
   type SessionsSpawnResult,
+  type SpawnRecord,
   type SpawnRequest,
   type Store,
   type SubagentModel,
@@ -30,6 +31,7 @@ import type { PolicyService } from "./policy-service";
 import type { AdmittedCall, CallAdmission } from "./ports/call-admission";
 import type { CallBudget } from "./ports/call-budget";
 import type { FlowClaims } from "./ports/flow-claims";
+import { InProcessSessionLocks, type SessionLocks } from "./ports/session-locks";
 import { type ChainPosition, chainPositionOf, type WaitGraph } from "./ports/wait-graph";
 import type { RunEnd, RunScheduler, WaitResult } from "./run-scheduler";
 import type { SessionsService } from "./sessions-service";
@@ -41,6 +43,12 @@ export const ANNOUNCE_SKIP = "ANNOUNCE_SKIP";
 const FOLLOW_UP_PENDING = "pending";
 const FOLLOW_UP_DONE = "done";
 
+/**
+ * Announce runs one spawn gets before its announce is given up (`failed`, audited). Bounded so a
+ * requester whose turns always fail (or that no worker ever serves) is not fed the findings forever.
+ */
+const MAX_ANNOUNCE_ATTEMPTS = 3;
+
 const isConflict = (error: unknown) => error instanceof SwitchboardError && error.code === "CONFLICT";
 
 /**
@@ -50,6 +58,10 @@ const isConflict = (error: unknown) => error instanceof SwitchboardError && erro
 export class AgentFlows {
   private readonly background = new Set<Promise<unknown>>();
   private archiveTimer: NodeJS.Timeout | undefined;
+  /** Shutting down: an announce run ended by the stop is retried at the next start, not now. */
+  private stopped = false;
+  /** Each spawn's announce steps on this process, one after another (keyed by its idempotency key). */
+  private readonly announcing: SessionLocks = new InProcessSessionLocks();
 
   constructor(
     private readonly config: Config,
@@ -836,6 +848,15 @@ export class AgentFlows {
       const reply = record.reply?.trim() ?? "";
       if (reply !== "" && reply !== ANNOUNCE_SKIP) this.track(this.deliverReply(record));
     }
+    if (record.origin === "spawn-announce" && record.provenance?.kind === "subagent")
+      this.track(this.announceRunEnded(record.provenance.runId));
+  }
+
+  /** An announce run ended: its spawn's announce is delivered, or tried again (`settleAnnounce`). */
+  private async announceRunEnded(spawnRunId: string): Promise<void> {
+    if (this.stopped) return;
+    const spawnRun = await this.store.runs.get(spawnRunId);
+    if (spawnRun?.spawn?.announce.status === "pending") await this.announceSpawn(spawnRun);
   }
 
   /** Auto-reply delivery of a session's reply out to its channel (PRE_OUTPUT). */
@@ -854,7 +875,18 @@ export class AgentFlows {
    */
   async announceSpawn(record: RunRecord, replyLabel?: Level): Promise<void> {
     const claims = this.claims;
-    if (!claims) return this.performSpawnAnnounce(record, replyLabel);
+    if (!claims) {
+      // The child's end, its announce run's end and a resume at start may all ask at once: each
+      // finds what the one before it left (an announce run already made is not made again).
+      return this.announcing.run(record.spawn!.announce.idempotencyKey, async () => {
+        const stored = await this.store.runs.get(record.runId);
+        // The caller's record when the store's is behind (an end not durable yet is retried).
+        const current = stored && TERMINAL_RUN_STATUSES.includes(stored.status) ? stored : record;
+        if (current.spawn?.announce.status !== "pending" || !TERMINAL_RUN_STATUSES.includes(current.status))
+          return;
+        await this.performSpawnAnnounce(current, replyLabel);
+      });
+    }
     const key = record.spawn!.announce.idempotencyKey;
     if (!(await claims.claim(key, "spawn-announce", record.runId))) return;
     try {
@@ -867,23 +899,26 @@ export class AgentFlows {
     }
   }
 
+  /** Writes a change of the spawn's announce into its run's stored record (and `record`). */
+  private async markAnnounce(record: RunRecord, change: Partial<SpawnRecord["announce"]>): Promise<void> {
+    const latest = (await this.store.runs.get(record.runId)) ?? record;
+    const spawn = record.spawn!;
+    latest.spawn = { ...spawn, announce: { ...spawn.announce, ...change } };
+    await this.store.runs.put(latest);
+    record.spawn = latest.spawn;
+  }
+
   /** `replyLabel`: the label the child's reply was written with, when this instance wrote it. */
   private async performSpawnAnnounce(record: RunRecord, replyLabel?: Level): Promise<void> {
     const spawn = record.spawn!;
+    // An announce run was made already: what is left is to hear how it ended.
+    if (spawn.announce.runId) return this.settleAnnounce(record);
     const requester = await this.sessions.get(spawn.requesterKey);
     const child = await this.sessions.get(spawn.childKey);
-    const finishAnnounce = async (
+    const finishAnnounce = (
       status: "delivered" | "skipped" | "failed",
       extra: { runId?: string; lastError?: string } = {},
-    ) => {
-      const latest = (await this.store.runs.get(record.runId)) ?? record;
-      latest.spawn = {
-        ...spawn,
-        announce: { ...spawn.announce, status, attempts: spawn.announce.attempts + 1, ...extra },
-      };
-      await this.store.runs.put(latest);
-      record.spawn = latest.spawn;
-    };
+    ) => this.markAnnounce(record, { status, attempts: spawn.announce.attempts + 1, ...extra });
     if (!requester) {
       await finishAnnounce("failed", { lastError: "requester session no longer exists" });
       return;
@@ -954,7 +989,7 @@ export class AgentFlows {
         if (spawn.cleanup === "delete" && child) await this.sessions.delete(child.key, "remove");
         return;
       }
-      const { record: announceRun } = await this.scheduler.enqueue({
+      const { record: announceRun, existing } = await this.scheduler.enqueue({
         sessionKey: requester.key,
         lane: "nested",
         origin: "spawn-announce",
@@ -972,20 +1007,103 @@ export class AgentFlows {
         idempotencyKey: spawn.announce.idempotencyKey,
         timeoutSeconds: this.stepTimeoutSeconds,
       });
-      await finishAnnounce("delivered", { runId: announceRun.runId });
-      await this.audit.append({
-        kind: "announce",
-        sessionKey: requester.key,
-        data: {
-          childKey: spawn.childKey,
-          runId: record.runId,
-          announceRunId: announceRun.runId,
-          outcome: record.status,
-        },
-      });
+      // Still pending: the findings are delivered once the requester's turn on them ends `ok`. A
+      // turn that dies (a restart, a failing or absent worker) leaves them unread, and is retried.
+      await this.markAnnounce(record, { runId: announceRun.runId, attempts: spawn.announce.attempts + 1 });
+      if (!existing)
+        await this.audit.append({
+          kind: "announce",
+          sessionKey: requester.key,
+          data: {
+            childKey: spawn.childKey,
+            runId: record.runId,
+            announceRunId: announceRun.runId,
+            outcome: record.status,
+          },
+        });
     }
     if (spawn.cleanup === "delete" && child) {
       await this.sessions.delete(child.key, "remove");
+    }
+    // Found by its key after a restart, it may have ended already.
+    if (record.spawn?.announce.runId) await this.settleAnnounce(record);
+  }
+
+  /**
+   * The spawn's latest announce run ended: `ok` delivers the announce; otherwise the same announce
+   * (message, label, chain) goes into a new run on the requester, each attempt under its own key so
+   * a retry is never confused with the run it replaces, until `MAX_ANNOUNCE_ATTEMPTS`.
+   */
+  private async settleAnnounce(record: RunRecord): Promise<void> {
+    for (;;) {
+      const spawn = record.spawn!;
+      const runId = spawn.announce.runId!;
+      const run = this.scheduler.get(runId)?.record ?? (await this.store.runs.get(runId));
+      if (run && !TERMINAL_RUN_STATUSES.includes(run.status)) return;
+      if (run?.status === "ok") {
+        await this.markAnnounce(record, { status: "delivered" });
+        return;
+      }
+      // The stop ended it: the next start takes it up (enqueueing now is refused anyway).
+      if (this.stopped) return;
+      const lastError = run
+        ? `announce run ${run.status}${run.error ? `: ${run.error}` : ""}`
+        : `announce run ${runId} not found`;
+      const requester = run ? await this.sessions.get(spawn.requesterKey) : undefined;
+      if (!run || !requester || spawn.announce.attempts >= MAX_ANNOUNCE_ATTEMPTS) {
+        const reason = run && !requester ? "requester session no longer exists" : lastError;
+        await this.markAnnounce(record, { status: "failed", lastError: reason });
+        await this.audit.append({
+          kind: "announce",
+          sessionKey: spawn.requesterKey,
+          data: {
+            childKey: spawn.childKey,
+            runId: record.runId,
+            failed: true,
+            attempts: spawn.announce.attempts,
+            error: reason,
+          },
+        });
+        return;
+      }
+      // The requester may have been reset since: the findings label its new transcript too.
+      if (run.label)
+        await this.sessions.raiseTaint(
+          requester.key,
+          run.label,
+          `announce from ${spawn.childKey}`,
+          spawn.childKey,
+        );
+      const attempt = spawn.announce.attempts + 1;
+      const { record: retry, existing } = await this.scheduler.enqueue({
+        sessionKey: requester.key,
+        lane: "nested",
+        origin: "spawn-announce",
+        message: run.message,
+        ...(run.context ? { context: run.context } : {}),
+        provenance: run.provenance ?? {
+          kind: "subagent",
+          childSessionKey: spawn.childKey,
+          runId: record.runId,
+        },
+        ...(run.flow ? { flow: run.flow } : {}),
+        label: run.label ?? "PUBLIC",
+        idempotencyKey: `${spawn.announce.idempotencyKey}:${attempt}`,
+        timeoutSeconds: this.stepTimeoutSeconds,
+      });
+      await this.markAnnounce(record, { runId: retry.runId, attempts: attempt, lastError });
+      if (!existing)
+        await this.audit.append({
+          kind: "announce",
+          sessionKey: requester.key,
+          data: {
+            childKey: spawn.childKey,
+            runId: record.runId,
+            announceRunId: retry.runId,
+            attempt,
+            previousError: lastError,
+          },
+        });
     }
   }
 
@@ -1027,13 +1145,26 @@ export class AgentFlows {
       }
       if ((run.endedAt ?? 0) > cutoff) continue;
       const child = await this.sessions.get(run.spawn.childKey);
-      if (!child || child.archivedAt || this.scheduler.activeRunFor(child.key)) continue;
+      if (!child || child.archivedAt || (await this.hasRunsToCome(child.key))) continue;
       if (await this.sessions.archive(child.key, child.sessionId)) archived += 1;
     }
     return archived;
   }
 
+  /**
+   * A run still to come on a session (running, or queued: a send into a finished child waiting for a
+   * worker) would run on an archived row whose transcript is gone, its reply recorded nowhere: the
+   * child is archived at a sweep after it. Asked of the store too, since on several instances the
+   * run may be queued or held elsewhere.
+   */
+  private async hasRunsToCome(sessionKey: string): Promise<boolean> {
+    if (this.scheduler.activeRunFor(sessionKey) || this.scheduler.queuedFor(sessionKey) > 0) return true;
+    const unfinished = await this.store.runs.list({ sessionKey, statuses: ["queued", "running"], limit: 1 });
+    return unfinished.length > 0;
+  }
+
   stop(): void {
+    this.stopped = true;
     if (this.archiveTimer) clearInterval(this.archiveTimer);
   }
 }

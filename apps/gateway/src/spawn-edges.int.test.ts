@@ -1,0 +1,194 @@
+import type { ConfigInput, RunRecord } from "@switchboard/core";
+import { afterEach, describe, expect, it } from "vitest";
+import { behaviour } from "./testing/behaviour";
+import { startTestGateway, type TestGateway, TestWorker, type WorkerHandler } from "./testing/test-gateway";
+import type { TestPeer } from "./testing/test-peer";
+import { until } from "./testing/until";
+
+const WORKER = "worker-token-0123456789";
+const MAIN = "agent:main:main";
+
+function config(overrides: Partial<ConfigInput> = {}): ConfigInput {
+  return {
+    auth: { tokens: [{ name: "worker", token: WORKER, role: "agent" }] },
+    agents: {
+      list: [{ id: "main", default: true, subagents: { allowAgents: ["research"] } }, { id: "research" }],
+    },
+    tools: { agentToAgent: { enabled: true, allow: ["*"] } },
+    session: { agentToAgent: { maxPingPongTurns: 0 } },
+    ...overrides,
+  };
+}
+
+type Result = Record<string, unknown> & { status: string };
+
+let gw: TestGateway | undefined;
+const workers: TestWorker[] = [];
+
+afterEach(async () => {
+  await gw?.gateway.flows.idle();
+  for (const worker of workers.splice(0)) worker.close();
+  await gw?.close();
+  gw = undefined;
+});
+
+async function startWorker(handler: WorkerHandler = behaviour(), agents = ["main", "research"]) {
+  const worker = await TestWorker.start(gw!.url, WORKER, agents, handler);
+  workers.push(worker);
+  return worker;
+}
+
+/** Closes a worker and waits until the gateway no longer counts it. */
+async function stopWorker(worker: TestWorker) {
+  worker.close();
+  workers.splice(workers.indexOf(worker), 1);
+  await until(() => gw!.gateway.scheduler.connectedAgents().length === 0, "the worker gone");
+}
+
+function tool(op: TestPeer, as: string, name: string, args: Record<string, unknown>): Promise<Result> {
+  return op.call<Result>("tools.invoke", { tool: name, args, as });
+}
+
+const isAnnounce = (run: TestWorker["runs"][number]) => run.input.provenance.kind === "subagent";
+
+async function spawnRecord(runId: string): Promise<RunRecord> {
+  const record = await gw!.gateway.store.runs.get(runId);
+  if (!record?.spawn) throw new Error(`no spawn run ${runId}`);
+  return record;
+}
+
+async function announceRuns(): Promise<RunRecord[]> {
+  const runs = await gw!.gateway.store.runs.list({ sessionKey: MAIN });
+  return runs.filter((run) => run.origin === "spawn-announce").sort((a, b) => a.createdAt - b.createdAt);
+}
+
+describe("spawn announces that do not reach the requester at first (file store)", () => {
+  it("an announce interrupted by a graceful restart reaches the requester after the restart", async () => {
+    gw = await startTestGateway(config(), { store: "file" });
+    const op = await gw.operator();
+    await op.call("sessions.create", { key: MAIN });
+    // The requester's turn on the announce is still thinking when the gateway stops.
+    const first = await startWorker(async (context) =>
+      isAnnounce(context.run) ? { ignore: true } : behaviour()(context),
+    );
+    const spawned = await tool(op, MAIN, "sessions_spawn", { task: "find the answer", agentId: "research" });
+    expect(spawned.status).toBe("accepted");
+    await until(() => first.runs.some(isAnnounce), "the announce run assigned");
+    await gw.gateway.flows.idle();
+    // Not delivered yet: the requester has not taken the findings in.
+    expect((await spawnRecord(spawned.runId as string)).spawn!.announce.status).toBe("pending");
+
+    await gw.restart();
+    const worker = await startWorker(behaviour({ announceStep: () => "noted the findings" }));
+    await until(() => worker.runs.some(isAnnounce), "the announce retried after the restart", 4_000);
+    const retried = worker.runs.find(isAnnounce)!;
+    expect(retried.sessionKey).toBe(MAIN);
+    expect(retried.input.message).toContain("completed successfully");
+    expect(retried.input.message).toContain("echo: find the answer");
+    await until(
+      async () => (await spawnRecord(spawned.runId as string)).spawn!.announce.status === "delivered",
+      "the announce delivered",
+    );
+    const runs = await announceRuns();
+    expect(runs.map((run) => run.status)).toEqual(["error", "ok"]);
+    expect((await spawnRecord(spawned.runId as string)).spawn!.announce).toMatchObject({
+      status: "delivered",
+      attempts: 2,
+      runId: runs[1]!.runId,
+    });
+    // Once delivered, another start does not announce it again.
+    await gw.restart();
+    const third = await startWorker();
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await gw.gateway.flows.idle();
+    expect(third.runs.filter(isAnnounce)).toHaveLength(0);
+    expect(await announceRuns()).toHaveLength(2);
+  });
+
+  it("an announce whose run fails is retried, and given up after three attempts, recorded", async () => {
+    gw = await startTestGateway(config(), { store: "file" });
+    const op = await gw.operator();
+    await op.call("sessions.create", { key: MAIN });
+    let failures = 1;
+    const worker = await startWorker(async (context) => {
+      if (isAnnounce(context.run) && failures > 0) {
+        failures -= 1;
+        return { fail: "model overloaded" };
+      }
+      return behaviour({ announceStep: () => "noted" })(context);
+    });
+    const spawned = await tool(op, MAIN, "sessions_spawn", { task: "find more", agentId: "research" });
+    await until(
+      async () => (await spawnRecord(spawned.runId as string)).spawn!.announce.status === "delivered",
+      "the failed announce retried and delivered",
+    );
+    expect(worker.runs.filter(isAnnounce)).toHaveLength(2);
+    expect((await announceRuns()).map((run) => run.status)).toEqual(["error", "ok"]);
+
+    // A requester whose turns always fail: bounded, and the give-up is recorded, never silent.
+    failures = 100;
+    const doomed = await tool(op, MAIN, "sessions_spawn", { task: "find nothing", agentId: "research" });
+    await until(
+      async () => (await spawnRecord(doomed.runId as string)).spawn!.announce.status === "failed",
+      "the announce given up",
+    );
+    await gw.gateway.flows.idle();
+    const announce = (await spawnRecord(doomed.runId as string)).spawn!.announce;
+    expect(announce).toMatchObject({ attempts: 3 });
+    expect(announce.lastError).toContain("model overloaded");
+    const audit = await op.call<{ entries: Array<{ kind: string; data: Record<string, unknown> }> }>(
+      "audit.tail",
+      { limit: 100 },
+    );
+    expect(
+      audit.entries.some(
+        (entry) => entry.kind === "announce" && entry.data.runId === doomed.runId && entry.data.failed,
+      ),
+    ).toBe(true);
+  });
+});
+
+describe("sub-agent archiver and runs still to come on the child (file store)", () => {
+  it("does not archive a finished child while a send waits queued on it, and archives it at a later sweep", async () => {
+    gw = await startTestGateway(config(), { store: "file" });
+    const op = await gw.operator();
+    await op.call("sessions.create", { key: MAIN });
+    const first = await startWorker();
+    const spawned = await tool(op, MAIN, "sessions_spawn", { task: "look around", agentId: "research" });
+    const childKey = spawned.childSessionKey as string;
+    expect(await op.call("agent.wait", { runId: spawned.runId, timeoutMs: 5_000 })).toMatchObject({
+      status: "ok",
+    });
+    await until(
+      async () => (await announceRuns()).some((run) => run.status === "ok"),
+      "the announce turn ended",
+    );
+    await gw.gateway.flows.idle();
+    // No worker for the child's agent: a follow-up send into the child waits queued.
+    await stopWorker(first);
+    const sent = await tool(op, MAIN, "sessions_send", {
+      sessionKey: childKey,
+      message: "one more thing",
+      timeoutSeconds: 0,
+    });
+    expect(sent).toMatchObject({ status: "accepted", delivery: { status: "queued" } });
+
+    // The child's window has passed, but archiving it now would end the queued run unrun.
+    expect(await gw.gateway.flows.archiveSweep(Date.now() + 1)).toBe(0);
+    expect((await gw.gateway.store.sessions.get(childKey))?.archivedAt).toBeUndefined();
+
+    await startWorker();
+    expect(await op.call("agent.wait", { runId: sent.runId, timeoutMs: 5_000 })).toMatchObject({
+      status: "ok",
+      reply: "echo: one more thing",
+    });
+    await gw.gateway.flows.idle();
+    // Before, the run went on against the archived child: its reply was recorded nowhere.
+    const child = (await gw.gateway.store.sessions.get(childKey))!;
+    const transcript = await gw.gateway.store.transcripts.read(child.sessionId, { limit: 100 });
+    expect(JSON.stringify(transcript.entries)).toContain("echo: one more thing");
+    // Nothing more to come on the child: the next sweep archives it.
+    expect(await gw.gateway.flows.archiveSweep(Date.now() + 1)).toBe(1);
+    expect((await gw.gateway.store.sessions.get(childKey))?.archivedAt).toBeGreaterThan(0);
+  });
+});
