@@ -675,6 +675,9 @@ export class RunScheduler {
     active.worker = worker;
     this.workers.take(worker, record.runId);
     const { gone, entry } = await this.sessionCheck(record, known);
+    // Its timeout may have fired during the read: `finish` freed the slot and the lane and told the
+    // waiters, and writing `running` now would bring the ended run back (and hand it to the worker).
+    if (TERMINAL_RUN_STATUSES.includes(record.status)) return;
     if (gone !== undefined) {
       await this.finish(record, "error", { error: gone });
       return;

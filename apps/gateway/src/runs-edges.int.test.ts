@@ -1,4 +1,4 @@
-import type { ConfigInput } from "@switchboard/core";
+import type { ConfigInput, SessionEntry } from "@switchboard/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { behaviour } from "./testing/behaviour";
 import { startTestGateway, type TestGateway, TestWorker, type WorkerHandler } from "./testing/test-gateway";
@@ -36,7 +36,7 @@ async function startWorker(handler: WorkerHandler = behaviour(), agents = ["main
   return worker;
 }
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 describe("runs and agent-to-agent flows off the usual paths (file store)", () => {
   it("a fire-and-forget send still queued at a graceful restart gets its reply-back turn once it runs", async () => {
@@ -154,5 +154,56 @@ describe("runs and agent-to-agent flows off the usual paths (file store)", () =>
     }
     worker.close();
     expect(outOfOrder).toEqual([]);
+  });
+
+  it("a run that times out while its dispatch reads the session stays ended: never assigned, its record and every wait say timeout", async () => {
+    gw = await startTestGateway(
+      {
+        auth: { tokens: [{ name: "worker", token: WORKER, role: "agent" as const, agents: ["main"] }] },
+        agents: { list: [{ id: "main", default: true }] },
+      },
+      { store: "file" },
+    );
+    const op = await gw.operator();
+    const sessionKey = "agent:main:cron:slow-check";
+    await op.call("sessions.create", { key: sessionKey });
+    // No worker yet: the run waits queued, its one-second deadline running.
+    const { runId } = await op.call<{ runId: string }>("agent", {
+      sessionKey,
+      message: "hello",
+      timeoutSeconds: 1,
+    });
+    const waited = op.call<Result>("agent.wait", { runId, timeoutMs: 10_000 });
+    // The session read of the dispatch the worker's arrival starts takes past the deadline (a slow
+    // database): the timeout fires in between.
+    const sessions = gw.gateway.store.sessions;
+    const read = sessions.get.bind(sessions);
+    let stalled: Promise<void> | undefined;
+    sessions.get = async (key: string): Promise<SessionEntry | undefined> => {
+      if (key === sessionKey && !stalled) {
+        stalled = sleep(1_500);
+        await stalled;
+      }
+      return read(key);
+    };
+    const worker = await TestWorker.start(gw.url, WORKER, ["main"], behaviour());
+    workers.push(worker);
+
+    const answer = await waited;
+    expect(answer).toMatchObject({ status: "timeout", error: "run timed out after 1s" });
+    expect(stalled).toBeDefined();
+    await stalled;
+    await sleep(300);
+    // The dispatch that went on after the read did not bring the run back.
+    expect.soft(worker.runs.map((run) => run.runId)).not.toContain(runId);
+    expect.soft((await gw.gateway.store.runs.get(runId))?.status).toBe("timeout");
+    const later = await op.call<Result>("agent.wait", { runId, timeoutMs: 200 });
+    expect.soft(later).toMatchObject({ status: "timeout", error: "run timed out after 1s" });
+    // The lane and the worker's slot are free: the session's next run goes through.
+    const next = await op.call<{ runId: string }>("agent", { sessionKey, message: "next" });
+    expect(await op.call<Result>("agent.wait", { runId: next.runId, timeoutMs: 5_000 })).toMatchObject({
+      status: "ok",
+      reply: "echo: next",
+    });
   });
 });

@@ -24,6 +24,20 @@ const MAX_WAKEUPS = 10_000;
 const HANDED_OFF_KEEP_MS = 5_000;
 /** How long a run of a lost instance waits in the queue for another worker before it fails. */
 const REASSIGN_WAIT_MS = 1500;
+/**
+ * A wait for a run held elsewhere re-reads its record after this long without its `run.ended`, then
+ * at doubling intervals up to `WAIT_REREAD_MAX_MS`: an end whose event was never published (the log
+ * refused the write, or the instance died between the record and the event) is found within that.
+ * A wait the event answers sooner costs no read.
+ */
+const WAIT_REREAD_FIRST_MS = 1_000;
+const WAIT_REREAD_MAX_MS = 5_000;
+/**
+ * How long an end found by a re-read waits for its event before it answers: the event goes out once
+ * the run's transcript entry is written too (after the record), so while it can still come, it does
+ * the answering, and a caller reading the history after its wait finds the reply there.
+ */
+const WAIT_EVENT_GRACE_MS = 1_000;
 
 /** What the cluster asks of this instance's scheduler. */
 export interface LocalRuns {
@@ -92,6 +106,11 @@ export class ClusterRuns {
   private readonly poll: NodeJS.Timeout;
   /** Reads of ended runs in flight (see `readEnded`). */
   private readonly endReads = new Map<string, Promise<RunRecord | undefined>>();
+  /**
+   * Re-reads in flight of runs waited for (see `wait`), apart from `endReads`: those must be issued
+   * after the event, and one of these may have been issued before it.
+   */
+  private readonly waitReads = new Map<string, Promise<RunRecord | undefined>>();
   /** Runs whose lane claim this instance holds already (taken by `claimNext` or `claimAtOnce`). */
   private readonly adopted = new Set<string>();
   /** Deadlines of runs this instance handed to the cluster's queue. */
@@ -640,11 +659,29 @@ export class ClusterRuns {
     return read;
   }
 
+  /** One read of a waited-for run's record for every wait re-reading it at the same moment. */
+  private rereadWaited(runId: string): Promise<RunRecord | undefined> {
+    let read = this.waitReads.get(runId);
+    if (!read) {
+      read = this.store.runs.get(runId);
+      this.waitReads.set(runId, read);
+      const forget = () => {
+        if (this.waitReads.get(runId) === read) this.waitReads.delete(runId);
+      };
+      read.then(forget, forget);
+    }
+    return read;
+  }
+
   /** Waits for a run held by another instance (or not started yet) to end, up to `timeoutMs`. */
   async wait(runId: string, timeoutMs: number, signal?: AbortSignal): Promise<WaitResult> {
     let finish: (result: WaitResult | undefined) => void = () => undefined;
+    let waiting = true;
     const ended = new Promise<WaitResult | undefined>((resolve) => {
-      finish = resolve;
+      finish = (result) => {
+        waiting = false;
+        resolve(result);
+      };
     });
     const unsubscribe = this.bus.subscribe({
       accepts: (event) => event.event === "run.ended" && event.payload.runId === runId,
@@ -665,6 +702,29 @@ export class ClusterRuns {
     const timer = setTimeout(() => finish(undefined), timeoutMs);
     const onAbort = () => finish(undefined);
     signal?.addEventListener("abort", onAbort, { once: true });
+    // The event is the only word of the end otherwise, and it can be lost: the record is the truth.
+    let reread: NodeJS.Timeout | undefined;
+    const rereadAfter = (delay: number) => {
+      reread = setTimeout(() => {
+        void this.rereadWaited(runId).then(
+          (record) => {
+            if (!waiting) return;
+            if (record && TERMINAL_RUN_STATUSES.includes(record.status)) {
+              const result = toWaitResult(record);
+              reread = setTimeout(() => {
+                this.heardEnd(runId, result);
+                finish(result);
+              }, WAIT_EVENT_GRACE_MS);
+              reread.unref();
+            } else rereadAfter(Math.min(delay * 2, WAIT_REREAD_MAX_MS));
+          },
+          () => {
+            if (waiting) rereadAfter(Math.min(delay * 2, WAIT_REREAD_MAX_MS));
+          },
+        );
+      }, delay);
+      reread.unref();
+    };
     try {
       // Handed off by this instance: its end was heard since before it could start, so it either was
       // heard already or will be heard by the subscription above (no await since the check).
@@ -677,6 +737,7 @@ export class ClusterRuns {
           throw new SwitchboardError("NOT_FOUND", `run not found: ${runId}`, { details: { runId } });
         if (TERMINAL_RUN_STATUSES.includes(stored.status)) return toWaitResult(stored);
       }
+      if (waiting) rereadAfter(WAIT_REREAD_FIRST_MS);
       const result = await ended;
       if (result) return result;
       return {
@@ -686,9 +747,19 @@ export class ClusterRuns {
         stillRunning: true,
       };
     } finally {
+      waiting = false;
       clearTimeout(timer);
+      clearTimeout(reread);
       signal?.removeEventListener("abort", onAbort);
       unsubscribe();
     }
+  }
+
+  /** A handed-off run's end found by a read: later waits for it here answer at once, as if heard. */
+  private heardEnd(runId: string, result: WaitResult): void {
+    const tracked = this.handedOff.get(runId);
+    if (!tracked || tracked.ended) return;
+    tracked.ended = result;
+    tracked.until = Date.now() + HANDED_OFF_KEEP_MS;
   }
 }
