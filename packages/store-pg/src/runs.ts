@@ -143,6 +143,9 @@ export function createRunRegistry(
       if (query.sessionKey !== undefined) where.push(`session_key = ${add(pgText(query.sessionKey))}`);
       if (query.agentId !== undefined) where.push(`row->>'agentId' = ${add(pgText(query.agentId))}`);
       if (query.pendingAnnounce !== undefined) where.push(`pending_announce = ${add(query.pendingAnnounce)}`);
+      if (query.pendingFollowUp !== undefined)
+        where.push(`(row->>'followUp' IS NOT DISTINCT FROM 'pending') = ${add(query.pendingFollowUp)}`);
+      if (query.origins !== undefined) where.push(`row->>'origin' = ANY(${add([...query.origins])}::text[])`);
       const limit = query.limit === undefined ? "" : `LIMIT ${add(query.limit)}`;
       const found = await db.read<{ row: RunRecord }>(
         "listing runs",

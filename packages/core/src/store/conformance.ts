@@ -1125,6 +1125,12 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
         expect(await ids({ pendingAnnounce: false, sessionKey: "agent:main:a", limit: 1 })).toEqual(["r4"]);
         await store.runs.put(sampleRun({ runId: "r5", status: "ok", createdAt: 50, agentId: "research" }));
         expect(await ids({ agentId: "research" })).toEqual(["r5"]);
+        await store.runs.put(sampleRun({ runId: "r6", origin: "send", createdAt: 5, followUp: "pending" }));
+        await store.runs.put(sampleRun({ runId: "r7", origin: "send", createdAt: 6, followUp: "done" }));
+        expect(await ids({ pendingFollowUp: true })).toEqual(["r6"]);
+        expect(await ids({ origins: ["send"] })).toEqual(["r7", "r6"]);
+        expect(await ids({ origins: ["send"], pendingFollowUp: false })).toEqual(["r7"]);
+        expect(await ids({ origins: ["spawn", "send"], statuses: ["error"] })).toEqual([]);
         expect(await ids({ agentId: "main", statuses: ["ok", "error"], limit: 1 })).toEqual(["r4"]);
       });
     });

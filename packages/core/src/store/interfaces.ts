@@ -1,6 +1,6 @@
 import type { AuditRecord } from "../audit/index";
 import type { WriteOptions } from "./row-versions";
-import type { RunRecord, RunStatus } from "./run-record";
+import type { RunOrigin, RunRecord, RunStatus } from "./run-record";
 import type { SessionEntry, SessionTouch } from "./session-entry";
 import type { ResidualVisibility, SessionVisibility } from "./session-visibility";
 import type { TranscriptEntry, TranscriptEntryInput, TranscriptHeader } from "./transcript-entry";
@@ -155,6 +155,10 @@ export interface RunListQuery {
   statuses?: readonly RunStatus[];
   /** Runs whose spawn announce is still `pending`. */
   pendingAnnounce?: boolean;
+  /** Runs whose send follow-up is still `pending` (`RunRecord.followUp`). */
+  pendingFollowUp?: boolean;
+  /** Runs of these origins only. */
+  origins?: readonly RunOrigin[];
   sessionKey?: string;
   agentId?: string;
   limit?: number;

@@ -33,6 +33,18 @@ export const SpawnRecordSchema = z.object({
 });
 export type SpawnRecord = z.infer<typeof SpawnRecordSchema>;
 
+export const RunOriginSchema = z.enum([
+  "chat",
+  "agent",
+  "send",
+  "reply",
+  "announce",
+  "spawn",
+  "spawn-announce",
+  "summarize",
+]);
+export type RunOrigin = z.infer<typeof RunOriginSchema>;
+
 /** One run (one agent turn on one session), as the run registry keeps it. */
 export const RunRecordSchema = z.object({
   runId: z.string(),
@@ -47,7 +59,7 @@ export const RunRecordSchema = z.object({
   timeoutSeconds: z.number().nonnegative().optional(),
   idempotencyKey: z.string().optional(),
   /** Why the run exists: a chat input, an operator `agent` call, an a2a step, a spawn, an announce, a summary. */
-  origin: z.enum(["chat", "agent", "send", "reply", "announce", "spawn", "spawn-announce", "summarize"]),
+  origin: RunOriginSchema,
   message: z.string(),
   /** Label the input message carried (what recovery writes if the input never reached the transcript). */
   label: LevelSchema.optional(),
@@ -58,6 +70,11 @@ export const RunRecordSchema = z.object({
   usage: z.object({ inputTokens: z.number(), outputTokens: z.number() }).optional(),
   attempts: z.number().int().nonnegative().default(0),
   spawn: SpawnRecordSchema.optional(),
+  /**
+   * A send's follow-up (reply turns, announce) on one process: `pending` from the send until it
+   * ends, so a restart takes it up again (`RunListQuery.pendingFollowUp`); absent when it has no step.
+   */
+  followUp: z.enum(["pending", "done"]).optional(),
   /** Free-form flow data the scheduler needs to resume (a2a chain ids, hop, waiting parents). */
   flow: z.record(z.string(), z.unknown()).optional(),
 });

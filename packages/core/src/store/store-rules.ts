@@ -11,7 +11,7 @@ import type {
   TranscriptReadOptions,
   TranscriptReadResult,
 } from "./interfaces";
-import { type RunRecord, RunRecordSchema, TERMINAL_RUN_STATUSES } from "./run-record";
+import { RunOriginSchema, type RunRecord, RunRecordSchema, TERMINAL_RUN_STATUSES } from "./run-record";
 import {
   type SessionEntry,
   SessionEntrySchema,
@@ -350,6 +350,8 @@ export function compileSessionFilter(
 const RunListQuerySchema = z.object({
   statuses: z.array(z.string()).optional(),
   pendingAnnounce: z.boolean().optional(),
+  pendingFollowUp: z.boolean().optional(),
+  origins: z.array(RunOriginSchema).optional(),
   sessionKey: z.string().optional(),
   agentId: z.string().optional(),
   limit: z.number().int().positive().optional(),
@@ -359,8 +361,12 @@ export function compileRunFilter(query: RunListQuery): (run: RunRecord) => boole
   const parsed = RunListQuerySchema.safeParse(query ?? {});
   if (!parsed.success) throw invalid(formatZodIssues(parsed.error, "query"), "query");
   const statuses = query.statuses ? new Set<string>(query.statuses) : undefined;
+  const origins = query.origins ? new Set<string>(query.origins) : undefined;
   return (run) => {
     if (statuses !== undefined && !statuses.has(run.status)) return false;
+    if (origins !== undefined && !origins.has(run.origin)) return false;
+    if (query.pendingFollowUp !== undefined && (run.followUp === "pending") !== query.pendingFollowUp)
+      return false;
     if (query.sessionKey !== undefined && run.sessionKey !== query.sessionKey) return false;
     if (query.agentId !== undefined && run.agentId !== query.agentId) return false;
     if (query.pendingAnnounce !== undefined) {
