@@ -39,10 +39,6 @@ import type { SessionsService } from "./sessions-service";
 export const REPLY_SKIP = "REPLY_SKIP";
 export const ANNOUNCE_SKIP = "ANNOUNCE_SKIP";
 
-/** A send's follow-up on one process, in its primary's `flow.followUp` (see `resumeSendFollowUps`). */
-const FOLLOW_UP_PENDING = "pending";
-const FOLLOW_UP_DONE = "done";
-
 /**
  * Announce runs one spawn gets before its announce is given up (`failed`, audited). Bounded so a
  * requester whose turns always fail (or that no worker ever serves) is not fed the findings forever.
@@ -103,6 +99,10 @@ export class AgentFlows {
 
   private get stepTimeoutSeconds(): number {
     return this.config.agents.defaults.timeoutSeconds;
+  }
+
+  private agentTimeoutSeconds(agentId: string): number {
+    return this.sessions.agentConfig(agentId)?.timeoutSeconds ?? this.config.agents.defaults.timeoutSeconds;
   }
 
   // ---- chain bookkeeping ---------------------------------------------------------------------
@@ -213,13 +213,11 @@ export class AgentFlows {
         origin: "send",
         provenance,
         context: this.a2aContextBlock(callerEntry, targetEntry),
-        flow: {
-          chainId: position.chainId,
-          hop: position.hop,
-          requesterKey: callerEntry.key,
-          request: text,
-          ...(marked ? { followUp: FOLLOW_UP_PENDING } : {}),
-        },
+        flow: { chainId: position.chainId, hop: position.hop, requesterKey: callerEntry.key, request: text },
+        ...(marked ? { followUp: "pending" as const } : {}),
+        // The run's own limit, as for any input (the caller's wait is a separate, shorter matter): a
+        // target whose worker never answers must not hold its lane and this follow-up for good.
+        timeoutSeconds: this.agentTimeoutSeconds(targetEntry.agentId),
         actor: caller.operator,
         auditWhileWaiting: true,
       }));
@@ -337,6 +335,7 @@ export class AgentFlows {
       timeoutSeconds?: number;
       idempotencyKey?: string;
       spawn?: RunRecord["spawn"];
+      followUp?: RunRecord["followUp"];
       label?: Level;
       /**
        * Returns with the delivery's audit record still being written (`audited`, which the caller
@@ -361,6 +360,7 @@ export class AgentFlows {
       ...(options.timeoutSeconds ? { timeoutSeconds: options.timeoutSeconds } : {}),
       ...(options.idempotencyKey ? { idempotencyKey: options.idempotencyKey } : {}),
       ...(options.spawn ? { spawn: options.spawn } : {}),
+      ...(options.followUp ? { followUp: options.followUp } : {}),
       // Issued with the run's write, so it shares a commit with the call's impersonation record.
       onCreate: (record) => {
         audited = this.audit
@@ -457,20 +457,21 @@ export class AgentFlows {
    */
   async resumeSendFollowUps(): Promise<void> {
     if (this.claims) return;
-    for (const primary of await this.store.runs.list({})) {
+    // Marked ones, and (from before marks) sends still queued.
+    const pending = await this.store.runs.list({ origins: ["send"], pendingFollowUp: true });
+    const queued = await this.store.runs.list({ origins: ["send"], statuses: ["queued"] });
+    for (const primary of [...pending, ...queued.filter((run) => run.followUp === undefined)]) {
       const flow = primary.flow;
       if (
-        primary.origin !== "send" ||
         typeof flow?.requesterKey !== "string" ||
         typeof flow.request !== "string" ||
         typeof flow.chainId !== "string"
       )
         continue;
       const position = { chainId: flow.chainId, hop: Number(flow.hop ?? 0) };
-      if (flow.followUp === FOLLOW_UP_PENDING)
+      if (primary.followUp === "pending")
         this.track(this.followUp(primary, flow.requesterKey, flow.request, position));
-      // Queued before follow-ups were marked: taken up as before, unmarked.
-      else if (primary.status === "queued" && flow.followUp === undefined)
+      else
         this.track(this.afterPrimary(primary, flow.requesterKey, primary.sessionKey, flow.request, position));
     }
   }
@@ -487,10 +488,9 @@ export class AgentFlows {
     // its record now but retention, so a version conflict means it was just written again; re-read.
     for (let attempt = 0; attempt < 5; attempt++) {
       const current = await this.store.runs.getVersioned(primary.runId);
-      if (!current || current.row.flow?.followUp !== FOLLOW_UP_PENDING) return;
-      const flow = { ...current.row.flow, followUp: FOLLOW_UP_DONE };
+      if (current?.row.followUp !== "pending") return;
       try {
-        await this.store.runs.put({ ...current.row, flow }, { expectedVersion: current.version });
+        await this.store.runs.put({ ...current.row, followUp: "done" }, { expectedVersion: current.version });
         return;
       } catch (error) {
         if (!isConflict(error)) throw error;
@@ -500,7 +500,7 @@ export class AgentFlows {
 
   /** A step's idempotency key in a send's follow-up (several instances: see `claimFollowUp`). */
   private stepKey(primary: RunRecord, step: string): { idempotencyKey?: string } {
-    return this.claims || primary.flow?.followUp !== undefined
+    return this.claims || primary.followUp !== undefined
       ? { idempotencyKey: `a2a:${primary.runId}:${step}` }
       : {};
   }

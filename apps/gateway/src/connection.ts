@@ -33,15 +33,31 @@ export class Connection {
    */
   readonly subscriptionFilters = new Map<string, (event: import("./event-bus").BusEvent) => boolean>();
   private readonly closeCallbacks: Array<() => void> = [];
+  /** Calls that stop when the connection closes (`untilClosed`), removed as each one ends. */
+  private readonly openCalls = new Set<AbortController>();
 
   onClosed(callback: () => void): void {
     if (this.state === "closed") callback();
     else this.closeCallbacks.push(callback);
   }
 
+  /**
+   * A signal for one call that waits on the caller's behalf (a run's end, a send's reply): it
+   * aborts when the connection closes, so nothing waits on for a caller that is gone. `done` when
+   * the call ends: the connection keeps only calls in progress.
+   */
+  untilClosed(): { signal: AbortSignal; done(): void } {
+    const controller = new AbortController();
+    if (this.state === "closed") controller.abort(new Error("connection closed"));
+    else this.openCalls.add(controller);
+    return { signal: controller.signal, done: () => this.openCalls.delete(controller) };
+  }
+
   /** Called by the transport once the socket is gone. */
   markClosed(): void {
     this.state = "closed";
+    for (const controller of this.openCalls) controller.abort(new Error("connection closed"));
+    this.openCalls.clear();
     for (const callback of this.closeCallbacks.splice(0)) callback();
   }
 

@@ -36,6 +36,7 @@ export interface RunSpec {
   timeoutSeconds?: number;
   idempotencyKey?: string;
   spawn?: SpawnRecord;
+  followUp?: RunRecord["followUp"];
   flow?: Record<string, unknown>;
   /** Record the input in the transcript (false for isolated runs such as summaries). */
   recordInput?: boolean;
@@ -262,6 +263,7 @@ export class RunScheduler {
       ...(spec.timeoutSeconds ? { timeoutSeconds: spec.timeoutSeconds } : {}),
       ...(spec.idempotencyKey ? { idempotencyKey: spec.idempotencyKey } : {}),
       ...(spec.spawn ? { spawn: spec.spawn } : {}),
+      ...(spec.followUp ? { followUp: spec.followUp } : {}),
       ...(spec.flow ? { flow: spec.flow } : {}),
       label: spec.label,
     };

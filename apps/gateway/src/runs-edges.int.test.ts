@@ -101,7 +101,7 @@ describe("runs and agent-to-agent flows off the usual paths (file store)", () =>
     const replyRuns = (await gw.gateway.store.runs.list({})).filter((run) => run.origin === "reply");
     expect(replyRuns).toHaveLength(2);
     // Finished: the next start does not take it up again.
-    expect((await gw.gateway.store.runs.get(sent.runId as string))?.flow?.followUp).toBe("done");
+    expect((await gw.gateway.store.runs.get(sent.runId as string))?.followUp).toBe("done");
   });
 
   it("keeps FIFO order in a lane when a worker slot frees while an earlier run of the lane is being accepted", async () => {

@@ -1,8 +1,12 @@
+import { SwitchboardError } from "@switchboard/core";
 import type { Access } from "../access";
 import type { Connection } from "../connection";
 import type { BusEvent } from "../ports/event-log";
 import type { MethodDeps } from "./deps";
 import type { Handlers } from "./handler";
+
+/** Sessions one connection may follow by key (`events.subscribe {sessionKey}`); all events is one more. */
+export const MAX_SUBSCRIPTIONS_PER_CONNECTION = 1_000;
 
 /** Which bus events a connection may receive: its own, its agents', or its sessions'. */
 function eventFilter(
@@ -67,7 +71,21 @@ export function eventMethods({
         connection.onClosed(unsubscribe);
       }
       // Subscriptions add up (a client following two sessions gets both), as the SDK renews them.
-      connection.subscriptionFilters.set(sessionKey ?? "*", accepts);
+      // They live as long as the connection, one per key: bounded, since each one is run on every
+      // event published. All events (`*`) covers every session's, which then go.
+      const filters = connection.subscriptionFilters;
+      if (sessionKey !== undefined && !filters.has(sessionKey) && !filters.has("*")) {
+        if (filters.size >= MAX_SUBSCRIPTIONS_PER_CONNECTION)
+          throw new SwitchboardError(
+            "RATE_LIMITED",
+            `sessionKey: this connection follows ${MAX_SUBSCRIPTIONS_PER_CONNECTION} sessions already (the most one may); subscribe without a sessionKey for all events, or open another connection`,
+            { details: { field: "sessionKey", limit: MAX_SUBSCRIPTIONS_PER_CONNECTION } },
+          );
+        filters.set(sessionKey, accepts);
+      } else if (sessionKey === undefined) {
+        filters.clear();
+        filters.set("*", accepts);
+      }
       if (params.after !== undefined) {
         // The client holds everything up to `after` (in this numbering: the stream has reached it):
         // nothing at or below it is sent again, replayed or live.

@@ -98,8 +98,17 @@ export function runMethods({
     agent: (params, connection) => inOrder(connection, params, "agent"),
     "agent.wait": async (params, connection) => {
       await access.requireRunAccess(connection, params.runId);
-      const { stillRunning: _, ...result } = await scheduler.wait(params.runId, params.timeoutMs ?? 30_000);
-      return result;
+      const call = connection.untilClosed();
+      try {
+        const { stillRunning: _, ...result } = await scheduler.wait(
+          params.runId,
+          params.timeoutMs ?? 30_000,
+          call.signal,
+        );
+        return result;
+      } finally {
+        call.done();
+      }
     },
     "run.progress": async (params, connection) => {
       const record = access.heldRun(connection, params.runId);

@@ -28,9 +28,10 @@ export function toolMethods({
       return { tools: tools.definitionsFor(entry, caller.runOrigin).list };
     },
     "tools.invoke": async (params, connection) => {
-      const tracked = inflight.track(connection, params.toolCallId);
+      // A call without a `toolCallId` cannot be cancelled by name, but stops with its connection too.
+      const tracked = inflight.track(connection, params.toolCallId) ?? connection.untilClosed();
       try {
-        const signal = tracked ? { signal: tracked.signal } : {};
+        const signal = { signal: tracked.signal };
         if (connection.identity!.role === "mcp") {
           const binding = access.mcpBinding(connection, params);
           return await mcp.call(binding, params.tool, params.args, { transport: "websocket", ...signal });
@@ -44,7 +45,7 @@ export function toolMethods({
           params.toolCallId,
         );
       } finally {
-        tracked?.done();
+        tracked.done();
       }
     },
     "tools.cancel": async (params, connection) => ({

@@ -50,7 +50,13 @@ export class InProcessWorkerRegistry<W extends { readonly isOpen: boolean }> imp
   }
 
   remove(worker: W): string[] {
-    for (const set of this.workers.values()) set.delete(worker);
+    // Only the worker's own agents; an agent with no worker left goes, so agent ids that workers
+    // served once (any id a token without an `agents` list names) do not pile up.
+    for (const agentId of this.agents.get(worker) ?? []) {
+      const set = this.workers.get(agentId);
+      set?.delete(worker);
+      if (set?.size === 0) this.workers.delete(agentId);
+    }
     const held = [...(this.load.get(worker) ?? [])];
     this.load.delete(worker);
     this.limit.delete(worker);
