@@ -1132,7 +1132,7 @@ export class AgentFlows {
    * <= 0: never). Returns how many it archived.
    */
   async archiveSweep(endedBefore?: number): Promise<number> {
-    const runs = await this.store.runs.list({ statuses: ["ok", "error", "timeout"] });
+    const runs = await this.store.runs.list({ origins: ["spawn"], statuses: ["ok", "error", "timeout"] });
     const now = Date.now();
     let archived = 0;
     for (const run of runs) {
