@@ -1133,6 +1133,12 @@ export class AgentFlows {
    */
   async archiveSweep(endedBefore?: number): Promise<number> {
     const runs = await this.store.runs.list({ origins: ["spawn"], statuses: ["ok", "error", "timeout"] });
+    // A child that spawned sub-agents of its own (maxSpawnDepth > 1) waits for their findings: a
+    // spawn of it still to run, or ended with its announce to it pending, keeps it live.
+    const reportingTo = new Set<string>();
+    const unfinished = await this.store.runs.list({ origins: ["spawn"], statuses: ["queued", "running"] });
+    for (const run of [...unfinished, ...(await this.store.runs.list({ pendingAnnounce: true }))])
+      if (run.spawn) reportingTo.add(run.spawn.requesterKey);
     const now = Date.now();
     let archived = 0;
     for (const run of runs) {
@@ -1145,7 +1151,8 @@ export class AgentFlows {
       }
       if ((run.endedAt ?? 0) > cutoff) continue;
       const child = await this.sessions.get(run.spawn.childKey);
-      if (!child || child.archivedAt || (await this.hasRunsToCome(child.key))) continue;
+      if (!child || child.archivedAt || reportingTo.has(child.key) || (await this.hasRunsToCome(child.key)))
+        continue;
       if (await this.sessions.archive(child.key, child.sessionId)) archived += 1;
     }
     return archived;

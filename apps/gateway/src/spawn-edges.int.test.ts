@@ -191,4 +191,53 @@ describe("sub-agent archiver and runs still to come on the child (file store)", 
     expect(await gw.gateway.flows.archiveSweep(Date.now() + 1)).toBe(1);
     expect((await gw.gateway.store.sessions.get(childKey))?.archivedAt).toBeGreaterThan(0);
   });
+
+  it("does not archive a finished child while a sub-agent it spawned is still to report to it", async () => {
+    gw = await startTestGateway(
+      config({
+        agents: {
+          list: [
+            { id: "main", default: true, subagents: { allowAgents: ["research"], maxSpawnDepth: 2 } },
+            { id: "research", subagents: { allowAgents: ["research"], maxSpawnDepth: 2 } },
+          ],
+        },
+        // Sub-agents get no session tools unless allowed: this one may spawn.
+        tools: {
+          agentToAgent: { enabled: true, allow: ["*"] },
+          subagents: { tools: { allow: ["sessions_spawn"] } },
+        },
+      }),
+      { store: "file" },
+    );
+    const op = await gw.operator();
+    await op.call("sessions.create", { key: MAIN });
+    const worker = await startWorker();
+    // The child spawns a grandchild that thinks for a while, and ends its own run at once.
+    const task = `call sessions_spawn ${JSON.stringify({ task: "sleep 1500", agentId: "research" })}`;
+    const spawned = await tool(op, MAIN, "sessions_spawn", { task, agentId: "research" });
+    expect(spawned.status).toBe("accepted");
+    const childKey = spawned.childSessionKey as string;
+    expect(await op.call("agent.wait", { runId: spawned.runId, timeoutMs: 5_000 })).toMatchObject({
+      status: "ok",
+    });
+    await until(
+      () => worker.runs.some((run) => run.input.message === "sleep 1500"),
+      "the grandchild running",
+    );
+
+    // The child's window has passed, but its grandchild's findings are still to come to it.
+    expect(await gw.gateway.flows.archiveSweep(Date.now() + 1)).toBe(0);
+    expect((await gw.gateway.store.sessions.get(childKey))?.archivedAt).toBeUndefined();
+
+    // Once the grandchild has reported to the child (and the child to its requester), it goes.
+    await until(
+      async () =>
+        (await gw!.gateway.store.runs.list({ origins: ["spawn"], pendingAnnounce: true })).length === 0,
+      "every announce delivered",
+      10_000,
+    );
+    await gw.gateway.flows.idle();
+    expect(await gw.gateway.flows.archiveSweep(Date.now() + 1)).toBeGreaterThanOrEqual(1);
+    expect((await gw.gateway.store.sessions.get(childKey))?.archivedAt).toBeGreaterThan(0);
+  });
 });
