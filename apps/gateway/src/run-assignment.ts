@@ -4,6 +4,7 @@ import {
   type EventPayload,
   type RunRecord,
   type SessionEntry,
+  TERMINAL_RUN_STATUSES,
   type TranscriptEntry,
 } from "@switchboard/core";
 import type { Connection } from "./connection";
@@ -84,6 +85,8 @@ export function runAssignment(
   return async (record, worker, deadline, session) => {
     const entry = session ?? (await sessions.require(record.sessionKey));
     const recent = await sessions.recentMessages(entry, 21);
+    // Its timeout may have fired during the reads: an ended run is handed to no worker.
+    if (TERMINAL_RUN_STATUSES.includes(record.status)) return;
     const history = recent
       .filter((item) => item.runId !== record.runId)
       .slice(-20)

@@ -206,4 +206,35 @@ describe("runs and agent-to-agent flows off the usual paths (file store)", () =>
       reply: "echo: next",
     });
   });
+
+  it("a run that times out while its assignment reads the history is handed to no worker", async () => {
+    gw = await startTestGateway(config(), { store: "file" });
+    const op = await gw.operator();
+    const sessionKey = "agent:main:cron:slow-history";
+    await op.call("sessions.create", { key: sessionKey });
+    const { runId } = await op.call<{ runId: string }>("agent", {
+      sessionKey,
+      message: "hello",
+      timeoutSeconds: 1,
+    });
+    // The history read `run.assigned` is built from takes past the run's deadline (a slow store).
+    const sessions = gw.gateway.sessions;
+    const read = sessions.recentMessages.bind(sessions);
+    let stalled: Promise<void> | undefined;
+    sessions.recentMessages = async (...args: Parameters<typeof read>) => {
+      if (args[0].key === sessionKey && !stalled) {
+        stalled = sleep(1_500);
+        await stalled;
+      }
+      return read(...args);
+    };
+    const worker = await startWorker();
+    expect(await op.call<Result>("agent.wait", { runId, timeoutMs: 10_000 })).toMatchObject({
+      status: "timeout",
+    });
+    await until(() => stalled !== undefined, "the history read");
+    await stalled;
+    await sleep(300);
+    expect(worker.runs.map((run) => run.runId)).not.toContain(runId);
+  });
 });
