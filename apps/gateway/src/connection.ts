@@ -1,3 +1,4 @@
+import { setMaxListeners } from "node:events";
 import type { Role } from "@switchboard/core";
 import { CloseCodes } from "@switchboard/core";
 import type { Logger } from "pino";
@@ -33,8 +34,8 @@ export class Connection {
    */
   readonly subscriptionFilters = new Map<string, (event: import("./event-bus").BusEvent) => boolean>();
   private readonly closeCallbacks: Array<() => void> = [];
-  /** Calls that stop when the connection closes (`untilClosed`), removed as each one ends. */
-  private readonly openCalls = new Set<AbortController>();
+  /** Aborted when the connection closes (`closedSignal`); made on first use. */
+  private closing: AbortController | undefined;
 
   onClosed(callback: () => void): void {
     if (this.state === "closed") callback();
@@ -42,22 +43,24 @@ export class Connection {
   }
 
   /**
-   * A signal for one call that waits on the caller's behalf (a run's end, a send's reply): it
-   * aborts when the connection closes, so nothing waits on for a caller that is gone. `done` when
-   * the call ends: the connection keeps only calls in progress.
+   * Aborts when the connection closes: a call waiting on the caller's behalf (a run's end, a send's
+   * reply) passes it on, so nothing waits on for a caller that is gone. One per connection, not per
+   * call: every wait that listens to it removes its listener when it ends.
    */
-  untilClosed(): { signal: AbortSignal; done(): void } {
-    const controller = new AbortController();
-    if (this.state === "closed") controller.abort(new Error("connection closed"));
-    else this.openCalls.add(controller);
-    return { signal: controller.signal, done: () => this.openCalls.delete(controller) };
+  get closedSignal(): AbortSignal {
+    if (!this.closing) {
+      this.closing = new AbortController();
+      // Each call in flight listens while it waits: as many as the in-flight cap allows.
+      setMaxListeners(0, this.closing.signal);
+      if (this.state === "closed") this.closing.abort(new Error("connection closed"));
+    }
+    return this.closing.signal;
   }
 
   /** Called by the transport once the socket is gone. */
   markClosed(): void {
     this.state = "closed";
-    for (const controller of this.openCalls) controller.abort(new Error("connection closed"));
-    this.openCalls.clear();
+    this.closing?.abort(new Error("connection closed"));
     for (const callback of this.closeCallbacks.splice(0)) callback();
   }
 

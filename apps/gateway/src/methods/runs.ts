@@ -98,17 +98,12 @@ export function runMethods({
     agent: (params, connection) => inOrder(connection, params, "agent"),
     "agent.wait": async (params, connection) => {
       await access.requireRunAccess(connection, params.runId);
-      const call = connection.untilClosed();
-      try {
-        const { stillRunning: _, ...result } = await scheduler.wait(
-          params.runId,
-          params.timeoutMs ?? 30_000,
-          call.signal,
-        );
-        return result;
-      } finally {
-        call.done();
-      }
+      const { stillRunning: _, ...result } = await scheduler.wait(
+        params.runId,
+        params.timeoutMs ?? 30_000,
+        connection.closedSignal,
+      );
+      return result;
     },
     "run.progress": async (params, connection) => {
       const record = access.heldRun(connection, params.runId);

@@ -28,10 +28,10 @@ export function toolMethods({
       return { tools: tools.definitionsFor(entry, caller.runOrigin).list };
     },
     "tools.invoke": async (params, connection) => {
-      // A call without a `toolCallId` cannot be cancelled by name, but stops with its connection too.
-      const tracked = inflight.track(connection, params.toolCallId) ?? connection.untilClosed();
+      const tracked = inflight.track(connection, params.toolCallId);
       try {
-        const signal = { signal: tracked.signal };
+        // A call without a `toolCallId` cannot be cancelled by name, but stops with its connection too.
+        const signal = { signal: tracked?.signal ?? connection.closedSignal };
         if (connection.identity!.role === "mcp") {
           const binding = access.mcpBinding(connection, params);
           return await mcp.call(binding, params.tool, params.args, { transport: "websocket", ...signal });
@@ -45,7 +45,7 @@ export function toolMethods({
           params.toolCallId,
         );
       } finally {
-        tracked.done();
+        tracked?.done();
       }
     },
     "tools.cancel": async (params, connection) => ({
