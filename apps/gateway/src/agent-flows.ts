@@ -45,6 +45,9 @@ export const ANNOUNCE_SKIP = "ANNOUNCE_SKIP";
  */
 const MAX_ANNOUNCE_ATTEMPTS = 3;
 
+/** Spawn runs the archiver looks at between two yields to the event loop. */
+const SWEEP_SLICE = 1_000;
+
 const isConflict = (error: unknown) => error instanceof SwitchboardError && error.code === "CONFLICT";
 
 /**
@@ -1141,7 +1144,11 @@ export class AgentFlows {
       if (run.spawn) reportingTo.add(run.spawn.requesterKey);
     const now = Date.now();
     let archived = 0;
+    let seen = 0;
     for (const run of runs) {
+      // Store reads of rows held in memory resolve without yielding: a sweep over 100k ended spawns
+      // lets other requests in every so often.
+      if (++seen % SWEEP_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
       if (!run.spawn || run.spawn.cleanup === "delete") continue;
       let cutoff = endedBefore;
       if (cutoff === undefined) {

@@ -13,9 +13,14 @@ import {
   validateRunRecord,
   type WriteOptions,
 } from "@switchboard/core";
+import { yieldToEventLoop } from "./fs-io";
 import { JournaledMap } from "./journaled-map";
 import type { StoreLogger } from "./logger";
 import type { StoreHealthTracker } from "./store-health";
+
+/** Runs tested against a list's filter, and records copied for its answer, between two yields. */
+const LIST_SLICE = 5_000;
+const CLONE_SLICE = 500;
 
 export interface FileRunRegistryOptions {
   dir: string;
@@ -89,20 +94,40 @@ export class FileRunRegistry implements RunRegistryStore {
   async list(query: RunListQuery): Promise<RunRecord[]> {
     const matches = compileRunFilter(query);
     const selected: RunRecord[] = [];
-    for (const run of this.journal.values.values()) if (matches(run)) selected.push(run);
+    // A registry of 100k runs is walked and copied in slices, letting other requests in between: a
+    // list that returns most of it (the archiver's, retention's) must not hold the loop for its whole
+    // length. A put meanwhile replaces its record rather than changing the one already taken.
+    let seen = 0;
+    for (const run of this.journal.values.values()) {
+      if (matches(run)) selected.push(run);
+      if (++seen % LIST_SLICE === 0) await yieldToEventLoop();
+    }
     selected.sort(compareRunsNewestFirst);
     const limited = query.limit === undefined ? selected : selected.slice(0, query.limit);
-    return limited.map((run) => structuredClone(run));
+    const copies: RunRecord[] = [];
+    for (const run of limited) {
+      copies.push(structuredClone(run));
+      if (copies.length % CLONE_SLICE === 0) await yieldToEventLoop();
+    }
+    return copies;
   }
 
   async prune(options: RunPruneOptions): Promise<number> {
     checkPruneOptions(options, "endedBefore", options.endedBefore);
     const doomed: RunRecord[] = [];
-    for (const run of this.journal.values.values()) if (runPrunable(run, options)) doomed.push(run);
-    doomed.sort((a, b) => (a.endedAt ?? 0) - (b.endedAt ?? 0));
+    let seen = 0;
+    for (const run of this.journal.values.values()) {
+      if (runPrunable(run, options)) doomed.push(run);
+      if (++seen % LIST_SLICE === 0) await yieldToEventLoop();
+    }
+    // Checked again: a record may have been written while the scan let other work in.
+    const batch = oldestEnded(doomed, options.limit).filter((run) => {
+      const current = this.journal.get(run.runId);
+      return current !== undefined && runPrunable(current, options);
+    });
     // Issued together so they share group commits; a crash keeps a prefix of them.
     const results = await Promise.all(
-      doomed.slice(0, options.limit).map((run) => {
+      batch.map((run) => {
         const key = run.idempotencyKey;
         if (key !== undefined && this.runIdByIdempotencyKey.get(key) === run.runId)
           this.runIdByIdempotencyKey.delete(key);
@@ -133,4 +158,22 @@ export class FileRunRegistry implements RunRegistryStore {
   close(): Promise<void> {
     return this.journal.close();
   }
+}
+
+/**
+ * The `limit` runs that ended first, oldest first, without sorting them all: retention takes a small
+ * batch at a time from what may be every run of the registry.
+ */
+function oldestEnded(runs: RunRecord[], limit: number): RunRecord[] {
+  const endedAt = (run: RunRecord) => run.endedAt ?? 0;
+  if (runs.length > limit) {
+    const threshold = Float64Array.from(runs, endedAt).sort()[limit - 1]!;
+    const below = runs.filter((run) => endedAt(run) < threshold);
+    for (const run of runs) {
+      if (below.length >= limit) break;
+      if (endedAt(run) === threshold) below.push(run);
+    }
+    runs = below;
+  }
+  return runs.sort((a, b) => endedAt(a) - endedAt(b));
 }
