@@ -33,7 +33,7 @@ import type { CallBudget } from "./ports/call-budget";
 import type { FlowClaims } from "./ports/flow-claims";
 import { InProcessSessionLocks, type SessionLocks } from "./ports/session-locks";
 import { type ChainPosition, chainPositionOf, type WaitGraph } from "./ports/wait-graph";
-import type { RunEnd, RunScheduler, WaitResult } from "./run-scheduler";
+import { isLostWithProcess, type RunEnd, type RunScheduler, type WaitResult } from "./run-scheduler";
 import type { SessionsService } from "./sessions-service";
 
 export const REPLY_SKIP = "REPLY_SKIP";
@@ -454,8 +454,8 @@ export class AgentFlows {
    * that accepted the send, and is taken up again here. Those with a step to take are marked pending
    * in their primary's record until they end; one whose primary is still queued (the process stopped
    * before it ran) waits for it again, so a fire-and-forget send keeps its reply turns. A step run
-   * already created is found again by its idempotency key and awaited, not started twice; one found
-   * running ended `error` at recovery, which ends the turns there (the announce still follows).
+   * already created is found again by its idempotency key and awaited, not started twice; one whose
+   * run died with the old process is made once more (`stepEnd`).
    * Several instances: the leader takes over orphaned follow-ups through the flow claims instead.
    */
   async resumeSendFollowUps(): Promise<void> {
@@ -487,6 +487,8 @@ export class AgentFlows {
     position: ChainPosition,
   ): Promise<void> {
     await this.afterPrimary(primary, requesterKey, primary.sessionKey, request, position);
+    // Stopping: a step cut short by the stop is taken up at the next start, so the mark stays.
+    if (this.stopped) return;
     // The primary has ended and its end is durable (`waitEnd` waits for that): nothing else writes
     // its record now but retention, so a version conflict means it was just written again; re-read.
     for (let attempt = 0; attempt < 5; attempt++) {
@@ -546,22 +548,25 @@ export class AgentFlows {
           facts: { origin: "gateway", chainId: position.chainId, hop: position.hop },
         });
         if (decision.action === "BLOCK") break;
-        const { record } = await this.deliverMessage(other, speaker, decision.text ?? latest, {
-          origin: "reply",
-          provenance: {
-            kind: "agent",
-            fromSessionKey: otherKey,
-            fromRunId: primary.runId,
-            chainId: position.chainId,
-            hop: position.hop,
-            step: "reply",
-          },
-          context: stepContext,
-          flow: { chainId: position.chainId, hop: position.hop, turn },
-          timeoutSeconds: this.stepTimeoutSeconds,
-          ...this.stepKey(primary, `turn:${turn}`),
+        const text = decision.text ?? latest;
+        const step = await this.stepEnd(primary, `turn:${turn}`, async (key) => {
+          const { record } = await this.deliverMessage(other, speaker, text, {
+            origin: "reply",
+            provenance: {
+              kind: "agent",
+              fromSessionKey: otherKey,
+              fromRunId: primary.runId,
+              chainId: position.chainId,
+              hop: position.hop,
+              step: "reply",
+            },
+            context: stepContext,
+            flow: { chainId: position.chainId, hop: position.hop, turn },
+            timeoutSeconds: this.stepTimeoutSeconds,
+            ...key,
+          });
+          return record.runId;
         });
-        const step = await this.waitEnd(record.runId);
         const reply = step.reply?.trim() ?? "";
         if (step.status !== "ok" || reply === "" || reply === REPLY_SKIP) break;
         latest = step.reply!;
@@ -628,30 +633,49 @@ export class AgentFlows {
       `Latest reply: ${latest}`,
       `If you want to remain silent, reply exactly "${ANNOUNCE_SKIP}".`,
     ].join("\n");
-    const { record } = await this.scheduler.enqueue({
-      sessionKey: targetKey,
-      lane: "nested",
-      origin: "announce",
-      message: "Announce the outcome of this agent-to-agent exchange to your channel.",
-      context,
-      provenance: {
-        kind: "agent",
-        fromSessionKey: requesterKey,
-        fromRunId: primary.runId,
-        chainId: position.chainId,
-        hop: position.hop,
-        step: "announce",
-      },
-      label: target.taint,
-      timeoutSeconds: this.stepTimeoutSeconds,
-      flow: { chainId: position.chainId, hop: position.hop },
-      ...this.stepKey(primary, "announce"),
+    const ended = await this.stepEnd(primary, "announce", async (key) => {
+      const { record } = await this.scheduler.enqueue({
+        sessionKey: targetKey,
+        lane: "nested",
+        origin: "announce",
+        message: "Announce the outcome of this agent-to-agent exchange to your channel.",
+        context,
+        provenance: {
+          kind: "agent",
+          fromSessionKey: requesterKey,
+          fromRunId: primary.runId,
+          chainId: position.chainId,
+          hop: position.hop,
+          step: "announce",
+        },
+        label: target.taint,
+        timeoutSeconds: this.stepTimeoutSeconds,
+        flow: { chainId: position.chainId, hop: position.hop },
+        ...key,
+      });
+      return record.runId;
     });
-    const ended = await this.waitEnd(record.runId);
     const reply = ended.reply?.trim() ?? "";
     if (ended.status !== "ok" || reply === "" || reply === ANNOUNCE_SKIP) return;
     const fresh = (await this.sessions.get(targetKey)) ?? target;
-    await this.output.deliver(fresh, ended.reply!, { reason: "announce", runId: record.runId });
+    await this.output.deliver(fresh, ended.reply!, { reason: "announce", runId: ended.runId });
+  }
+
+  /**
+   * Runs one step of a send's follow-up (`start` makes its run under the key given) and waits for
+   * its end. A step whose run died with its process (ended by the next start's recovery, or by a
+   * shutdown) never had its turn: taken up again, it is made once more under a key of its own, so
+   * the turn or the announce is not lost to a restart (nor made twice by a second one).
+   */
+  private async stepEnd(
+    primary: RunRecord,
+    step: string,
+    start: (key: { idempotencyKey?: string }) => Promise<string>,
+  ): Promise<WaitResult> {
+    const ended = await this.waitEnd(await start(this.stepKey(primary, step)));
+    const keyed = this.claims !== undefined || primary.followUp !== undefined;
+    if (!keyed || this.stopped || ended.status !== "error" || !isLostWithProcess(ended.error)) return ended;
+    return this.waitEnd(await start(this.stepKey(primary, `${step}:again`)));
   }
 
   private async waitEnd(runId: string): Promise<WaitResult> {

@@ -162,7 +162,7 @@ export class RunScheduler {
       // One bad run must never keep the gateway from starting: it ends `error` with the reason.
       try {
         if (record.status === "running") {
-          await this.finish(record, "error", { error: "gateway restarted" });
+          await this.finish(record, "error", { error: LOST_AT_RESTART });
           continue;
         }
         const gone = await this.sessionGone(record);
@@ -1025,7 +1025,7 @@ export class RunScheduler {
     }
     for (const active of this.active.all()) {
       if (active.record.status === "running") {
-        await this.finish(active.record, "error", { error: "gateway shutting down" }).catch((error) =>
+        await this.finish(active.record, "error", { error: LOST_AT_SHUTDOWN }).catch((error) =>
           this.log.error({ err: error, runId: active.record.runId }, "could not end a run at shutdown"),
         );
       } else if (active.timer) {
@@ -1036,6 +1036,15 @@ export class RunScheduler {
 }
 
 const UNSAVED_RETRY_MS = 2_000;
+
+/** The errors of runs that ended with their process rather than by their worker's answer. */
+const LOST_AT_RESTART = "gateway restarted";
+const LOST_AT_SHUTDOWN = "gateway shutting down";
+
+/** A run ended because its process stopped or died (its worker never gave an answer). */
+export function isLostWithProcess(error: string | undefined): boolean {
+  return error === LOST_AT_RESTART || error === LOST_AT_SHUTDOWN;
+}
 
 function laneKeyOf(record: Pick<RunRecord, "sessionKey" | "lane" | "origin">): string {
   // Summaries are isolated runs: they must never queue behind (or block) the session's own lanes.
