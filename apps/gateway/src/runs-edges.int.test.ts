@@ -1,22 +1,18 @@
-import type { ConfigInput, SessionEntry } from "@switchboard/core";
+import type { SessionEntry } from "@switchboard/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { behaviour } from "./testing/behaviour";
-import { startTestGateway, type TestGateway, TestWorker, type WorkerHandler } from "./testing/test-gateway";
+import {
+  a2aConfig,
+  startTestGateway,
+  type TestGateway,
+  TestWorker,
+  WORKER_TOKEN as WORKER,
+  type WorkerHandler,
+} from "./testing/test-gateway";
 import { TestPeer } from "./testing/test-peer";
 import { until } from "./testing/until";
 
-const WORKER = "worker-token-0123456789";
-
-function config(overrides: Partial<ConfigInput> = {}): ConfigInput {
-  return {
-    auth: { tokens: [{ name: "worker", token: WORKER, role: "agent" }] },
-    agents: {
-      list: [{ id: "main", default: true, subagents: { allowAgents: ["research"] } }, { id: "research" }],
-    },
-    tools: { agentToAgent: { enabled: true, allow: ["*"] } },
-    ...overrides,
-  };
-}
+const config = a2aConfig;
 
 type Result = Record<string, unknown> & { status: string };
 

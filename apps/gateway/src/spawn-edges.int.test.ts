@@ -1,23 +1,21 @@
 import type { ConfigInput, RunRecord } from "@switchboard/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { behaviour } from "./testing/behaviour";
-import { startTestGateway, type TestGateway, TestWorker, type WorkerHandler } from "./testing/test-gateway";
+import {
+  a2aConfig,
+  startTestGateway,
+  type TestGateway,
+  TestWorker,
+  WORKER_TOKEN as WORKER,
+  type WorkerHandler,
+} from "./testing/test-gateway";
 import type { TestPeer } from "./testing/test-peer";
 import { until } from "./testing/until";
 
-const WORKER = "worker-token-0123456789";
 const MAIN = "agent:main:main";
 
 function config(overrides: Partial<ConfigInput> = {}): ConfigInput {
-  return {
-    auth: { tokens: [{ name: "worker", token: WORKER, role: "agent" }] },
-    agents: {
-      list: [{ id: "main", default: true, subagents: { allowAgents: ["research"] } }, { id: "research" }],
-    },
-    tools: { agentToAgent: { enabled: true, allow: ["*"] } },
-    session: { agentToAgent: { maxPingPongTurns: 0 } },
-    ...overrides,
-  };
+  return a2aConfig({ session: { agentToAgent: { maxPingPongTurns: 0 } }, ...overrides });
 }
 
 type Result = Record<string, unknown> & { status: string };

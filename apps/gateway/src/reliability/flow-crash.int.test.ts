@@ -8,7 +8,7 @@ import { fileURLToPath } from "node:url";
 import type { ConfigInput, RunRecord } from "@switchboard/core";
 import { afterAll, describe, expect, it } from "vitest";
 import { behaviour } from "../testing/behaviour";
-import { type RunContext, TestWorker } from "../testing/test-gateway";
+import { a2aConfig, type RunContext, TestWorker, WORKER_TOKEN as WORKER } from "../testing/test-gateway";
 import { TestPeer } from "../testing/test-peer";
 import { until } from "../testing/until";
 import { readWholeAudit, readWholeHistory, seededRandom, textOf } from "./reliability-helpers";
@@ -25,7 +25,6 @@ import { readWholeAudit, readWholeHistory, seededRandom, textOf } from "./reliab
  * announce `delivered`), with the audit chain verifying.
  */
 
-const WORKER = "flow-crash-worker-token-0123456789";
 const MAIN = "agent:main:main";
 const LAB = "agent:research:discord:group:lab";
 
@@ -52,15 +51,7 @@ afterAll(async () => {
 });
 
 function config(overrides: Partial<ConfigInput> = {}): ConfigInput {
-  return {
-    auth: { tokens: [{ name: "worker", token: WORKER, role: "agent" }] },
-    agents: {
-      list: [{ id: "main", default: true, subagents: { allowAgents: ["research"] } }, { id: "research" }],
-    },
-    tools: { agentToAgent: { enabled: true, allow: ["*"] } },
-    session: { agentToAgent: { maxPingPongTurns: 0 } },
-    ...overrides,
-  };
+  return a2aConfig({ session: { agentToAgent: { maxPingPongTurns: 0 } }, ...overrides });
 }
 
 /** A gateway in a child process (test/flow-crash-gateway.mjs) with a command line into its store. */

@@ -79,6 +79,21 @@ export interface TestGateway {
 export const WORKER_TOKEN = "worker-token-0123456789";
 export const CLIENT_TOKEN = "client-token-0123456789";
 
+/**
+ * Agent-to-agent flows: agents `main` (default, may spawn `research`) and `research`, sends allowed
+ * between them, one worker token that may serve any agent id. `overrides` replace whole sections.
+ */
+export function a2aConfig(overrides: Partial<ConfigInput> = {}): ConfigInput {
+  return {
+    auth: { tokens: [{ name: "worker", token: WORKER_TOKEN, role: "agent" }] },
+    agents: {
+      list: [{ id: "main", default: true, subagents: { allowAgents: ["research"] } }, { id: "research" }],
+    },
+    tools: { agentToAgent: { enabled: true, allow: ["*"] } },
+    ...overrides,
+  };
+}
+
 /** The usual test setup: agents `main` (default) and `research`, a worker and a webchat client token. */
 export const twoAgentConfig = {
   auth: {
