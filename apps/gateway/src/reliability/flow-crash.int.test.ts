@@ -238,6 +238,21 @@ async function expectConsistent(child: FlowGateway, op: TestPeer): Promise<void>
   expect(await op.call("audit.verify", {}), "audit chain").toMatchObject({ ok: true });
 }
 
+/** Kills the gateway where the test stopped it, restarts it on its data dir with a worker for both agents. */
+async function killAndRestart(child: FlowGateway, dataDir: string, input: ConfigInput, agents: Agents) {
+  await settle();
+  await kill9(child);
+  const again = await startChild(dataDir, input);
+  const op2 = await operator(again);
+  await agents.worker(again, ["main", "research"]);
+  return { again, op2 };
+}
+
+async function expectConsistentThenKill(child: FlowGateway, op: TestPeer): Promise<void> {
+  await expectConsistent(child, op);
+  await kill9(child);
+}
+
 describe.skipIf(!built)("kill -9 in the middle of a send's follow-up (file store)", () => {
   // Two reply turns and an announce: the target is a discord group with a route.
   const twoTurns = config({ session: { agentToAgent: { maxPingPongTurns: 2 } } });
@@ -264,17 +279,11 @@ describe.skipIf(!built)("kill -9 in the middle of a send's follow-up (file store
       status: "queued",
       followUp: "pending",
     });
-    await settle();
-    await kill9(child);
-
-    const again = await startChild(dataDir, twoTurns);
-    const op2 = await operator(again);
-    await agents.worker(again, ["main", "research"]);
+    const { again, op2 } = await killAndRestart(child, dataDir, twoTurns, agents);
     await followUpEnded(again, sent.runId);
     expect(agents.answered).toEqual(fullFlow);
     expect(await announcePosts(op2, LAB), "announce posts to the channel").toBe(1);
-    await expectConsistent(again, op2);
-    await kill9(again);
+    await expectConsistentThenKill(again, op2);
   });
 
   it("primary held by the target's worker at the kill: its run ends `error`, and its follow-up is closed, not left pending", {
@@ -285,12 +294,7 @@ describe.skipIf(!built)("kill -9 in the middle of a send's follow-up (file store
     await agents.worker(child, ["main", "research"], (step) => step.startsWith("primary"));
     const sent = await sendAsMain(op, "what is up?");
     await until(() => agents.assigned.includes(`primary@${LAB}`), "the primary assigned");
-    await settle();
-    await kill9(child);
-
-    const again = await startChild(dataDir, twoTurns);
-    const op2 = await operator(again);
-    await agents.worker(again, ["main", "research"]);
+    const { again, op2 } = await killAndRestart(child, dataDir, twoTurns, agents);
     const all = await followUpEnded(again, sent.runId);
     expect(all.find((run) => run.runId === sent.runId)).toMatchObject({
       status: "error",
@@ -299,8 +303,7 @@ describe.skipIf(!built)("kill -9 in the middle of a send's follow-up (file store
     // No reply to take turns on: nothing follows, nothing is posted.
     expect(agents.answered).toEqual([]);
     expect(await announcePosts(op2, LAB)).toBe(0);
-    await expectConsistent(again, op2);
-    await kill9(again);
+    await expectConsistentThenKill(again, op2);
   });
 
   it("turn 1 queued on the requester at the kill: after the restart it runs once, then turn 2 and the announce", {
@@ -315,18 +318,12 @@ describe.skipIf(!built)("kill -9 in the middle of a send's follow-up (file store
       async () => (await runs(child)).some((run) => run.origin === "reply" && run.status === "queued"),
       "turn 1 queued on the requester",
     );
-    await settle();
-    await kill9(child);
-
-    const again = await startChild(dataDir, twoTurns);
-    const op2 = await operator(again);
-    await agents.worker(again, ["main", "research"]);
+    const { again, op2 } = await killAndRestart(child, dataDir, twoTurns, agents);
     const all = await followUpEnded(again, sent.runId);
     expect(agents.answered).toEqual(fullFlow);
     expect(all.filter((run) => run.origin === "reply")).toHaveLength(2);
     expect(await announcePosts(op2, LAB), "announce posts to the channel").toBe(1);
-    await expectConsistent(again, op2);
-    await kill9(again);
+    await expectConsistentThenKill(again, op2);
   });
 
   it("turn 1 held by a worker at the kill: after the restart it is made once more, then turn 2 and the announce", {
@@ -337,12 +334,7 @@ describe.skipIf(!built)("kill -9 in the middle of a send's follow-up (file store
     await agents.worker(child, ["main", "research"], (step) => step.startsWith("turn1"));
     const sent = await sendAsMain(op, "what is up?");
     await until(() => agents.assigned.includes(`turn1@${MAIN}`), "turn 1 assigned");
-    await settle();
-    await kill9(child);
-
-    const again = await startChild(dataDir, twoTurns);
-    const op2 = await operator(again);
-    await agents.worker(again, ["main", "research"]);
+    const { again, op2 } = await killAndRestart(child, dataDir, twoTurns, agents);
     const all = await followUpEnded(again, sent.runId);
     // docs/decisions.md: a step its process lost (ended `error` by recovery) is made once more under
     // a key of its own; the turns go on from there. No step is answered twice.
@@ -358,8 +350,7 @@ describe.skipIf(!built)("kill -9 in the middle of a send's follow-up (file store
     for (const step of fullFlow) expect(agents.count(step), step).toBe(1);
     expect(agents.count(`announce@${LAB}`), "announce turn answered").toBe(1);
     expect(await announcePosts(op2, LAB), "announce posts to the channel").toBe(1);
-    await expectConsistent(again, op2);
-    await kill9(again);
+    await expectConsistentThenKill(again, op2);
   });
 
   it("announce held by a worker at the kill: after the restart the channel still gets the announce, once", {
@@ -370,12 +361,7 @@ describe.skipIf(!built)("kill -9 in the middle of a send's follow-up (file store
     await agents.worker(child, ["main", "research"], (step) => step.startsWith("announce"));
     const sent = await sendAsMain(op, "what is up?");
     await until(() => agents.assigned.includes(`announce@${LAB}`), "the announce assigned");
-    await settle();
-    await kill9(child);
-
-    const again = await startChild(dataDir, twoTurns);
-    const op2 = await operator(again);
-    await agents.worker(again, ["main", "research"]);
+    const { again, op2 } = await killAndRestart(child, dataDir, twoTurns, agents);
     const all = await followUpEnded(again, sent.runId);
     // Every turn ran once before the kill, and none runs again.
     expect(agents.answered.slice(0, 3)).toEqual(fullFlow.slice(0, 3));
@@ -388,8 +374,7 @@ describe.skipIf(!built)("kill -9 in the middle of a send's follow-up (file store
       `announce posts (announce runs: ${JSON.stringify(announceRuns)})`,
     ).toBe(1);
     expect(agents.count(`announce@${LAB}`), "announce turn answered after the restart").toBe(1);
-    await expectConsistent(again, op2);
-    await kill9(again);
+    await expectConsistentThenKill(again, op2);
   });
 
   it("announce queued (the target's agent has no worker) at the kill: after the restart it runs and posts once", {
@@ -421,18 +406,12 @@ describe.skipIf(!built)("kill -9 in the middle of a send's follow-up (file store
       async () => (await runs(child)).some((run) => run.origin === "announce" && run.status === "queued"),
       "the announce queued on the target",
     );
-    await settle();
-    await kill9(child);
-
-    const again = await startChild(dataDir, oneTurn);
-    const op2 = await operator(again);
-    await agents.worker(again, ["main", "research"]);
+    const { again, op2 } = await killAndRestart(child, dataDir, oneTurn, agents);
     const all = await followUpEnded(again, sent.runId);
     expect(agents.answered).toEqual([`primary@${LAB}`, `turn1@${MAIN}`, `announce@${LAB}`]);
     expect(all.filter((run) => run.origin === "announce")).toHaveLength(1);
     expect(await announcePosts(op2, LAB), "announce posts to the channel").toBe(1);
-    await expectConsistent(again, op2);
-    await kill9(again);
+    await expectConsistentThenKill(again, op2);
   });
 });
 
@@ -493,12 +472,7 @@ describe.skipIf(!built)("kill -9 in the middle of a spawn's announce (file store
       () => agents.assigned.some((step) => step.startsWith("task:find the answer")),
       "child running",
     );
-    await settle();
-    await kill9(child);
-
-    const again = await startChild(dataDir, input);
-    const op2 = await operator(again);
-    await agents.worker(again, ["main", "research"]);
+    const { again, op2 } = await killAndRestart(child, dataDir, input, agents);
     const { spawnRun, announceRuns } = await announceEnded(again, spawned.runId);
     expect(spawnRun).toMatchObject({ status: "error", error: "gateway restarted" });
     expect(spawnRun.spawn!.announce.status).toBe("delivered");
@@ -506,8 +480,7 @@ describe.skipIf(!built)("kill -9 in the middle of a spawn's announce (file store
     expect(announceRuns[0]!.message).toContain("failed: gateway restarted");
     expect(agents.count(`spawn-announce@${MAIN}`)).toBe(1);
     expect(await findingsInputs(op2, spawned.childSessionKey)).toBe(1);
-    await expectConsistent(again, op2);
-    await kill9(again);
+    await expectConsistentThenKill(again, op2);
   });
 
   it("announce run queued (the requester's agent has no worker) at the kill: after the restart it runs once, delivered", {
@@ -524,12 +497,7 @@ describe.skipIf(!built)("kill -9 in the middle of a spawn's announce (file store
       const queued = all.find((run) => run.origin === "spawn-announce" && run.status === "queued");
       return queued !== undefined && announce?.status === "pending" && announce.runId === queued.runId;
     }, "the announce queued on the requester");
-    await settle();
-    await kill9(child);
-
-    const again = await startChild(dataDir, input);
-    const op2 = await operator(again);
-    await agents.worker(again, ["main", "research"]);
+    const { again, op2 } = await killAndRestart(child, dataDir, input, agents);
     const { spawnRun, announceRuns } = await announceEnded(again, spawned.runId);
     expect(spawnRun.spawn!.announce).toMatchObject({ status: "delivered", attempts: 1 });
     expect(announceRuns.map((run) => run.status)).toEqual(["ok"]);
@@ -538,8 +506,7 @@ describe.skipIf(!built)("kill -9 in the middle of a spawn's announce (file store
       `spawn-announce@${MAIN}`,
     ]);
     expect(await findingsInputs(op2, spawned.childSessionKey)).toBe(1);
-    await expectConsistent(again, op2);
-    await kill9(again);
+    await expectConsistentThenKill(again, op2);
   });
 
   it("announce run held by the requester's worker at the kill: after the restart it is retried once and delivered", {
@@ -550,12 +517,7 @@ describe.skipIf(!built)("kill -9 in the middle of a spawn's announce (file store
     await agents.worker(child, ["main", "research"], (step) => step.startsWith("spawn-announce"));
     const spawned = await spawnFromMain(op, "find the answer");
     await until(() => agents.assigned.includes(`spawn-announce@${MAIN}`), "the announce assigned");
-    await settle();
-    await kill9(child);
-
-    const again = await startChild(dataDir, input);
-    const op2 = await operator(again);
-    await agents.worker(again, ["main", "research"]);
+    const { again, op2 } = await killAndRestart(child, dataDir, input, agents);
     const { spawnRun, announceRuns } = await announceEnded(again, spawned.runId);
     expect(spawnRun.spawn!.announce).toMatchObject({ status: "delivered", attempts: 2 });
     // The turn killed with the process ended `error`; one retry under its own key was answered.
@@ -564,8 +526,7 @@ describe.skipIf(!built)("kill -9 in the middle of a spawn's announce (file store
       ["ok", `announce:${spawned.childSessionKey}:2`],
     ]);
     expect(agents.count(`spawn-announce@${MAIN}`), "announce turns answered").toBe(1);
-    await expectConsistent(again, op2);
-    await kill9(again);
+    await expectConsistentThenKill(again, op2);
   });
 });
 
@@ -733,8 +694,7 @@ describe.skipIf(!built)("kill -9 and the sub-agent archiver (file store)", () =>
     expect(
       (await again.command<{ archivedAt?: number }>("session", { key: childKey }))?.archivedAt,
     ).toBeGreaterThan(0);
-    await expectConsistent(again, op2);
-    await kill9(again);
+    await expectConsistentThenKill(again, op2);
   });
 
   it("a child whose own sub-agent was still queued at the kill is not archived until that sub-agent has reported to it", {
@@ -815,8 +775,7 @@ describe.skipIf(!built)("kill -9 and the sub-agent archiver (file store)", () =>
     expect(
       (await again.command<{ archivedAt?: number }>("session", { key: childKey }))?.archivedAt,
     ).toBeGreaterThan(0);
-    await expectConsistent(again, op2);
-    await kill9(again);
+    await expectConsistentThenKill(again, op2);
   });
 
   it("a finished child with a send queued on it at the kill is not archived before that send has run", {
@@ -870,7 +829,6 @@ describe.skipIf(!built)("kill -9 and the sub-agent archiver (file store)", () =>
       "nothing left to run",
     );
     expect(await again.command<number>("sweep", { endedBefore: Date.now() + 60_000 })).toBe(1);
-    await expectConsistent(again, op2);
-    await kill9(again);
+    await expectConsistentThenKill(again, op2);
   });
 });
