@@ -212,18 +212,29 @@ export class AgentFlows {
       // One process: a follow-up with a step to take is marked pending in the primary's own record
       // (no write of its own), so a restart finds and finishes it (`resumeSendFollowUps`).
       const marked = !this.claims && hasSteps;
-      ({ record, audited } = await this.deliverMessage(callerEntry, targetEntry, text, {
-        origin: "send",
-        provenance,
-        context: this.a2aContextBlock(callerEntry, targetEntry),
-        flow: { chainId: position.chainId, hop: position.hop, requesterKey: callerEntry.key, request: text },
-        ...(marked ? { followUp: "pending" as const } : {}),
-        // The run's own limit, as for any input (the caller's wait is a separate, shorter matter): a
-        // target whose worker never answers must not hold its lane and this follow-up for good.
-        timeoutSeconds: this.agentTimeoutSeconds(targetEntry.agentId),
-        actor: caller.operator,
-        auditWhileWaiting: true,
-      }));
+      try {
+        ({ record, audited } = await this.deliverMessage(callerEntry, targetEntry, text, {
+          origin: "send",
+          provenance,
+          context: this.a2aContextBlock(callerEntry, targetEntry),
+          flow: {
+            chainId: position.chainId,
+            hop: position.hop,
+            requesterKey: callerEntry.key,
+            request: text,
+          },
+          ...(marked ? { followUp: "pending" as const } : {}),
+          // The run's own limit, as for any input (the caller's wait is a separate, shorter matter): a
+          // target whose worker never answers must not hold its lane and this follow-up for good.
+          timeoutSeconds: this.agentTimeoutSeconds(targetEntry.agentId),
+          actor: caller.operator,
+          auditWhileWaiting: true,
+        }));
+      } catch (error) {
+        // No send came of it: its budget slot goes back (a failed call is not a send).
+        admitted.refused();
+        throw error;
+      }
       delivery = { status: this.scheduler.hasWorker(targetEntry.agentId) ? "delivered" : "queued" };
 
       // The reply-back loop and announce always run in the background, after the primary run.
@@ -773,8 +784,9 @@ export class AgentFlows {
       admitted.refused();
       return { status: "forbidden", error: decision.message };
     }
+    let result: SessionsSpawnResult;
     try {
-      return await this.spawnAllowed(
+      result = await this.spawnAllowed(
         caller,
         callerEntry,
         request,
@@ -783,9 +795,13 @@ export class AgentFlows {
         position,
         decision,
       );
-    } finally {
-      admitted.childStored();
+    } catch (error) {
+      // No spawn came of it: its budget and child slots go back (a failed call is not a spawn).
+      admitted.refused();
+      throw error;
     }
+    admitted.childStored();
+    return result;
   }
 
   private async spawnAllowed(

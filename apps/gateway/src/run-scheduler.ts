@@ -222,9 +222,10 @@ export class RunScheduler {
       throw new SwitchboardError("UNAVAILABLE", "gateway is shutting down", { retryable: true });
     if (spec.idempotencyKey) {
       const inflight = this.active.creating(spec.idempotencyKey);
-      if (inflight) return { record: await inflight, existing: true };
+      if (inflight) return { record: sameSession(await inflight, spec), existing: true };
       const stored = await this.store.runs.getByIdempotencyKey(spec.idempotencyKey);
-      if (stored) return { record: this.active.get(stored.runId)?.record ?? stored, existing: true };
+      if (stored)
+        return { record: sameSession(this.active.get(stored.runId)?.record ?? stored, spec), existing: true };
       const creating = this.create(spec);
       this.active.startCreating(spec.idempotencyKey, creating);
       try {
@@ -236,7 +237,7 @@ export class RunScheduler {
         if (details?.field !== "idempotencyKey") throw error;
         const winner = await this.store.runs.getByIdempotencyKey(spec.idempotencyKey);
         if (!winner) throw error;
-        return { record: winner, existing: true };
+        return { record: sameSession(winner, spec), existing: true };
       } finally {
         this.active.doneCreating(spec.idempotencyKey);
       }
@@ -1036,6 +1037,20 @@ export class RunScheduler {
 }
 
 const UNSAVED_RETRY_MS = 2_000;
+
+/**
+ * The run an idempotency key already names, for a spec of the same session: one key is one input,
+ * so the same key sent to another session is refused, not answered with the first session's run.
+ */
+function sameSession(record: RunRecord, spec: Pick<RunSpec, "sessionKey" | "idempotencyKey">): RunRecord {
+  if (record.sessionKey !== spec.sessionKey)
+    throw new SwitchboardError(
+      "CONFLICT",
+      `idempotencyKey: already used for a run of another session (${record.sessionKey})`,
+      { details: { field: "idempotencyKey", runId: record.runId } },
+    );
+  return record;
+}
 
 /** The errors of runs that ended with their process rather than by their worker's answer. */
 const LOST_AT_RESTART = "gateway restarted";

@@ -226,33 +226,8 @@ export class SessionsService {
     return this.withLock(key, async () => {
       const again = await this.store.sessions.get(key);
       if (again) return { entry: again, created: false };
-      // `global` (scope global) belongs to the default agent; every other key names its agent.
-      const agentId = key === "global" ? this.defaultAgentId() : (key.split(":")[1] ?? this.defaultAgentId());
-      const now = Date.now();
-      const draft: SessionEntry = {
-        key,
-        sessionId: randomUUID(),
-        agentId,
-        createdAt: now,
-        updatedAt: now,
-        taint: "PUBLIC",
-        clearance: "PUBLIC",
-        ...(options.channel ? { channel: options.channel.toLowerCase() } : {}),
-        ...(options.chatType ? { chatType: options.chatType } : {}),
-        ...(options.label ? { label: options.label } : {}),
-        ...(options.displayName ? { displayName: options.displayName } : {}),
-        ...(options.spawnedBy ? { spawnedBy: options.spawnedBy } : {}),
-        ...(options.spawnDepth !== undefined ? { spawnDepth: options.spawnDepth } : {}),
-        ...(options.model ? { model: options.model } : {}),
-        ...(options.deliveryContext ? { deliveryContext: options.deliveryContext } : {}),
-      };
-      draft.clearance = resolveClearance({
-        kind: this.kind(draft),
-        agentClearance: this.agentClearance(agentId),
-        channelLevel: this.inboundLevel(draft),
-        ...(options.clearance ? { override: options.clearance } : {}),
-      });
-      if (options.clearance) draft.clearancePinned = true;
+      const draft = this.draft(key, options);
+      const { agentId, createdAt: now } = draft;
       await this.store.transcripts.create({ sessionId: draft.sessionId, key, createdAt: now });
       // Insert only: another gateway instance on the same database may create this key at the same
       // moment (the key's lock is per process); the row that got in first is the session.
@@ -271,6 +246,41 @@ export class SessionsService {
       );
       return { entry: draft, created: true };
     });
+  }
+
+  /**
+   * The row `ensure` would create for `key` (not written): what a decision about a session that does
+   * not exist yet is made on, so a refused input leaves no session behind.
+   */
+  draft(key: string, options: CreateSessionOptions = {}): SessionEntry {
+    // `global` (scope global) belongs to the default agent; every other key names its agent.
+    const agentId = key === "global" ? this.defaultAgentId() : (key.split(":")[1] ?? this.defaultAgentId());
+    const now = Date.now();
+    const draft: SessionEntry = {
+      key,
+      sessionId: randomUUID(),
+      agentId,
+      createdAt: now,
+      updatedAt: now,
+      taint: "PUBLIC",
+      clearance: "PUBLIC",
+      ...(options.channel ? { channel: options.channel.toLowerCase() } : {}),
+      ...(options.chatType ? { chatType: options.chatType } : {}),
+      ...(options.label ? { label: options.label } : {}),
+      ...(options.displayName ? { displayName: options.displayName } : {}),
+      ...(options.spawnedBy ? { spawnedBy: options.spawnedBy } : {}),
+      ...(options.spawnDepth !== undefined ? { spawnDepth: options.spawnDepth } : {}),
+      ...(options.model ? { model: options.model } : {}),
+      ...(options.deliveryContext ? { deliveryContext: options.deliveryContext } : {}),
+    };
+    draft.clearance = resolveClearance({
+      kind: this.kind(draft),
+      agentClearance: this.agentClearance(agentId),
+      channelLevel: this.inboundLevel(draft),
+      ...(options.clearance ? { override: options.clearance } : {}),
+    });
+    if (options.clearance) draft.clearancePinned = true;
+    return draft;
   }
 
   async update(

@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import {
   type Config,
   type Level,
+  MAX_INPUT_MESSAGE_BYTES,
   maxLevel,
   type PolicyDecision,
   type RunRecord,
@@ -210,7 +211,9 @@ export class ToolCalls {
         ...runId,
         message: {
           role: "toolCall",
-          content: [{ type: "toolCall", id: call.toolCallId, name: call.name, args: parts.call.args }],
+          content: [
+            { type: "toolCall", id: call.toolCallId, name: call.name, args: fitForRecord(parts.call.args) },
+          ],
         },
       });
     }
@@ -222,13 +225,43 @@ export class ToolCalls {
         message: {
           role: "toolResult",
           content: [
-            { type: "toolResult", toolCallId: call.toolCallId, name: call.name, result: parts.result.value },
+            {
+              type: "toolResult",
+              toolCallId: call.toolCallId,
+              name: call.name,
+              result: fitForRecord(parts.result.value),
+            },
           ],
         },
       });
     }
     await this.sessions.append(call.sessionKey, entries);
   }
+}
+
+/** A recorded call's arguments, or its result, beyond which long strings are cut in the record. */
+const RECORD_PART_BYTES = MAX_INPUT_MESSAGE_BYTES;
+/** What a cut string keeps (characters). */
+const CUT_KEEP = 2_048;
+
+/**
+ * The value as the transcript records it: whole when it fits the record's share of an entry, else
+ * with each long string cut and marked. The call has happened (or been refused) by then: its
+ * record must not fail on what the call carried, turning a delivered message into an error answer.
+ */
+function fitForRecord<T>(value: T): T {
+  if (Buffer.byteLength(JSON.stringify(value) ?? "") <= RECORD_PART_BYTES) return value;
+  const cut = (item: unknown): unknown => {
+    if (typeof item === "string")
+      return item.length > CUT_KEEP
+        ? `${item.slice(0, CUT_KEEP)}… [cut in the record: ${Buffer.byteLength(item)} bytes]`
+        : item;
+    if (Array.isArray(item)) return item.map(cut);
+    if (item && typeof item === "object")
+      return Object.fromEntries(Object.entries(item).map(([key, inner]) => [key, cut(inner)]));
+    return item;
+  };
+  return cut(value) as T;
 }
 
 function decisionOf(action: PolicyDecision["action"]): ToolDecision {

@@ -3,7 +3,7 @@ import type { Connection } from "../connection";
 import { InProcessSessionLocks } from "../ports/session-locks";
 import type { MethodDeps } from "./deps";
 import type { Handlers, ParsedParams } from "./handler";
-import { isSendCommand, sendCommand } from "./send-command";
+import { isSendCommand, requireSendCommandRole, sendCommand } from "./send-command";
 
 type RunMethods =
   | "chat.send"
@@ -47,16 +47,23 @@ export function runMethods({
         return { runId: existing.runId, status: "accepted" };
       }
     }
-    const { entry } = await sessions.ensure(key);
     const trimmed = params.message.trim();
-    if (isSendCommand(trimmed)) return sendCommand(sessions, store.runs, connection, entry, trimmed);
-    const label: Level = sessions.inboundLevel(entry);
+    if (isSendCommand(trimmed)) {
+      requireSendCommandRole(connection, key);
+      const { entry } = await sessions.ensure(key);
+      return sendCommand(sessions, store.runs, connection, entry, trimmed);
+    }
+    // Decided on the row the input would create, when there is none yet: a refused input leaves no
+    // session behind.
+    const current = (await sessions.get(key)) ?? sessions.draft(key);
+    const label: Level = sessions.inboundLevel(current);
     const decision = await policy.enforce(
-      { hook: "PRE_SEND", target: policy.facts(entry), dataLabel: label, text: params.message },
+      { hook: "PRE_SEND", target: policy.facts(current), dataLabel: label, text: params.message },
       connection.identity!.tokenName,
     );
     if (decision.action === "BLOCK")
       throw new SwitchboardError("FORBIDDEN", decision.message, { details: { ruleId: decision.ruleId } });
+    const { entry } = await sessions.ensure(key);
     await sessions.raiseTaint(
       key,
       label,
@@ -84,13 +91,18 @@ export function runMethods({
   // must not reach the lane first (runs of a lane execute in arrival order). Keyed by the session
   // as given; the lane queue orders what reached it.
   const arrivals = new InProcessSessionLocks();
+  // Inputs carrying one idempotency key are taken one at a time too, whatever session they name:
+  // the second finds the first's run (or its refusal) before it writes anything.
+  const keyed = new InProcessSessionLocks();
   const inOrder = (
     connection: Connection,
     params: ParsedParams<"chat.send"> & Partial<ParsedParams<"agent">>,
     origin: "chat" | "agent",
   ) =>
     arrivals.run(`${params.sessionKey}\u0000${params.lane ?? "main"}`, () =>
-      input(connection, params, origin),
+      params.idempotencyKey
+        ? keyed.run(params.idempotencyKey, () => input(connection, params, origin))
+        : input(connection, params, origin),
     );
 
   return {

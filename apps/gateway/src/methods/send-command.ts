@@ -15,6 +15,16 @@ export function isSendCommand(trimmed: string): boolean {
   return trimmed === "/send" || trimmed.startsWith("/send ");
 }
 
+/** Only an operator may type `/send`: checked before the session is created for it. */
+export function requireSendCommandRole(connection: Connection, key: string): void {
+  if (connection.identity!.role !== "operator") {
+    throw new SwitchboardError(
+      "FORBIDDEN",
+      `only an operator may change the send policy of ${key}: /send is refused for ${connection.identity!.role} connections (an operator uses /send or sessions.patch sendPolicy)`,
+    );
+  }
+}
+
 /**
  * `/send on|off|inherit` typed into a session by its owner, the operator. A client may not lift
  * (or set) the send policy an operator or a rule imposes: its `/send` is refused and audited.
@@ -27,12 +37,7 @@ export async function sendCommand(
   entry: SessionEntry,
   text: string,
 ): Promise<{ runId: string; status: "accepted" }> {
-  if (connection.identity!.role !== "operator") {
-    throw new SwitchboardError(
-      "FORBIDDEN",
-      `only an operator may change the send policy of ${entry.key}: /send is refused for ${connection.identity!.role} connections (an operator uses /send or sessions.patch sendPolicy)`,
-    );
-  }
+  requireSendCommandRole(connection, entry.key);
   const argument = text.slice("/send".length).trim();
   const value = SEND_COMMAND_ARGUMENTS.get(argument);
   let reply: string;

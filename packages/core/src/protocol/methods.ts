@@ -1,7 +1,6 @@
 import { z } from "zod";
 import { ERROR_CODES } from "../errors";
 import { LevelSchema } from "../labels/level";
-import { MAX_INPUT_MESSAGE_BYTES } from "../store/limits";
 import { LaneSchema, RunStatusSchema, UsageSchema } from "../store/run-record";
 import { SessionEntrySchema } from "../store/session-entry";
 import {
@@ -14,6 +13,7 @@ import {
   SimulateResultSchema,
   ToolDefinitionSchema,
 } from "../tools/tool-schemas";
+import { InputTextSchema } from "./input-text";
 
 /** `mcp`: a token bound to one session, used by the stdio MCP bridge (only the tool methods, as that session). */
 export const RoleSchema = z.enum(["operator", "agent", "client", "mcp"]);
@@ -83,28 +83,7 @@ const IdempotencyKey = z.string().min(1).max(256);
  * An input message: at most `MAX_INPUT_MESSAGE_BYTES` (512 KiB) of UTF-8, under the default frame
  * limit so the error names the field; stores keep and return entries up to `MAX_MESSAGE_BYTES`.
  */
-const Message = z
-  .string()
-  .min(1, { error: "must not be empty" })
-  .max(MAX_INPUT_MESSAGE_BYTES, { error: `must be at most ${MAX_INPUT_MESSAGE_BYTES} bytes of UTF-8` })
-  .refine((text) => utf8Length(text) <= MAX_INPUT_MESSAGE_BYTES, {
-    error: `must be at most ${MAX_INPUT_MESSAGE_BYTES} bytes of UTF-8`,
-  });
-
-/** UTF-8 length without encoding the string (core runs without Node's Buffer). */
-function utf8Length(text: string): number {
-  let bytes = 0;
-  for (let i = 0; i < text.length; i++) {
-    const code = text.charCodeAt(i);
-    if (code < 0x80) bytes += 1;
-    else if (code < 0x800) bytes += 2;
-    else if (code >= 0xd800 && code <= 0xdbff && i + 1 < text.length) {
-      bytes += 4;
-      i += 1;
-    } else bytes += 3;
-  }
-  return bytes;
-}
+const Message = z.string().min(1, { error: "must not be empty" }).pipe(InputTextSchema);
 
 /** Every method's params and result (protocol.md). The single source of truth for server and SDK. */
 export const Methods = {

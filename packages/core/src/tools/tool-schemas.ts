@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { SESSION_KINDS } from "../keys/classify";
 import { LevelSchema } from "../labels/level";
+import { InputTextSchema } from "../protocol/input-text";
 import { DeliveryContextSchema } from "../store/session-entry";
 import { ProvenanceSchema } from "../store/transcript-entry";
 import {
@@ -73,7 +74,7 @@ export const SessionsHistoryParamsSchema = z.object({
 
 export const SessionsSendParamsSchema = z.object({
   sessionKey: z.string().describe("Target session key, alias or sessionId"),
-  message: z.string().describe("The message to deliver"),
+  message: InputTextSchema.describe("The message to deliver"),
   timeoutSeconds: z
     .number()
     .optional()
@@ -83,7 +84,7 @@ export const SessionsSendParamsSchema = z.object({
 });
 
 export const SessionsSpawnParamsSchema = z.object({
-  task: z.string().describe("What the sub-agent should do"),
+  task: InputTextSchema.describe("What the sub-agent should do"),
   label: z
     .string()
     .optional()
@@ -106,7 +107,7 @@ export const AgentsListParamsSchema = z.object({});
 export const MessageParamsSchema = z.object({
   channel: z.string().describe("Channel to post to, e.g. telegram"),
   to: z.string().describe("Recipient or chat id on that channel"),
-  text: z.string().describe("Text to deliver"),
+  text: InputTextSchema.describe("Text to deliver"),
 });
 
 export const SimulateToolCallParamsSchema = z.object({
