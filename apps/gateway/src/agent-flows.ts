@@ -48,6 +48,28 @@ const MAX_ANNOUNCE_ATTEMPTS = 3;
 /** Spawn runs the archiver looks at between two yields to the event loop. */
 const SWEEP_SLICE = 1_000;
 
+/** A send's follow-up cut short by this process stopping (see `stepEnd`). */
+class FollowUpInterrupted extends Error {
+  constructor() {
+    super("the follow-up was cut short by the gateway stopping");
+  }
+}
+
+/**
+ * Releases a follow-up's claim when it ends, except when the stop cut it short: the claim is then
+ * left to be orphaned, so another instance takes the follow-up over.
+ */
+async function keepIfInterrupted(flow: Promise<void>, release: () => Promise<void>): Promise<void> {
+  try {
+    await flow;
+  } catch (error) {
+    if (error instanceof FollowUpInterrupted) return;
+    await release();
+    throw error;
+  }
+  await release();
+}
+
 const isConflict = (error: unknown) => error instanceof SwitchboardError && error.code === "CONFLICT";
 
 /**
@@ -249,7 +271,10 @@ export class AgentFlows {
         });
         if (done)
           this.track(
-            this.afterPrimary(record, callerEntry.key, targetEntry.key, text, position).finally(done),
+            keepIfInterrupted(
+              this.afterPrimary(record, callerEntry.key, targetEntry.key, text, position),
+              done,
+            ),
           );
       }
 
@@ -453,7 +478,8 @@ export class AgentFlows {
       const position = { chainId: flow.chainId, hop: Number(flow.hop ?? 0) };
       this.log.info({ runId }, "taking over the follow-up of a send whose instance was lost");
       this.track(
-        this.afterPrimary(primary, flow.requesterKey, primary.sessionKey, flow.request, position).finally(
+        keepIfInterrupted(
+          this.afterPrimary(primary, flow.requesterKey, primary.sessionKey, flow.request, position),
           done,
         ),
       );
@@ -497,9 +523,13 @@ export class AgentFlows {
     request: string,
     position: ChainPosition,
   ): Promise<void> {
-    await this.afterPrimary(primary, requesterKey, primary.sessionKey, request, position);
-    // Stopping: a step cut short by the stop is taken up at the next start, so the mark stays.
-    if (this.stopped) return;
+    try {
+      await this.afterPrimary(primary, requesterKey, primary.sessionKey, request, position);
+    } catch (error) {
+      // Cut short by the stop: the mark stays, and the next start takes it up.
+      if (error instanceof FollowUpInterrupted) return;
+      throw error;
+    }
     // The primary has ended and its end is durable (`waitEnd` waits for that): nothing else writes
     // its record now but retention, so a version conflict means it was just written again; re-read.
     for (let attempt = 0; attempt < 5; attempt++) {
@@ -685,7 +715,9 @@ export class AgentFlows {
   ): Promise<WaitResult> {
     const ended = await this.waitEnd(await start(this.stepKey(primary, step)));
     const keyed = this.claims !== undefined || primary.followUp !== undefined;
-    if (!keyed || this.stopped || ended.status !== "error" || !isLostWithProcess(ended.error)) return ended;
+    if (!keyed || ended.status !== "error" || !isLostWithProcess(ended.error)) return ended;
+    // This process is stopping: the follow-up stays open (mark or claim) for whoever goes on.
+    if (this.stopped) throw new FollowUpInterrupted();
     return this.waitEnd(await start(this.stepKey(primary, `${step}:again`)));
   }
 

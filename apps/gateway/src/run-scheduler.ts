@@ -1056,9 +1056,16 @@ function sameSession(record: RunRecord, spec: Pick<RunSpec, "sessionKey" | "idem
 const LOST_AT_RESTART = "gateway restarted";
 const LOST_AT_SHUTDOWN = "gateway shutting down";
 
+/** Several instances: how a run of an instance that was lost ends (its worker never answered here). */
+export function lostInstanceError(instance: string, detail = ""): string {
+  return `gateway instance ${instance} was lost while running the run${detail}`;
+}
+
+const LOST_INSTANCE = /^gateway instance \S+ was lost while running the run/;
+
 /** A run ended because its process stopped or died (its worker never gave an answer). */
 export function isLostWithProcess(error: string | undefined): boolean {
-  return error === LOST_AT_RESTART || error === LOST_AT_SHUTDOWN;
+  return error === LOST_AT_RESTART || error === LOST_AT_SHUTDOWN || LOST_INSTANCE.test(error ?? "");
 }
 
 function laneKeyOf(record: Pick<RunRecord, "sessionKey" | "lane" | "origin">): string {

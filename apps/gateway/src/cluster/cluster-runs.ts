@@ -11,7 +11,13 @@ import {
 import type { Cluster, ClusterRunLanes, LostRun } from "@switchboard/store-pg";
 import type { Logger } from "pino";
 import type { EventLog } from "../ports/event-log";
-import { runEndedPayload, toWaitResult, type WaitResult, waitResultOfEnded } from "../run-scheduler";
+import {
+  lostInstanceError,
+  runEndedPayload,
+  toWaitResult,
+  type WaitResult,
+  waitResultOfEnded,
+} from "../run-scheduler";
 
 /** How often a run waiting for its lane (held by another instance) tries the claim again. */
 const CLAIM_RETRY_MS = 25;
@@ -38,6 +44,11 @@ const WAIT_REREAD_MAX_MS = 5_000;
  * the answering, and a caller reading the history after its wait finds the reply there.
  */
 const WAIT_EVENT_GRACE_MS = 1_000;
+/**
+ * How long an `ok` end found by a re-read waits for its reply's transcript entry: the writer may be
+ * slow (lock contention, a group-commit backlog) or gone for good (it died between the two writes).
+ */
+const WAIT_REPLY_PATIENCE_MS = 10_000;
 
 /** What the cluster asks of this instance's scheduler. */
 export interface LocalRuns {
@@ -125,7 +136,7 @@ export class ClusterRuns {
 
   constructor(
     private readonly cluster: Cluster,
-    private readonly store: Pick<Store, "runs">,
+    private readonly store: Pick<Store, "runs" | "transcripts">,
     private readonly bus: EventLog,
     private readonly log: Logger,
   ) {
@@ -540,10 +551,7 @@ export class ClusterRuns {
    */
   async lost(runs: { requeued: LostRun[]; failed: LostRun[] }): Promise<void> {
     for (const lost of runs.failed) {
-      await this.endLost(
-        lost,
-        lost.reason ?? `gateway instance ${lost.lostInstance} was lost while running the run`,
-      );
+      await this.endLost(lost, lost.reason ?? lostInstanceError(lost.lostInstance));
       await this.lanes.release(lost.laneKey, lost.runId);
       await this.lanes.acknowledgeFailure(lost.runId);
     }
@@ -583,7 +591,10 @@ export class ClusterRuns {
     if (taken.rowCount === 0) return;
     await this.endLost(
       lost,
-      `gateway instance ${lost.lostInstance} was lost while running the run, and no other worker of agent ${lost.agentId} took it within ${REASSIGN_WAIT_MS / 1000} s`,
+      lostInstanceError(
+        lost.lostInstance,
+        `, and no other worker of agent ${lost.agentId} took it within ${REASSIGN_WAIT_MS / 1000} s`,
+      ),
     );
   }
 
@@ -704,12 +715,26 @@ export class ClusterRuns {
     signal?.addEventListener("abort", onAbort, { once: true });
     // The event is the only word of the end otherwise, and it can be lost: the record is the truth.
     let reread: NodeJS.Timeout | undefined;
+    let endSeen: number | undefined;
     const rereadAfter = (delay: number) => {
       reread = setTimeout(() => {
         void this.rereadWaited(runId).then(
-          (record) => {
+          async (record) => {
             if (!waiting) return;
             if (record && TERMINAL_RUN_STATUSES.includes(record.status)) {
+              // The record is written before the reply's transcript entry: an answer promises the
+              // reply is in the history, so an `ok` end waits for its entry (while the writer may
+              // still come; past that the record is the answer).
+              endSeen ??= Date.now();
+              if (
+                record.status === "ok" &&
+                Date.now() - endSeen < WAIT_REPLY_PATIENCE_MS &&
+                !(await this.replyRecorded(record))
+              ) {
+                if (waiting) rereadAfter(Math.min(delay * 2, WAIT_REREAD_MAX_MS));
+                return;
+              }
+              if (!waiting) return;
               const result = toWaitResult(record);
               reread = setTimeout(() => {
                 this.heardEnd(runId, result);
@@ -752,6 +777,20 @@ export class ClusterRuns {
       clearTimeout(reread);
       signal?.removeEventListener("abort", onAbort);
       unsubscribe();
+    }
+  }
+
+  /** Whether an ended run's reply is in its session's transcript yet (its newest entries). */
+  private async replyRecorded(record: RunRecord): Promise<boolean> {
+    try {
+      const page = await this.store.transcripts.read(record.sessionId, {
+        limit: 1,
+        filter: (entry) => entry.runId === record.runId && entry.message?.role === "assistant",
+      });
+      return page.entries.length > 0;
+    } catch {
+      // Unreadable now (or the session is gone): the record answers.
+      return true;
     }
   }
 
