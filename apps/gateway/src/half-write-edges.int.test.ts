@@ -141,7 +141,10 @@ describe("refused or failed calls leave nothing behind (file store)", () => {
     await setup();
     await op.call("sessions.create", { key: "agent:main:main" });
     const auditBefore = (await audit()).length;
-    const spawned = await outcome("agent:main:main", "sessions_spawn", { task: OVERSIZED, agentId: "research" });
+    const spawned = await outcome("agent:main:main", "sessions_spawn", {
+      task: OVERSIZED,
+      agentId: "research",
+    });
     expect(spawned).toMatch(/^error: task: must be at most 524288 bytes of UTF-8/);
     await gw!.gateway.flows.idle();
 
@@ -149,7 +152,12 @@ describe("refused or failed calls leave nothing behind (file store)", () => {
       spawnedBy: "agent:main:main",
       limit: 50,
     });
-    expect.soft(children.sessions.map((row) => row.key), "child sessions of a failed spawn").toEqual([]);
+    expect
+      .soft(
+        children.sessions.map((row) => row.key),
+        "child sessions of a failed spawn",
+      )
+      .toEqual([]);
     expect
       .soft(
         (await runs()).map((run) => `${run.origin}:${run.sessionKey}:${run.status}`),
@@ -209,8 +217,18 @@ describe("refused or failed calls leave nothing behind (file store)", () => {
       response.ok ? `ok:${(response.result as { runId: string }).runId}` : `error:${response.error?.code}`,
     );
     // Exactly one accepted; the other is a CONFLICT naming the key, and its session is not written.
-    expect.soft(outcomes.filter((o) => o.startsWith("ok:")), outcomes.join(" ")).toHaveLength(1);
-    expect.soft(outcomes.filter((o) => o === "error:CONFLICT"), outcomes.join(" ")).toHaveLength(1);
+    expect
+      .soft(
+        outcomes.filter((o) => o.startsWith("ok:")),
+        outcomes.join(" "),
+      )
+      .toHaveLength(1);
+    expect
+      .soft(
+        outcomes.filter((o) => o === "error:CONFLICT"),
+        outcomes.join(" "),
+      )
+      .toHaveLength(1);
     const runsOf = (key: string) => runs().then((all) => all.filter((run) => run.sessionKey === key).length);
     // Whichever session got no run of its own must not have been created or tainted for it.
     const [runsA, runsB] = [await runsOf(a), await runsOf(b)];
