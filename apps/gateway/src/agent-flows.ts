@@ -1186,9 +1186,15 @@ export class AgentFlows {
   async resumePendingAnnounces(): Promise<void> {
     const pending = await this.store.runs.list({ pendingAnnounce: true });
     for (const record of pending) {
-      if (record.status === "ok" || record.status === "error" || record.status === "timeout") {
-        this.track(this.announceSpawn(record));
+      if (!TERMINAL_RUN_STATUSES.includes(record.status)) continue;
+      // Its announce run is still going: its end settles the announce (on several instances this
+      // timer runs every 2 s, and need not claim and release what has nothing to do yet).
+      const announceRunId = record.spawn?.announce.runId;
+      if (announceRunId) {
+        const announceRun = await this.store.runs.get(announceRunId);
+        if (announceRun && !TERMINAL_RUN_STATUSES.includes(announceRun.status)) continue;
       }
+      this.track(this.announceSpawn(record));
     }
   }
 
