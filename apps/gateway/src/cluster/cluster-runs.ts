@@ -686,6 +686,9 @@ export class ClusterRuns {
 
   /** Waits for a run held by another instance (or not started yet) to end, up to `timeoutMs`. */
   async wait(runId: string, timeoutMs: number, signal?: AbortSignal): Promise<WaitResult> {
+    // Its caller is gone already: nothing to wait for on its behalf.
+    if (signal?.aborted)
+      return { runId, status: "timeout", error: "the wait was cancelled", stillRunning: true };
     let finish: (result: WaitResult | undefined) => void = () => undefined;
     let waiting = true;
     const ended = new Promise<WaitResult | undefined>((resolve) => {

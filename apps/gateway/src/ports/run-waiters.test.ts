@@ -38,4 +38,12 @@ describe("InProcessRunWaiters", () => {
     expect(await b).toEqual({ ended: run("b") });
     expect(waiters.size).toBe(0);
   });
+
+  it("answers at once, holding nothing, for a caller that is already gone", async () => {
+    const waiters = new InProcessRunWaiters();
+    const gone = new AbortController();
+    gone.abort();
+    expect(await waiters.wait("a", 600_000, gone.signal)).toEqual({ stopped: "wait aborted" });
+    expect(waiters.size).toBe(0);
+  });
 });

@@ -33,6 +33,8 @@ export class InProcessRunWaiters implements RunWaiters {
   private readonly byRun = new Map<string, Set<(outcome: RunWaitOutcome) => void>>();
 
   wait(runId: string, timeoutMs: number, signal?: AbortSignal): Promise<RunWaitOutcome> {
+    // Its caller is gone already (a request handled after its connection closed): no waiter.
+    if (signal?.aborted) return Promise.resolve({ stopped: "wait aborted" });
     return new Promise<RunWaitOutcome>((resolve) => {
       let waiters = this.byRun.get(runId);
       if (!waiters) {
