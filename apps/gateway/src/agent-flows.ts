@@ -828,8 +828,10 @@ export class AgentFlows {
         decision,
       );
     } catch (error) {
-      // No spawn came of it: its budget and child slots go back (a failed call is not a spawn).
-      admitted.refused();
+      // No spawn came of it: its budget and child slots go back (a failed call is not a spawn). One
+      // whose child run exists (a later step failed) keeps them: that child counts.
+      if (this.scheduler.activeRunFor(childKey)) admitted.childStored();
+      else admitted.refused();
       throw error;
     }
     admitted.childStored();
