@@ -1,18 +1,7 @@
-import type { ChildProcess } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
-import {
-  adminQuery,
-  dropTestSchema,
-  pgUnavailableReason,
-  testPgUrl,
-  testSchemaName,
-} from "@switchboard/store-pg/testing";
-import { afterAll, afterEach, describe, expect, it } from "vitest";
-import { type ChildGateway, startChildGateway } from "../testing/child-gateway";
+import { adminQuery } from "@switchboard/store-pg/testing";
+import { afterEach, describe, expect, it } from "vitest";
+import { CLUSTER_WORKER_TOKEN, useClusterProcesses } from "../testing/cluster-processes";
 import { TestWorker } from "../testing/test-gateway";
-import { TestPeer } from "../testing/test-peer";
 
 /**
  * Agent-to-agent flows (a send's follow-up, a spawn's announce, a wait for a run held elsewhere) on
@@ -20,51 +9,14 @@ import { TestPeer } from "../testing/test-peer";
  * one instance stops or dies part-way.
  */
 
-const gatewayRoot = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
-const childScript = join(gatewayRoot, "test", "cluster-gateway.mjs");
-const distEntry = join(gatewayRoot, "dist", "index.js");
-const built = existsSync(distEntry) && readFileSync(distEntry, "utf8").includes("Gateway");
-const unavailable = await pgUnavailableReason();
-const requirePg = process.env.SWITCHBOARD_REQUIRE_PG === "1";
-if (unavailable !== undefined && !requirePg)
-  console.warn(
-    `[cluster-flow-edges.int.test] skipped: no PostgreSQL (${unavailable}); set SWITCHBOARD_TEST_PG_URL`,
-  );
-if (!built)
-  console.warn(`[cluster-flow-edges.int.test] skipped: ${distEntry} is missing; build the gateway first`);
-
-const WORKER_TOKEN = "cluster-worker-token-0123456789";
-
-const children = new Set<ChildProcess>();
-let schemas: string[] = [];
+const cluster = await useClusterProcesses("cluster-flow-edges.int.test", "sbgwflow");
+const WORKER_TOKEN = CLUSTER_WORKER_TOKEN;
+const startCluster = (count: number) => cluster.start(count);
+const operator = cluster.operator;
 const workers: TestWorker[] = [];
-afterAll(() => {
-  for (const child of children) child.kill("SIGKILL");
-});
-afterEach(async () => {
+afterEach(() => {
   for (const worker of workers.splice(0)) worker.close();
-  for (const child of children) {
-    child.kill("SIGTERM");
-    await new Promise((done) => child.once("exit", done));
-  }
-  for (const schema of schemas) await dropTestSchema(schema);
-  schemas = [];
 });
-
-async function startCluster(count: number): Promise<{ schema: string; instances: ChildGateway[] }> {
-  if (unavailable !== undefined)
-    throw new Error(`SWITCHBOARD_REQUIRE_PG=1 but no PostgreSQL: ${unavailable}`);
-  const schema = testSchemaName("sbgwflow");
-  schemas.push(schema);
-  const instances: ChildGateway[] = [];
-  for (let i = 0; i < count; i++)
-    instances.push(await startChildGateway(childScript, [testPgUrl(), schema, WORKER_TOKEN], children));
-  return { schema, instances };
-}
-
-async function operator(gateway: ChildGateway): Promise<TestPeer> {
-  return TestPeer.connect(gateway.url, { token: gateway.token, role: "operator" });
-}
 
 async function worker(
   url: string,
@@ -86,7 +38,7 @@ async function until(check: () => boolean | Promise<boolean>, ms: number): Promi
 
 const messagesOf = (w: TestWorker, text: string) => w.runs.filter((run) => run.input.message === text);
 
-describe.skipIf((unavailable !== undefined && !requirePg) || !built)(
+describe.skipIf(cluster.skip)(
   "agent-to-agent flows on several instances when one stops or dies part-way",
   () => {
     it("makes a send's reply turn again, once, on another instance when the instance running the follow-up stops gracefully mid-turn", async () => {
