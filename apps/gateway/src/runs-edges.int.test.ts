@@ -1,14 +1,8 @@
 import type { SessionEntry } from "@switchboard/core";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { behaviour } from "./testing/behaviour";
-import {
-  a2aConfig,
-  startTestGateway,
-  type TestGateway,
-  TestWorker,
-  WORKER_TOKEN as WORKER,
-  type WorkerHandler,
-} from "./testing/test-gateway";
+import { perTestGateway } from "./testing/per-test-gateway";
+import { a2aConfig, type TestGateway, TestWorker, WORKER_TOKEN as WORKER } from "./testing/test-gateway";
 import { TestPeer } from "./testing/test-peer";
 import { until } from "./testing/until";
 
@@ -16,27 +10,15 @@ const config = a2aConfig;
 
 type Result = Record<string, unknown> & { status: string };
 
+const edge = perTestGateway();
+const { workers, startWorker } = edge;
 let gw: TestGateway | undefined;
-const workers: TestWorker[] = [];
-
-afterEach(async () => {
-  await gw?.gateway.flows.idle();
-  for (const worker of workers.splice(0)) worker.close();
-  await gw?.close();
-  gw = undefined;
-});
-
-async function startWorker(handler: WorkerHandler = behaviour(), agents = ["main", "research"]) {
-  const worker = await TestWorker.start(gw!.url, WORKER, agents, handler);
-  workers.push(worker);
-  return worker;
-}
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 describe("runs and agent-to-agent flows off the usual paths (file store)", () => {
   it("a fire-and-forget send still queued at a graceful restart gets its reply-back turn once it runs", async () => {
-    gw = await startTestGateway(config({ session: { agentToAgent: { maxPingPongTurns: 1 } } }), {
+    gw = await edge.start(config({ session: { agentToAgent: { maxPingPongTurns: 1 } } }), {
       store: "file",
     });
     const op: TestPeer = await gw.operator();
@@ -65,7 +47,7 @@ describe("runs and agent-to-agent flows off the usual paths (file store)", () =>
   });
 
   it("a send's follow-up already past its primary at a restart goes on with its next turn, without repeating one", async () => {
-    gw = await startTestGateway(config({ session: { agentToAgent: { maxPingPongTurns: 2 } } }), {
+    gw = await edge.start(config({ session: { agentToAgent: { maxPingPongTurns: 2 } } }), {
       store: "file",
     });
     const op: TestPeer = await gw.operator();
@@ -101,7 +83,7 @@ describe("runs and agent-to-agent flows off the usual paths (file store)", () =>
   });
 
   it("keeps FIFO order in a lane when a worker slot frees while an earlier run of the lane is being accepted", async () => {
-    gw = await startTestGateway(
+    gw = await edge.start(
       {
         auth: { tokens: [{ name: "worker", token: WORKER, role: "agent" as const, agents: ["main"] }] },
         agents: { list: [{ id: "main", default: true }] },
@@ -153,7 +135,7 @@ describe("runs and agent-to-agent flows off the usual paths (file store)", () =>
   });
 
   it("a run that times out while its dispatch reads the session stays ended: never assigned, its record and every wait say timeout", async () => {
-    gw = await startTestGateway(
+    gw = await edge.start(
       {
         auth: { tokens: [{ name: "worker", token: WORKER, role: "agent" as const, agents: ["main"] }] },
         agents: { list: [{ id: "main", default: true }] },
@@ -204,7 +186,7 @@ describe("runs and agent-to-agent flows off the usual paths (file store)", () =>
   });
 
   it("a run that times out while its assignment reads the history is handed to no worker", async () => {
-    gw = await startTestGateway(config(), { store: "file" });
+    gw = await edge.start(config(), { store: "file" });
     const op = await gw.operator();
     const sessionKey = "agent:main:cron:slow-history";
     await op.call("sessions.create", { key: sessionKey });

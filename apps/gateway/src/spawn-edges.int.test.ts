@@ -1,14 +1,8 @@
 import type { ConfigInput, RunRecord } from "@switchboard/core";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { behaviour } from "./testing/behaviour";
-import {
-  a2aConfig,
-  startTestGateway,
-  type TestGateway,
-  TestWorker,
-  WORKER_TOKEN as WORKER,
-  type WorkerHandler,
-} from "./testing/test-gateway";
+import { perTestGateway } from "./testing/per-test-gateway";
+import { a2aConfig, type TestGateway, type TestWorker } from "./testing/test-gateway";
 import type { TestPeer } from "./testing/test-peer";
 import { until } from "./testing/until";
 
@@ -20,21 +14,9 @@ function config(overrides: Partial<ConfigInput> = {}): ConfigInput {
 
 type Result = Record<string, unknown> & { status: string };
 
+const edge = perTestGateway();
+const { workers, startWorker } = edge;
 let gw: TestGateway | undefined;
-const workers: TestWorker[] = [];
-
-afterEach(async () => {
-  await gw?.gateway.flows.idle();
-  for (const worker of workers.splice(0)) worker.close();
-  await gw?.close();
-  gw = undefined;
-});
-
-async function startWorker(handler: WorkerHandler = behaviour(), agents = ["main", "research"]) {
-  const worker = await TestWorker.start(gw!.url, WORKER, agents, handler);
-  workers.push(worker);
-  return worker;
-}
 
 /** Closes a worker and waits until the gateway no longer counts it. */
 async function stopWorker(worker: TestWorker) {
@@ -62,7 +44,7 @@ async function announceRuns(): Promise<RunRecord[]> {
 
 describe("spawn announces that do not reach the requester at first (file store)", () => {
   it("an announce interrupted by a graceful restart reaches the requester after the restart", async () => {
-    gw = await startTestGateway(config(), { store: "file" });
+    gw = await edge.start(config(), { store: "file" });
     const op = await gw.operator();
     await op.call("sessions.create", { key: MAIN });
     // The requester's turn on the announce is still thinking when the gateway stops.
@@ -104,7 +86,7 @@ describe("spawn announces that do not reach the requester at first (file store)"
   });
 
   it("an announce whose run fails is retried, and given up after three attempts, recorded", async () => {
-    gw = await startTestGateway(config(), { store: "file" });
+    gw = await edge.start(config(), { store: "file" });
     const op = await gw.operator();
     await op.call("sessions.create", { key: MAIN });
     let failures = 1;
@@ -148,7 +130,7 @@ describe("spawn announces that do not reach the requester at first (file store)"
 
 describe("sub-agent archiver and runs still to come on the child (file store)", () => {
   it("does not archive a finished child while a send waits queued on it, and archives it at a later sweep", async () => {
-    gw = await startTestGateway(config(), { store: "file" });
+    gw = await edge.start(config(), { store: "file" });
     const op = await gw.operator();
     await op.call("sessions.create", { key: MAIN });
     const first = await startWorker();
@@ -191,7 +173,7 @@ describe("sub-agent archiver and runs still to come on the child (file store)", 
   });
 
   it("does not archive a finished child while a sub-agent it spawned is still to report to it", async () => {
-    gw = await startTestGateway(
+    gw = await edge.start(
       config({
         agents: {
           list: [
