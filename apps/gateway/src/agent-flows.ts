@@ -44,6 +44,12 @@ export const ANNOUNCE_SKIP = "ANNOUNCE_SKIP";
  * requester whose turns always fail (or that no worker ever serves) is not fed the findings forever.
  */
 const MAX_ANNOUNCE_ATTEMPTS = 3;
+/**
+ * Announce runs that ended with the process (restarts, a lost instance) do not count towards
+ * `MAX_ANNOUNCE_ATTEMPTS`, but are bounded too: a gateway restarted over and over while announcing
+ * does not retry for good.
+ */
+const MAX_LOST_ANNOUNCE_TRIES = 10;
 
 /** Spawn runs the archiver looks at between two yields to the event loop. */
 const SWEEP_SLICE = 1_000;
@@ -715,7 +721,10 @@ export class AgentFlows {
   ): Promise<WaitResult> {
     const ended = await this.waitEnd(await start(this.stepKey(primary, step)));
     const keyed = this.claims !== undefined || primary.followUp !== undefined;
-    if (!keyed || ended.status !== "error" || !isLostWithProcess(ended.error)) return ended;
+    if (!keyed || ended.status !== "error") return ended;
+    // Errors are rare: the record, which says how the run ended, is read only for them.
+    const record = this.scheduler.get(ended.runId)?.record ?? (await this.store.runs.get(ended.runId));
+    if (!isLostWithProcess(record)) return ended;
     // This process is stopping: the follow-up stays open (mark or claim) for whoever goes on.
     if (this.stopped) throw new FollowUpInterrupted();
     return this.waitEnd(await start(this.stepKey(primary, `${step}:again`)));
@@ -1127,7 +1136,10 @@ export class AgentFlows {
         ? `announce run ${run.status}${run.error ? `: ${run.error}` : ""}`
         : `announce run ${runId} not found`;
       const requester = run ? await this.sessions.get(spawn.requesterKey) : undefined;
-      if (!run || !requester || spawn.announce.attempts >= MAX_ANNOUNCE_ATTEMPTS) {
+      const lostTry = isLostWithProcess(run);
+      const lostTries = (spawn.announce.lostTries ?? 0) + (lostTry ? 1 : 0);
+      const counted = spawn.announce.attempts - lostTries;
+      if (!run || !requester || counted >= MAX_ANNOUNCE_ATTEMPTS || lostTries > MAX_LOST_ANNOUNCE_TRIES) {
         const reason = run && !requester ? "requester session no longer exists" : lastError;
         await this.markAnnounce(record, { status: "failed", lastError: reason });
         await this.audit.append({
@@ -1168,7 +1180,12 @@ export class AgentFlows {
         idempotencyKey: `${spawn.announce.idempotencyKey}:${attempt}`,
         timeoutSeconds: this.stepTimeoutSeconds,
       });
-      await this.markAnnounce(record, { runId: retry.runId, attempts: attempt, lastError });
+      await this.markAnnounce(record, {
+        runId: retry.runId,
+        attempts: attempt,
+        lastError,
+        ...(lostTry ? { lostTries } : {}),
+      });
       if (!existing)
         await this.audit.append({
           kind: "announce",

@@ -162,7 +162,7 @@ export class RunScheduler {
       // One bad run must never keep the gateway from starting: it ends `error` with the reason.
       try {
         if (record.status === "running") {
-          await this.finish(record, "error", { error: LOST_AT_RESTART });
+          await this.finish(record, "error", { error: LOST_AT_RESTART, lost: "restart" });
           continue;
         }
         const gone = await this.sessionGone(record);
@@ -751,13 +751,14 @@ export class RunScheduler {
   async finish(
     record: RunRecord,
     status: "ok" | "error" | "timeout",
-    outcome: { reply?: string; error?: string; usage?: Usage },
+    outcome: { reply?: string; error?: string; usage?: Usage; lost?: RunRecord["lost"] },
   ): Promise<void> {
     if (TERMINAL_RUN_STATUSES.includes(record.status)) return;
     record.status = status;
     record.endedAt = Date.now();
     if (outcome.reply !== undefined) record.reply = outcome.reply;
     if (outcome.error !== undefined) record.error = outcome.error;
+    if (outcome.lost !== undefined) record.lost = outcome.lost;
     if (outcome.usage) record.usage = outcome.usage;
     const active = this.active.get(record.runId);
     if (active?.timer) clearTimeout(active.timer);
@@ -1026,8 +1027,9 @@ export class RunScheduler {
     }
     for (const active of this.active.all()) {
       if (active.record.status === "running") {
-        await this.finish(active.record, "error", { error: LOST_AT_SHUTDOWN }).catch((error) =>
-          this.log.error({ err: error, runId: active.record.runId }, "could not end a run at shutdown"),
+        await this.finish(active.record, "error", { error: LOST_AT_SHUTDOWN, lost: "shutdown" }).catch(
+          (error) =>
+            this.log.error({ err: error, runId: active.record.runId }, "could not end a run at shutdown"),
         );
       } else if (active.timer) {
         clearTimeout(active.timer);
@@ -1061,11 +1063,13 @@ export function lostInstanceError(instance: string, detail = ""): string {
   return `gateway instance ${instance} was lost while running the run${detail}`;
 }
 
-const LOST_INSTANCE = /^gateway instance \S+ was lost while running the run/;
-
-/** A run ended because its process stopped or died (its worker never gave an answer). */
-export function isLostWithProcess(error: string | undefined): boolean {
-  return error === LOST_AT_RESTART || error === LOST_AT_SHUTDOWN || LOST_INSTANCE.test(error ?? "");
+/**
+ * A run ended because its process stopped or died (its worker never gave an answer). Told by the
+ * record's `lost`, which only the gateway sets: a worker failing a run with the same words as the
+ * gateway's (`run.fail` with "gateway restarted") must not have its flow step made twice.
+ */
+export function isLostWithProcess(record: Pick<RunRecord, "status" | "lost"> | undefined): boolean {
+  return record?.status === "error" && record.lost !== undefined;
 }
 
 function laneKeyOf(record: Pick<RunRecord, "sessionKey" | "lane" | "origin">): string {

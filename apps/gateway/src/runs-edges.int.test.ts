@@ -82,6 +82,37 @@ describe("runs and agent-to-agent flows off the usual paths (file store)", () =>
     expect((await gw.gateway.store.runs.get(sent.runId as string))?.followUp).toBe("done");
   });
 
+  it("a worker failing a follow-up step with the gateway's own words for a restart does not get the step made again", async () => {
+    gw = await edge.start(config({ session: { agentToAgent: { maxPingPongTurns: 2 } } }), {
+      store: "file",
+    });
+    const op: TestPeer = await gw.operator();
+    await op.call("sessions.create", { key: "agent:research:main" });
+    await op.call("sessions.create", { key: "agent:main:main" });
+    // One process marks the follow-up pending: its steps are keyed, and one lost with the process is
+    // made again under `…:again`.
+    const replyStep = (run: { input: { context: string } }) =>
+      run.input.context.includes("Agent-to-agent reply step:");
+    const worker = await startWorker(async (context) =>
+      replyStep(context.run) ? { fail: "gateway restarted" } : behaviour()(context),
+    );
+    const sent = await op.call<Result>("tools.invoke", {
+      tool: "sessions_send",
+      args: { sessionKey: "agent:research:main", message: "what is up?", timeoutSeconds: 10 },
+      as: "agent:main:main",
+    });
+    expect(sent).toMatchObject({ status: "ok", reply: "echo: what is up?" });
+    await until(
+      async () => (await gw!.gateway.store.runs.get(sent.runId as string))?.followUp === "done",
+      "the follow-up finished",
+    );
+    await gw.gateway.flows.idle();
+    // The worker's failure ends the loop like any failed turn: one reply run, not a second `:again`.
+    const replyRuns = (await gw.gateway.store.runs.list({})).filter((run) => run.origin === "reply");
+    expect(replyRuns.map((run) => [run.status, run.lost])).toEqual([["error", undefined]]);
+    expect(worker.runs.filter(replyStep)).toHaveLength(1);
+  });
+
   it("keeps FIFO order in a lane when a worker slot frees while an earlier run of the lane is being accepted", async () => {
     gw = await edge.start(
       {

@@ -85,6 +85,42 @@ describe("spawn announces that do not reach the requester at first (file store)"
     expect(await announceRuns()).toHaveLength(2);
   });
 
+  it("restarts while the announce runs do not use up its attempts: after more of them than three it is still delivered", async () => {
+    gw = await edge.start(config(), { store: "file" });
+    const op = await gw.operator();
+    await op.call("sessions.create", { key: MAIN });
+    const silentOnAnnounce = async (context: Parameters<ReturnType<typeof behaviour>>[0]) =>
+      isAnnounce(context.run) ? ({ ignore: true } as const) : behaviour()(context);
+    let worker = await startWorker(silentOnAnnounce);
+    const spawned = await tool(op, MAIN, "sessions_spawn", { task: "find the answer", agentId: "research" });
+    await until(() => worker.runs.some(isAnnounce), "the first announce run assigned");
+    // Each start retries the announce, and each time the gateway stops before the requester answers.
+    for (let restart = 1; restart <= 3; restart++) {
+      await gw.restart();
+      worker = await startWorker(silentOnAnnounce);
+      await until(() => worker.runs.some(isAnnounce), `the announce retried after restart ${restart}`, 4_000);
+    }
+    await gw.restart();
+    await startWorker(behaviour({ announceStep: () => "noted the findings" }));
+    await until(
+      async () => (await spawnRecord(spawned.runId as string)).spawn!.announce.status === "delivered",
+      "the announce delivered after the fourth restart",
+      6_000,
+    );
+    expect((await spawnRecord(spawned.runId as string)).spawn!.announce).toMatchObject({
+      status: "delivered",
+      attempts: 5,
+      lostTries: 4,
+    });
+    expect((await announceRuns()).map((run) => run.lost ?? run.status)).toEqual([
+      "shutdown",
+      "shutdown",
+      "shutdown",
+      "shutdown",
+      "ok",
+    ]);
+  });
+
   it("an announce whose run fails is retried, and given up after three attempts, recorded", async () => {
     gw = await edge.start(config(), { store: "file" });
     const op = await gw.operator();

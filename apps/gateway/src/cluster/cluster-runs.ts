@@ -603,6 +603,7 @@ export class ClusterRuns {
     if (!record || TERMINAL_RUN_STATUSES.includes(record.status)) return;
     record.status = "error";
     record.error = reason;
+    record.lost = "instance";
     record.endedAt = Date.now();
     await this.store.runs.put(record);
     this.bus.publish("run.ended", runEndedPayload(record, "error"), {

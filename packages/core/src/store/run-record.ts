@@ -25,7 +25,13 @@ export const SpawnRecordSchema = z.object({
   cleanup: z.enum(["delete", "keep"]),
   announce: z.object({
     status: z.enum(["pending", "delivered", "skipped", "failed"]),
+    /** Announce runs made (each under a key of its own, `<idempotencyKey>:<n>` after the first). */
     attempts: z.number().int().nonnegative(),
+    /**
+     * Of those, the ones that ended with the gateway's process (`RunRecord.lost`): a restart is not
+     * the requester failing the announce, so they do not count towards its attempts.
+     */
+    lostTries: z.number().int().nonnegative().optional(),
     idempotencyKey: z.string(),
     runId: z.string().optional(),
     lastError: z.string().optional(),
@@ -75,6 +81,13 @@ export const RunRecordSchema = z.object({
    * ends, so a restart takes it up again (`RunListQuery.pendingFollowUp`); absent when it has no step.
    */
   followUp: z.enum(["pending", "done"]).optional(),
+  /**
+   * Set by the gateway alone when the run ended with its process rather than by its worker's answer:
+   * the gateway restarted or shut down while it ran, or the cluster lost the instance holding it. A
+   * flow step that ended so never had its turn and is made again; an error a worker reports, whatever
+   * its text, never reads as one.
+   */
+  lost: z.enum(["restart", "shutdown", "instance"]).optional(),
   /** Free-form flow data the scheduler needs to resume (a2a chain ids, hop, waiting parents). */
   flow: z.record(z.string(), z.unknown()).optional(),
 });
