@@ -34,7 +34,7 @@ import type { FlowClaims } from "./ports/flow-claims";
 import { InProcessSessionLocks, type SessionLocks } from "./ports/session-locks";
 import { type ChainPosition, chainPositionOf, type WaitGraph } from "./ports/wait-graph";
 import { isLostWithProcess, type RunEnd, type RunScheduler, type WaitResult } from "./run-scheduler";
-import type { SessionsService } from "./sessions-service";
+import type { ArchiveCheck, SessionsService } from "./sessions-service";
 
 export const REPLY_SKIP = "REPLY_SKIP";
 export const ANNOUNCE_SKIP = "ANNOUNCE_SKIP";
@@ -1255,23 +1255,28 @@ export class AgentFlows {
       }
       if ((run.endedAt ?? 0) > cutoff) continue;
       const child = await this.sessions.get(run.spawn.childKey);
-      if (!child || child.archivedAt || reportingTo.has(child.key) || (await this.hasRunsToCome(child.key)))
-        continue;
-      if (await this.sessions.archive(child.key, child.sessionId)) archived += 1;
+      if (!child || child.archivedAt || reportingTo.has(child.key)) continue;
+      if (await this.sessions.archive(child.key, child.sessionId, this.noRunsToCome(child.key)))
+        archived += 1;
     }
     return archived;
   }
 
   /**
-   * A run still to come on a session (running, or queued: a send into a finished child waiting for a
-   * worker) would run on an archived row whose transcript is gone, its reply recorded nowhere: the
-   * child is archived at a sweep after it. Asked of the store too, since on several instances the
-   * run may be queued or held elsewhere.
+   * A run still to come on a session (running, queued: a send into a finished child waiting for a
+   * worker, or being created by a send that looked the child up before) would run on an archived
+   * row whose transcript is gone, its reply recorded nowhere: the child is archived at a sweep after
+   * it. Asked under the session's lock right before the archive write, so a send racing the sweep
+   * either counts here or finds the session archived. The store is asked too, since on several
+   * instances the run may be queued or held elsewhere (there a race with another instance's send
+   * remains: cluster.md).
    */
-  private async hasRunsToCome(sessionKey: string): Promise<boolean> {
-    if (this.scheduler.activeRunFor(sessionKey) || this.scheduler.queuedFor(sessionKey) > 0) return true;
-    const unfinished = await this.store.runs.list({ sessionKey, statuses: ["queued", "running"], limit: 1 });
-    return unfinished.length > 0;
+  private noRunsToCome(sessionKey: string): ArchiveCheck {
+    return {
+      settled: async () =>
+        (await this.store.runs.list({ sessionKey, statuses: ["queued", "running"], limit: 1 })).length === 0,
+      now: () => !this.scheduler.hasRunsToComeOn(sessionKey),
+    };
   }
 
   stop(): void {

@@ -246,7 +246,23 @@ export class RunScheduler {
   }
 
   private async create(spec: RunSpec): Promise<RunRecord> {
-    const entry = await this.sessions.require(spec.sessionKey);
+    // Counted from before the session is read: the archiver, which checks this right before its
+    // archive write, either sees this creation or archives first, and then the read below sees it.
+    const created = this.active.startCreatingOn(spec.sessionKey);
+    try {
+      return await this.createOn(await this.sessions.require(spec.sessionKey), spec);
+    } finally {
+      created();
+    }
+  }
+
+  private async createOn(entry: SessionEntry, spec: RunSpec): Promise<RunRecord> {
+    // Archived (a finished sub-agent's session) since the caller looked it up: a run now would go
+    // on against a transcript that is gone, its input and reply recorded nowhere.
+    if (entry.archivedAt)
+      throw new SwitchboardError("NOT_FOUND", `session not found: ${spec.sessionKey} (archived)`, {
+        details: { key: spec.sessionKey },
+      });
     const runId = randomUUID();
     const record: RunRecord = {
       runId,
@@ -1006,6 +1022,18 @@ export class RunScheduler {
   /** Runs of a session waiting in its lanes (for session_status: "queued, no worker"). */
   queuedFor(sessionKey: string): number {
     return this.lanes.queuedUnder(`${sessionKey}|`);
+  }
+
+  /**
+   * Whether a run of the session is still to come from this process: executing, waiting in a lane,
+   * or being created. Synchronous, so a caller can act on the answer before anything else runs.
+   */
+  hasRunsToComeOn(sessionKey: string): boolean {
+    return (
+      this.activeRunFor(sessionKey) !== undefined ||
+      this.queuedFor(sessionKey) > 0 ||
+      this.active.creatingOn(sessionKey)
+    );
   }
 
   /** The run currently executing on a session, if any (for session_status). */

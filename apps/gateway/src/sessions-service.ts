@@ -30,6 +30,15 @@ import type { EventLog } from "./ports/event-log";
 import type { RecentMessagesCache } from "./ports/recent-messages";
 import type { SessionLocks } from "./ports/session-locks";
 
+/**
+ * What must hold for a session to be archived, asked under its lock: `settled` may read the store;
+ * `now` is asked synchronously right before the archive write (this process's own runs of it).
+ */
+export interface ArchiveCheck {
+  settled(): Promise<boolean>;
+  now(): boolean;
+}
+
 export interface CreateSessionOptions {
   channel?: string;
   chatType?: ChatType;
@@ -302,12 +311,16 @@ export class SessionsService {
    * crash in between leaves an archived row and a transcript no live row points at, which the store
    * archives at its next open; the other order left a live row pointing at a transcript that was
    * gone (its history and sends failing NOT_FOUND). False when the session is gone, was reset
-   * (another `sessionId`) or is archived already.
+   * (another `sessionId`), is archived already, or `idle` says it still has work coming.
    */
-  async archive(key: string, sessionId: string): Promise<boolean> {
+  async archive(key: string, sessionId: string, idle?: ArchiveCheck): Promise<boolean> {
     return this.withLock(key, async () => {
       const entry = await this.store.sessions.get(key);
       if (!entry || entry.archivedAt || entry.sessionId !== sessionId) return false;
+      if (idle && !(await idle.settled())) return false;
+      // Nothing awaited from here to the archived row's write (issued as `archiveSession` starts),
+      // so nothing this process does can slip in between the check and the write.
+      if (idle && !idle.now()) return false;
       const now = Date.now();
       const archived = { ...entry, archivedAt: now, updatedAt: Math.max(now, entry.updatedAt) };
       const { archiveError } = await archiveSession(this.store, archived);

@@ -165,13 +165,11 @@ describe("spawn announces that do not reach the requester at first (file store)"
 });
 
 describe("sub-agent archiver and runs still to come on the child (file store)", () => {
-  it("does not archive a finished child while a send waits queued on it, and archives it at a later sweep", async () => {
-    gw = await edge.start(config(), { store: "file" });
-    const op = await gw.operator();
+  /** A finished child of MAIN, its announce taken in, with a worker for every agent connected. */
+  async function finishedChild(op: TestPeer): Promise<string> {
     await op.call("sessions.create", { key: MAIN });
-    const first = await startWorker();
+    await startWorker();
     const spawned = await tool(op, MAIN, "sessions_spawn", { task: "look around", agentId: "research" });
-    const childKey = spawned.childSessionKey as string;
     expect(await op.call("agent.wait", { runId: spawned.runId, timeoutMs: 5_000 })).toMatchObject({
       status: "ok",
     });
@@ -179,9 +177,34 @@ describe("sub-agent archiver and runs still to come on the child (file store)", 
       async () => (await announceRuns()).some((run) => run.status === "ok"),
       "the announce turn ended",
     );
-    await gw.gateway.flows.idle();
+    await gw!.gateway.flows.idle();
+    return spawned.childSessionKey as string;
+  }
+
+  /**
+   * A worker comes and answers the send queued on the child: its exchange is in the child's live
+   * transcript, and with nothing more to come the next sweep archives the child.
+   */
+  async function answeredThenArchived(op: TestPeer, childKey: string, runId: string): Promise<void> {
+    await startWorker();
+    expect(await op.call("agent.wait", { runId, timeoutMs: 5_000 })).toMatchObject({
+      status: "ok",
+      reply: "echo: one more thing",
+    });
+    await gw!.gateway.flows.idle();
+    const child = (await gw!.gateway.store.sessions.get(childKey))!;
+    expect(child.archivedAt).toBeUndefined();
+    const transcript = await gw!.gateway.store.transcripts.read(child.sessionId, { limit: 100 });
+    expect(JSON.stringify(transcript.entries)).toContain("echo: one more thing");
+    expect(await gw!.gateway.flows.archiveSweep(Date.now() + 1)).toBe(1);
+  }
+
+  it("does not archive a finished child while a send waits queued on it, and archives it at a later sweep", async () => {
+    gw = await edge.start(config(), { store: "file" });
+    const op = await gw.operator();
+    const childKey = await finishedChild(op);
     // No worker for the child's agent: a follow-up send into the child waits queued.
-    await stopWorker(first);
+    await stopWorker(workers[0]!);
     const sent = await tool(op, MAIN, "sessions_send", {
       sessionKey: childKey,
       message: "one more thing",
@@ -193,19 +216,61 @@ describe("sub-agent archiver and runs still to come on the child (file store)", 
     expect(await gw.gateway.flows.archiveSweep(Date.now() + 1)).toBe(0);
     expect((await gw.gateway.store.sessions.get(childKey))?.archivedAt).toBeUndefined();
 
-    await startWorker();
-    expect(await op.call("agent.wait", { runId: sent.runId, timeoutMs: 5_000 })).toMatchObject({
-      status: "ok",
-      reply: "echo: one more thing",
-    });
-    await gw.gateway.flows.idle();
     // Before, the run went on against the archived child: its reply was recorded nowhere.
-    const child = (await gw.gateway.store.sessions.get(childKey))!;
-    const transcript = await gw.gateway.store.transcripts.read(child.sessionId, { limit: 100 });
-    expect(JSON.stringify(transcript.entries)).toContain("echo: one more thing");
-    // Nothing more to come on the child: the next sweep archives it.
-    expect(await gw.gateway.flows.archiveSweep(Date.now() + 1)).toBe(1);
+    await answeredThenArchived(op, childKey, sent.runId as string);
     expect((await gw.gateway.store.sessions.get(childKey))?.archivedAt).toBeGreaterThan(0);
+  });
+
+  it("a send that looked the child up before a sweep archived it is refused, not run against the archived child", async () => {
+    gw = await edge.start(config(), { store: "file" });
+    const op = await gw.operator();
+    const childKey = await finishedChild(op);
+    // The sweep comes in after the send found the child live (its policy checks, admission) and
+    // before the send's run is made.
+    const scheduler = gw.gateway.scheduler;
+    const enqueue = scheduler.enqueue.bind(scheduler);
+    let swept: number | undefined;
+    scheduler.enqueue = async (spec) => {
+      if (spec.sessionKey === childKey && swept === undefined)
+        swept = await gw!.gateway.flows.archiveSweep(Date.now() + 1);
+      return enqueue(spec);
+    };
+    const sent = await tool(op, MAIN, "sessions_send", {
+      sessionKey: childKey,
+      message: "one more thing",
+      timeoutSeconds: 5,
+    });
+    expect(swept).toBe(1);
+    // Before, the run was made and answered, its message and reply recorded nowhere.
+    expect(sent.status).not.toBe("ok");
+    expect(JSON.stringify(sent)).toContain("archived");
+    const runs = await gw.gateway.store.runs.list({ sessionKey: childKey });
+    expect(runs.filter((run) => run.origin === "send")).toHaveLength(0);
+  });
+
+  it("a sweep that comes while a send's run into the child is being made leaves the child live", async () => {
+    gw = await edge.start(config(), { store: "file" });
+    const op = await gw.operator();
+    const childKey = await finishedChild(op);
+    // No worker: the send's run is put in its lane only after its record and input are written.
+    await stopWorker(workers[0]!);
+    // The sweep comes in while the run record is being written: in no lane nor the store yet.
+    const runs = gw.gateway.store.runs;
+    const put = runs.put.bind(runs);
+    let swept: number | undefined;
+    runs.put = async (record, options) => {
+      if (record.sessionKey === childKey && record.origin === "send" && swept === undefined)
+        swept = await gw!.gateway.flows.archiveSweep(Date.now() + 1);
+      return put(record, options);
+    };
+    const sent = await tool(op, MAIN, "sessions_send", {
+      sessionKey: childKey,
+      message: "one more thing",
+      timeoutSeconds: 0,
+    });
+    expect(sent).toMatchObject({ status: "accepted", delivery: { status: "queued" } });
+    expect(swept).toBe(0);
+    await answeredThenArchived(op, childKey, sent.runId as string);
   });
 
   it("does not archive a finished child while a sub-agent it spawned is still to report to it", async () => {

@@ -29,6 +29,12 @@ export interface ActiveRuns<W> {
   creating(idempotencyKey: string): Promise<RunRecord> | undefined;
   startCreating(idempotencyKey: string, creation: Promise<RunRecord>): void;
   doneCreating(idempotencyKey: string): void;
+  /**
+   * A run of the session is being created (from before its session is read until it is in a lane
+   * or the store): the sub-agent archiver must not archive the session meanwhile. Returns the end.
+   */
+  startCreatingOn(sessionKey: string): () => void;
+  creatingOn(sessionKey: string): boolean;
   /** An ended run whose final record is not durable yet. */
   keepUnsaved(record: RunRecord): void;
   unsaved(runId: string): RunRecord | undefined;
@@ -41,6 +47,8 @@ export class InProcessActiveRuns<W> implements ActiveRuns<W> {
   private readonly active = new Map<string, ActiveRun<W>>();
   private readonly inflight = new Map<string, Promise<RunRecord>>();
   private readonly pending = new Map<string, RunRecord>();
+  /** Creations in flight per session key; keys with none hold no memory. */
+  private readonly creatingPerSession = new Map<string, number>();
 
   get(runId: string): ActiveRun<W> | undefined {
     return this.active.get(runId);
@@ -68,6 +76,22 @@ export class InProcessActiveRuns<W> implements ActiveRuns<W> {
 
   doneCreating(idempotencyKey: string): void {
     this.inflight.delete(idempotencyKey);
+  }
+
+  startCreatingOn(sessionKey: string): () => void {
+    this.creatingPerSession.set(sessionKey, (this.creatingPerSession.get(sessionKey) ?? 0) + 1);
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      const left = (this.creatingPerSession.get(sessionKey) ?? 1) - 1;
+      if (left > 0) this.creatingPerSession.set(sessionKey, left);
+      else this.creatingPerSession.delete(sessionKey);
+    };
+  }
+
+  creatingOn(sessionKey: string): boolean {
+    return this.creatingPerSession.has(sessionKey);
   }
 
   keepUnsaved(record: RunRecord): void {
