@@ -876,6 +876,7 @@ export class RunScheduler {
     freedWorker: Connection | undefined,
   ): Promise<void> {
     this.active.delete(record.runId);
+    this.telemetry?.dropped(record);
     const stored = await this.store.runs.get(record.runId).catch(() => undefined);
     if (stored && TERMINAL_RUN_STATUSES.includes(stored.status)) this.waiters.ended(stored);
     this.pump(laneKey);

@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import {
   type Config,
+  isToolName,
   type Level,
   MAX_INPUT_MESSAGE_BYTES,
   maxLevel,
@@ -139,6 +140,9 @@ export class ToolCalls {
       }
       return result;
     };
+    // Not one of the gateway's tools: nothing to gate or decide (no metric series, no policy
+    // context for a name a client made up); the executor's answer, recorded like any call.
+    if (!isToolName(tool)) return finish(await this.executor.invoke(tool, args, holding));
     const gate = this.gate(entry, tool, caller.runOrigin);
     if (!gate.allowed) {
       this.telemetry?.decided(tool, "block");
@@ -250,7 +254,15 @@ const CUT_KEEP = 2_048;
  * record must not fail on what the call carried, turning a delivered message into an error answer.
  */
 function fitForRecord<T>(value: T): T {
-  if (Buffer.byteLength(JSON.stringify(value) ?? "") <= RECORD_PART_BYTES) return value;
+  let json: string | undefined;
+  try {
+    json = JSON.stringify(value);
+  } catch (error) {
+    // Not serialisable (the protocol bounds depth, so this is a gateway-made value): the call
+    // stays recorded, without this part.
+    return `[not recorded: ${(error as Error).message}]` as T;
+  }
+  if (Buffer.byteLength(json ?? "") <= RECORD_PART_BYTES) return value;
   const cut = (item: unknown): unknown => {
     if (typeof item === "string")
       return item.length > CUT_KEEP

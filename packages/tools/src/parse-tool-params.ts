@@ -23,7 +23,10 @@ function prepareArguments(name: ToolName, args: unknown): Record<string, unknown
   if (!isPlainObject(args))
     throw new ToolParamError(`arguments: expected object, got ${describeValue(args)}`);
   const input: Record<string, unknown> = {};
-  for (const [key, value] of Object.entries(args)) if (value !== null) input[key] = value;
+  // An own `__proto__` key (JSON.parse makes one) assigned here would become the input's prototype,
+  // and the schema would read parameters from it that a policy rule, looking at own keys, never saw.
+  for (const [key, value] of Object.entries(args))
+    if (value !== null && key !== "__proto__") input[key] = value;
   // tools.md: invalid `kinds` entries are ignored, so a stray number must not fail the whole call.
   if (name === "sessions_list" && Array.isArray(input.kinds)) {
     input.kinds = input.kinds.filter((kind) => typeof kind === "string");

@@ -443,6 +443,13 @@ describe("argument checking", () => {
     expect(request).toEqual({ sessionKey: "k", message: "hi", timeoutSeconds: 30 });
   });
 
+  it("reads no parameter from an own __proto__ key (a policy rule, looking at own keys, never saw it)", async () => {
+    const args = JSON.parse('{"message":"hi","__proto__":{"sessionKey":"agent:other:main"}}');
+    const { result, backend } = await call("sessions_send", args);
+    expect(result).toEqual({ status: "error", error: "sessionKey: is required" });
+    expect(backend.calls).toHaveLength(0);
+  });
+
   it("returns unknown tool for a name outside the nine", async () => {
     for (const name of ["web_fetch", "", "SESSIONS_LIST", "__proto__"]) {
       const { result, backend } = await call(name, {});

@@ -165,18 +165,21 @@ export function mcpRoutes(deps: HttpRouteDeps): HttpRoute[] {
           });
           return;
         }
+        const rpcError = (code: number, message: string) => {
+          res.writeHead(400, { "content-type": "application/json" });
+          res.end(JSON.stringify({ jsonrpc: "2.0", error: { code, message }, id: null }));
+        };
         let parsed: unknown;
         try {
           parsed = JSON.parse(body.toString("utf8"));
         } catch {
-          res.writeHead(400, { "content-type": "application/json" });
-          res.end(
-            JSON.stringify({
-              jsonrpc: "2.0",
-              error: { code: -32700, message: "Parse error: body is not JSON" },
-              id: null,
-            }),
-          );
+          rpcError(-32700, "Parse error: body is not JSON");
+          return;
+        }
+        // JSON-RPC 2.0: an empty batch is one Invalid Request (the SDK's transport, finding no
+        // request in it, would answer 202 as for notifications).
+        if (Array.isArray(parsed) && parsed.length === 0) {
+          rpcError(-32600, "Invalid Request: the batch is empty");
           return;
         }
 
@@ -190,16 +193,20 @@ export function mcpRoutes(deps: HttpRouteDeps): HttpRoute[] {
           {
             listTools: () => tools.list(binding),
             callTool: async (name, args, signal, requestId) => {
-              if (requestId === undefined)
-                return tools.call(binding, name, args, { transport: "http", signal });
-              const tracked = cancellations.track(binding.tokenName, requestId);
+              const tracked =
+                requestId === undefined ? undefined : cancellations.track(binding.tokenName, requestId);
               try {
                 return await tools.call(binding, name, args, {
                   transport: "http",
-                  signal: AbortSignal.any([signal, tracked.signal]),
+                  signal: tracked ? AbortSignal.any([signal, tracked.signal]) : signal,
                 });
+              } catch (error) {
+                // The host hears only that it failed (mcp-server.ts): the cause is logged here.
+                if (!isSwitchboardError(error))
+                  log.error({ err: error, token: binding.tokenName, tool: name }, "mcp call failed");
+                throw error;
               } finally {
-                tracked.done();
+                tracked?.done();
               }
             },
           },

@@ -11,7 +11,14 @@ import {
   type Tool,
   type ToolAnnotations,
 } from "@modelcontextprotocol/sdk/types.js";
-import { isSwitchboardError, SEND_TIMEOUT_SECONDS, type ToolDefinition } from "@switchboard/core";
+import {
+  formatZodIssues,
+  isSwitchboardError,
+  SEND_TIMEOUT_SECONDS,
+  ToolArgsSchema,
+  type ToolDefinition,
+} from "@switchboard/core";
+import { z } from "zod";
 import { VERSION } from "../version";
 
 /**
@@ -108,10 +115,19 @@ export function toolResultContent(result: Record<string, unknown>): CallToolResu
 }
 
 function thrownContent(error: unknown): CallToolResult {
-  const code = isSwitchboardError(error) ? error.code : "INTERNAL";
-  const message = error instanceof Error ? error.message : String(error);
-  return toolResultContent({ status: "error", error: `${code}: ${message}` });
+  // An unexpected error's own text (a stack overflow, a driver's message) is the gateway's business,
+  // not the host's: it is logged where it was thrown, and the host hears only that it happened.
+  if (!isSwitchboardError(error))
+    return toolResultContent({ status: "error", error: "INTERNAL: internal error" });
+  return toolResultContent({ status: "error", error: `${error.code}: ${error.message}` });
 }
+
+/**
+ * A `tools/call`'s name and arguments, bounded as the WebSocket `tools.invoke` bounds them: a name
+ * longer than any tool's is not echoed back or audited whole, and arguments too deep to serialise
+ * are refused before the call is made (not after, when its record fails).
+ */
+const CallParamsSchema = z.object({ name: z.string().min(1).max(128), arguments: ToolArgsSchema });
 
 /**
  * One MCP server (the official SDK's low-level `Server`, since the tool schemas are already JSON
@@ -136,8 +152,13 @@ export function createMcpServer(port: SessionToolPort, options: McpServerOptions
   }));
 
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
-    const { name } = request.params;
-    const args = (request.params.arguments ?? {}) as Record<string, unknown>;
+    const checked = CallParamsSchema.safeParse({
+      name: request.params.name,
+      arguments: request.params.arguments ?? {},
+    });
+    if (!checked.success)
+      throw new McpError(ErrorCode.InvalidParams, formatZodIssues(checked.error).join("; "));
+    const { name, arguments: args } = checked.data;
     const progressToken = extra._meta?.progressToken;
     let timer: NodeJS.Timeout | undefined;
     if (progressToken !== undefined) {

@@ -115,6 +115,13 @@ async function expectInvalid(peer: TestPeer, method: string, params: unknown, fi
   expect(response.error?.message, label).toContain(field);
 }
 
+/** Arrays nested `depth` levels deep. */
+function nested(depth: number): unknown {
+  let value: unknown = [];
+  for (let level = 1; level < depth; level++) value = [value];
+  return value;
+}
+
 describe("methods", () => {
   it("refuse missing, wrong-typed and oversized params with INVALID_REQUEST naming the field, writing nothing", async () => {
     const filesBefore = await quietFiles(gw.dataDir);
@@ -186,6 +193,19 @@ describe("methods", () => {
       [agentPeer, "run.complete", { runId: "r", reply: "x", usage: { inputTokens: "many" } }, "usage"],
       [agentPeer, "run.fail", { runId: "r", error: long(10_001) }, "error"],
       [agentPeer, "tools.invoke", { tool: "sessions_list", args: [1] }, "args"],
+      // Too deep to serialise when the call is recorded (after it ran): refused before.
+      [op, "tools.invoke", { tool: "sessions_list", args: { pad: nested(1_000) }, as: "main" }, "args"],
+      [op, "policy.simulate", { as: "main", tool: "sessions_list", args: { pad: nested(100) } }, "args"],
+      [agentPeer, "tools.invoke", { tool: "sessions_list", args: { pad: nested(65) } }, "args"],
+      [agentPeer, "run.progress", { runId: "r", kind: "tool-call", args: { pad: nested(100) } }, "args"],
+      [agentPeer, "run.progress", { runId: "r", kind: "tool-result", result: nested(100) }, "result"],
+      // Ids and names that become metric labels and span attributes are bounded.
+      [agentPeer, "run.progress", { runId: "r", kind: "tool-call", name: long(129) }, "name"],
+      [agentPeer, "run.progress", { runId: long(200), kind: "text-delta" }, "runId"],
+      [agentPeer, "run.complete", { runId: long(200), reply: "x" }, "runId"],
+      [agentPeer, "run.fail", { runId: long(200), error: "x" }, "runId"],
+      [agentPeer, "tools.list", { runId: long(200) }, "runId"],
+      [agentPeer, "tools.invoke", { tool: "sessions_list", runId: long(200) }, "runId"],
     ];
     for (const [peer, method, params, field] of cases) await expectInvalid(peer, method, params, field);
     // Every method of the protocol got at least one bad-input case.

@@ -1,4 +1,4 @@
-import type { RunRecord, Store } from "@switchboard/core";
+import { isToolName, type RunRecord, type Store } from "@switchboard/core";
 import { Counter, collectDefaultMetrics, Gauge, Registry } from "prom-client";
 import { SeriesCounter, SeriesHistogram } from "./series";
 
@@ -176,8 +176,9 @@ export class GatewayMetrics {
   }
 
   toolCall(tool: string, decision: ToolDecision): void {
-    // Workers name the tools they ran themselves: past a bound, new names share one series.
-    if (!this.toolNames.has(tool)) {
+    // Workers name the tools they ran themselves: past a bound, new names share one series. The
+    // gateway's own tools always keep theirs (a worker naming 200 made-up tools must not hide them).
+    if (!this.toolNames.has(tool) && !isToolName(tool)) {
       if (this.toolNames.size >= MAX_TOOL_LABELS) tool = "other";
       else this.toolNames.add(tool);
     }

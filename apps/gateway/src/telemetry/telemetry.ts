@@ -24,6 +24,11 @@ export interface RunObserver {
   started(record: RunRecord): void;
   /** `after` (what follows the end: announce, reply delivery) runs inside the run's trace. */
   ended(record: RunRecord, after: () => Promise<void>): Promise<void>;
+  /**
+   * Its end here was not written (several instances: another holds the run now, and counts its end):
+   * its span ends, so none stays open in memory.
+   */
+  dropped(record: RunRecord): void;
   traceparent(runId: string): string | undefined;
 }
 
@@ -106,6 +111,7 @@ export async function createTelemetry(config: Config, options: TelemetryOptions 
               tracing.runEnded(record);
             }
           },
+          dropped: (record) => tracing?.runEnded(record),
           traceparent: (runId) => tracing?.traceparent(runId),
         }
       : undefined;

@@ -62,6 +62,9 @@ async function loadSdk() {
 }
 type Sdk = Awaited<ReturnType<typeof loadSdk>>;
 
+/** The longest attribute value (and error message) a span carries. */
+const SPAN_ATTRIBUTE_MAX_LENGTH = 256;
+
 let contextManagerSet = false;
 
 /**
@@ -117,6 +120,9 @@ export class GatewayTracing {
       spanProcessors: [
         options.exporter ? new sdk.SimpleSpanProcessor(exporter) : new sdk.BatchSpanProcessor(exporter),
       ],
+      // Attribute values come partly from clients (ids, tool names): whatever the protocol's bounds,
+      // no span carries a long one into the export queue.
+      spanLimits: { attributeValueLengthLimit: SPAN_ATTRIBUTE_MAX_LENGTH },
     });
     this.tracer = this.provider.getTracer("switchboard-gateway", VERSION);
   }
@@ -129,7 +135,9 @@ export class GatewayTracing {
     handle: () => Promise<T>,
   ): Promise<T> {
     const runId = (params as { runId?: unknown } | undefined)?.runId;
-    const run = typeof runId === "string" ? this.runs.get(runId) : undefined;
+    // Only a worker's requests join a run's trace: a client naming a run it may not even see (its
+    // request refused) must not put its span into that run's trace.
+    const run = typeof runId === "string" && role === "agent" ? this.runs.get(runId) : undefined;
     const parent = run ? trace.setSpan(context.active(), run) : context.active();
     const span = this.tracer.startSpan(
       method,
@@ -194,7 +202,11 @@ export class GatewayTracing {
     this.runs.delete(record.runId);
     span.setAttribute("switchboard.run_status", record.status);
     if (record.status !== "ok")
-      span.setStatus({ code: SpanStatusCode.ERROR, message: record.error ?? record.status });
+      span.setStatus({
+        code: SpanStatusCode.ERROR,
+        // A worker writes a failed run's error (up to 10 000 characters): the span keeps its start.
+        message: (record.error ?? record.status).slice(0, SPAN_ATTRIBUTE_MAX_LENGTH),
+      });
     span.end();
   }
 

@@ -14,12 +14,16 @@ import {
   ToolDefinitionSchema,
 } from "../tools/tool-schemas";
 import { InputTextSchema } from "./input-text";
+import { ToolArgsSchema, ToolResultValueSchema } from "./json-depth";
 
 /** `mcp`: a token bound to one session, used by the stdio MCP bridge (only the tool methods, as that session). */
 export const RoleSchema = z.enum(["operator", "agent", "client", "mcp"]);
 export type Role = z.infer<typeof RoleSchema>;
 
 const SessionKeyParam = z.string().min(1).max(512);
+/** Run ids are UUIDs the gateway makes: a longer one names no run, and is not carried further. */
+const RunIdParam = z.string().min(1).max(128);
+const ToolNameParam = z.string().min(1).max(128);
 const ChatTypeParam = z.enum(["direct", "group", "channel"]);
 
 export const ConnectParamsSchema = z.object({
@@ -185,7 +189,7 @@ export const Methods = {
   },
   "agent.wait": {
     params: z.object({
-      runId: z.string().min(1).max(128),
+      runId: RunIdParam,
       timeoutMs: z.number().int().min(0).max(600_000).optional(),
     }),
     result: z.object({
@@ -239,14 +243,14 @@ export const Methods = {
     }),
   },
   "tools.list": {
-    params: z.object({ runId: z.string().optional(), as: SessionKeyParam.optional() }),
+    params: z.object({ runId: RunIdParam.optional(), as: SessionKeyParam.optional() }),
     result: z.object({ tools: z.array(ToolDefinitionSchema) }),
   },
   "tools.invoke": {
     params: z.object({
-      tool: z.string().min(1).max(128),
-      args: z.record(z.string(), z.unknown()).default({}),
-      runId: z.string().optional(),
+      tool: ToolNameParam,
+      args: ToolArgsSchema.default({}),
+      runId: RunIdParam.optional(),
       as: SessionKeyParam.optional(),
       toolCallId: z.string().max(128).optional(),
     }),
@@ -261,8 +265,8 @@ export const Methods = {
   "policy.simulate": {
     params: z.object({
       as: SessionKeyParam,
-      tool: z.string().min(1),
-      args: z.record(z.string(), z.unknown()).default({}),
+      tool: ToolNameParam,
+      args: ToolArgsSchema.default({}),
     }),
     result: z.union([SimulateResultSchema, z.object({ status: z.string(), error: z.string() })]),
   },
@@ -288,21 +292,21 @@ export const Methods = {
   },
   "run.progress": {
     params: z.object({
-      runId: z.string(),
+      runId: RunIdParam,
       kind: z.enum(["text-delta", "tool-call", "tool-result"]),
       text: z.string().optional(),
-      toolCallId: z.string().optional(),
-      name: z.string().optional(),
-      args: z.record(z.string(), z.unknown()).optional(),
-      result: z.unknown().optional(),
+      toolCallId: z.string().max(128).optional(),
+      name: ToolNameParam.optional(),
+      args: ToolArgsSchema.optional(),
+      result: ToolResultValueSchema.optional(),
     }),
     result: Empty,
   },
   "run.complete": {
-    params: z.object({ runId: z.string(), reply: z.string(), usage: UsageSchema.optional() }),
+    params: z.object({ runId: RunIdParam, reply: z.string(), usage: UsageSchema.optional() }),
     result: Empty,
   },
-  "run.fail": { params: z.object({ runId: z.string(), error: z.string().max(10_000) }), result: Empty },
+  "run.fail": { params: z.object({ runId: RunIdParam, error: z.string().max(10_000) }), result: Empty },
 } as const satisfies Record<string, { params: z.ZodType; result: z.ZodType }>;
 
 export type MethodName = keyof typeof Methods;

@@ -38,6 +38,12 @@ export const TOOL_NAMES = [
 export const ToolNameSchema = z.enum(TOOL_NAMES);
 export type ToolName = z.infer<typeof ToolNameSchema>;
 
+const TOOL_NAME_SET: ReadonlySet<string> = new Set(TOOL_NAMES);
+/** One of the gateway's own tools (a worker may run and report others). */
+export function isToolName(name: string): name is ToolName {
+  return TOOL_NAME_SET.has(name);
+}
+
 export const ToolStatusSchema = z.enum(["ok", "accepted", "timeout", "error", "forbidden", "not_found"]);
 export type ToolStatus = z.infer<typeof ToolStatusSchema>;
 
