@@ -33,6 +33,7 @@ import {
   syncDirectory,
   truncateFile,
   writeAllAt,
+  yieldToEventLoop,
 } from "./fs-io";
 import { findIntactEnd, NEWLINE, parseJsonLine, readFirstLine, scanBackward, seqOfLine } from "./line-scan";
 import type { StoreLogger } from "./logger";
@@ -395,14 +396,16 @@ export class FileTranscriptStore implements TranscriptStore {
     this.assertOpen();
     const dir = this.options.archiveDir;
     const names = await withStorageErrors("listing", dir, () => fs.promises.readdir(dir));
-    const doomed = names
-      .map((name) => ({ name, at: archivedAt(name) }))
-      .filter(
-        (file): file is { name: string; at: number } =>
-          file.at !== undefined && file.at < options.archivedBefore,
-      )
-      .sort((a, b) => a.at - b.at)
-      .slice(0, options.limit);
+    // Reading a name's time costs microseconds, and an archive may hold 100k names, read again for
+    // each batch: the scan yields between slices, and only the matches are ordered.
+    const matches: Array<{ name: string; at: number }> = [];
+    for (let index = 0; index < names.length; index++) {
+      if (index > 0 && index % ARCHIVE_SCAN_SLICE === 0) await yieldToEventLoop();
+      const name = names[index]!;
+      const at = archivedAt(name);
+      if (at !== undefined && at < options.archivedBefore) matches.push({ name, at });
+    }
+    const doomed = await oldestOf(matches, options.limit);
     for (const file of doomed) {
       await withStorageErrors("pruning", path.join(dir, file.name), () =>
         fs.promises.rm(path.join(dir, file.name), { force: true }),
@@ -780,4 +783,20 @@ function parseEntryLine(line: Buffer): TranscriptEntry | undefined {
   return value !== undefined && typeof value.seq === "number" && typeof value.type === "string"
     ? (value as unknown as TranscriptEntry)
     : undefined;
+}
+
+/** Archive names read between two yields to the event loop when pruning. */
+const ARCHIVE_SCAN_SLICE = 2_000;
+
+/** The `limit` oldest of `files`, oldest first, without sorting them all. */
+async function oldestOf<T extends { at: number }>(files: T[], limit: number): Promise<T[]> {
+  if (files.length > limit) {
+    // A numeric sort of the times alone (fast, no comparator) gives the cut-off.
+    const cutoff = Float64Array.from(files, (file) => file.at).sort()[limit - 1]!;
+    await yieldToEventLoop();
+    const older = files.filter((file) => file.at < cutoff);
+    const atCutoff = files.filter((file) => file.at === cutoff).slice(0, limit - older.length);
+    files = [...older, ...atCutoff];
+  }
+  return files.sort((a, b) => a.at - b.at);
 }
