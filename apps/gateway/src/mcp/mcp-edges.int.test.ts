@@ -1,11 +1,11 @@
 import { request as httpRequest } from "node:http";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import { type RunningAgentWorker, startAgentWorker } from "@switchboard/agent";
-import { connect, type SwitchboardClient } from "@switchboard/client";
-import { type ConfigInput, parseConfig, type ScriptedRuleInput } from "@switchboard/core";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestGateway, type TestGateway, testStoreKind } from "../testing/test-gateway";
+import type { SwitchboardClient } from "@switchboard/client";
+import type { ConfigInput, ScriptedRuleInput } from "@switchboard/core";
+import { beforeAll, describe, expect, it } from "vitest";
+import type { TestGateway } from "../testing/test-gateway";
+import { useMcpGateway } from "./mcp-test-gateway";
 
 /**
  * A hostile MCP client against `/mcp`: identity, policy, malformed input, faults. Each test uses
@@ -13,7 +13,6 @@ import { startTestGateway, type TestGateway, testStoreKind } from "../testing/te
  * what another may do.
  */
 
-const STORE = testStoreKind();
 const WORKER_TOKEN = "mcp-edges-worker-0123456789";
 const tokens = {
   a: { name: "host-a", token: "mcp-edges-a-0123456789", session: "agent:main:mcp:a" },
@@ -62,10 +61,19 @@ const CONFIG: ConfigInput = {
   },
 };
 
+const shared = useMcpGateway(CONFIG, WORKER_TOKEN, [
+  [BOB, "webchat"],
+  [CAROL, "webchat"],
+  [VAULT, "vault"],
+  [DAVE, "webchat"],
+  [ERIN, "webchat"],
+]);
+const clients = shared.clients;
 let gw: TestGateway;
 let op: SwitchboardClient;
-let worker: RunningAgentWorker;
-const clients: Client[] = [];
+beforeAll(() => {
+  ({ gw, op } = shared);
+});
 
 const httpUrl = () => gw.url.replace(/^ws/, "http");
 
@@ -158,12 +166,6 @@ function call(id: number | string, name: string, args: unknown, meta?: Record<st
 type ToolCallResult = Awaited<ReturnType<Client["callTool"]>>;
 const textOf = (result: ToolCallResult) => (result.content as Array<{ text: string }>)[0]!.text;
 
-async function chatSession(key: string, channel: string): Promise<void> {
-  await op.sessions.create({ key, channel });
-  const { runId } = await op.chat.send({ sessionKey: key, message: `hello ${channel} ${key}` });
-  expect((await op.agent.wait({ runId, timeoutMs: 10_000 })).status).toBe("ok");
-}
-
 async function auditEntries(): Promise<Array<Record<string, any>>> {
   return (await op.audit.tail({ limit: 1000 })).entries as Array<Record<string, any>>;
 }
@@ -175,30 +177,6 @@ async function transcript(key: string): Promise<string> {
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-beforeAll(async () => {
-  gw = await startTestGateway(CONFIG, { store: STORE });
-  op = await connect({ url: gw.url, token: gw.token, role: "operator", reconnect: { enabled: false } });
-  worker = await startAgentWorker({
-    url: gw.url,
-    token: WORKER_TOKEN,
-    config: parseConfig(CONFIG),
-    stopGraceMs: 2_000,
-  });
-  await chatSession(BOB, "webchat");
-  await chatSession(CAROL, "webchat");
-  await chatSession(VAULT, "vault");
-  await chatSession(DAVE, "webchat");
-  await chatSession(ERIN, "webchat");
-}, 30_000);
-
-afterAll(async () => {
-  await Promise.all(clients.splice(0).map((client) => client.close().catch(() => undefined)));
-  await gw.gateway.flows.idle();
-  await worker.stop();
-  await op.close();
-  await gw.close();
-});
 
 describe("hostile MCP client: identity", { timeout: 30_000 }, () => {
   it("ignores every caller-naming argument and header: the caller is always the token's session", async () => {

@@ -2,15 +2,14 @@ import { request as httpRequest } from "node:http";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import { type RunningAgentWorker, startAgentWorker } from "@switchboard/agent";
-import { connect, type SwitchboardClient } from "@switchboard/client";
-import { type ConfigInput, parseConfig, type ScriptedRuleInput } from "@switchboard/core";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { SwitchboardClient } from "@switchboard/client";
+import type { ConfigInput, ScriptedRuleInput } from "@switchboard/core";
+import { beforeAll, describe, expect, it } from "vitest";
 import { CLI_BUILT, CLI_PATH, cleanEnv, NOT_BUILT_MESSAGE } from "../cli/cli-process";
-import { startTestGateway, type TestGateway, testStoreKind } from "../testing/test-gateway";
+import type { TestGateway } from "../testing/test-gateway";
 import { TestPeer } from "../testing/test-peer";
+import { useMcpGateway } from "./mcp-test-gateway";
 
-const STORE = testStoreKind();
 const WORKER_TOKEN = "mcp-test-worker-0123456789";
 const MCP_TOKEN = "mcp-test-desktop-0123456789";
 const CLIENT_TOKEN = "mcp-test-webchat-0123456789";
@@ -46,10 +45,17 @@ const CONFIG: ConfigInput = {
   labels: { channels: { mcp: "CONFIDENTIAL", vault: "CONFIDENTIAL", safe: "RESTRICTED" } },
 };
 
+const shared = useMcpGateway(CONFIG, WORKER_TOKEN, [
+  [BOB, "webchat"],
+  [VAULT, "vault"],
+  [SAFE, "safe"],
+]);
+const clients = shared.clients;
 let gw: TestGateway;
 let op: SwitchboardClient;
-let worker: RunningAgentWorker;
-const clients: Client[] = [];
+beforeAll(() => {
+  ({ gw, op } = shared);
+});
 
 function httpUrl(): string {
   return gw.url.replace(/^ws/, "http");
@@ -66,12 +72,6 @@ async function mcpOverHttp(token = MCP_TOKEN): Promise<Client> {
 }
 
 /** A chat session with one exchange in it, so its taint is its channel's label. */
-async function chatSession(key: string, channel: string): Promise<void> {
-  await op.sessions.create({ key, channel });
-  const { runId } = await op.chat.send({ sessionKey: key, message: `hello ${channel}` });
-  expect((await op.agent.wait({ runId, timeoutMs: 10_000 })).status).toBe("ok");
-}
-
 type ToolCallResult = Awaited<ReturnType<Client["callTool"]>>;
 
 /**
@@ -155,28 +155,6 @@ function rawPost(
     req.end(body);
   });
 }
-
-beforeAll(async () => {
-  gw = await startTestGateway(CONFIG, { store: STORE });
-  op = await connect({ url: gw.url, token: gw.token, role: "operator", reconnect: { enabled: false } });
-  worker = await startAgentWorker({
-    url: gw.url,
-    token: WORKER_TOKEN,
-    config: parseConfig(CONFIG),
-    stopGraceMs: 2_000,
-  });
-  await chatSession(BOB, "webchat");
-  await chatSession(VAULT, "vault");
-  await chatSession(SAFE, "safe");
-}, 30_000);
-
-afterAll(async () => {
-  await Promise.all(clients.splice(0).map((client) => client.close().catch(() => undefined)));
-  await gw.gateway.flows.idle();
-  await worker.stop();
-  await op.close();
-  await gw.close();
-});
 
 // The tests of this file share one gateway and run in order: the bound session's taint rises in the
 // second one, and later ones rely on it.
