@@ -145,8 +145,12 @@ function answered(answer: RawAnswer | "aborted" | "hung"): RawAnswer {
   return answer;
 }
 
+/** A JSON-RPC message or audit record, read ad hoc by the assertions. */
+// biome-ignore lint/suspicious/noExplicitAny: answers of any shape are probed field by field
+type Loose = Record<string, any>;
+
 /** The JSON-RPC messages of an answer (an SSE stream or a JSON body). */
-function frames(answer: RawAnswer): Array<Record<string, any>> {
+function frames(answer: RawAnswer): Array<Loose> {
   if (String(answer.headers["content-type"]).startsWith("text/event-stream")) {
     return [...answer.body.matchAll(/^data: (.+)$/gm)].map((m) => JSON.parse(m[1]!));
   }
@@ -166,8 +170,8 @@ function call(id: number | string, name: string, args: unknown, meta?: Record<st
 type ToolCallResult = Awaited<ReturnType<Client["callTool"]>>;
 const textOf = (result: ToolCallResult) => (result.content as Array<{ text: string }>)[0]!.text;
 
-async function auditEntries(): Promise<Array<Record<string, any>>> {
-  return (await op.audit.tail({ limit: 1000 })).entries as Array<Record<string, any>>;
+async function auditEntries(): Promise<Array<Loose>> {
+  return (await op.audit.tail({ limit: 1000 })).entries as Array<Loose>;
 }
 
 async function transcript(key: string): Promise<string> {
@@ -444,7 +448,7 @@ describe("hostile MCP client: faults", { timeout: 60_000 }, () => {
       { abortAfterMs: 300 },
     );
     expect(gone).toBe("aborted");
-    let record: Record<string, any> | undefined;
+    let record: Loose | undefined;
     while (!record && Date.now() - started < 2_000) {
       await sleep(50);
       record = (await auditEntries()).find(
