@@ -5,7 +5,7 @@ import { parseConfig } from "../config/parse-config";
 import { createPolicyEngine } from "./engine";
 import { validatePolicyRules } from "./rule-schema";
 import { resolveSendPolicy } from "./send-policy";
-import { sendContext, sessionFacts } from "./test-fixtures";
+import { sendContext } from "./test-fixtures";
 
 const TELEGRAM_DM = "agent:main:telegram:dm:42";
 
