@@ -4,6 +4,7 @@ import {
   type Config,
   displayKey,
   hostDrivenSessionKeys,
+  isSwitchboardError,
   type Level,
   longestArchiveWindowMinutes,
   makeSubagentKey,
@@ -576,8 +577,8 @@ export class AgentFlows {
       for (let turn = 1; turn <= turns; turn++) {
         const speakerKey = turn % 2 === 1 ? requesterKey : targetKey;
         const otherKey = speakerKey === requesterKey ? targetKey : requesterKey;
-        const speaker = await this.sessions.get(speakerKey);
-        const other = await this.sessions.get(otherKey);
+        const speaker = await this.liveSession(speakerKey);
+        const other = await this.liveSession(otherKey);
         if (!speaker || !other) break;
         const stepContext = [
           "Agent-to-agent reply step:",
@@ -623,8 +624,8 @@ export class AgentFlows {
     if (latestFrom !== targetKey) {
       // The announce runs in the target with the latest reply in its context: a reply that came from
       // the requester is a message into the target, checked and labelled like one, or left out.
-      const requesterNow = await this.sessions.get(latestFrom);
-      const targetNow = await this.sessions.get(targetKey);
+      const requesterNow = await this.liveSession(latestFrom);
+      const targetNow = await this.liveSession(targetKey);
       if (!requesterNow || !targetNow) return;
       const decision = await this.policy.enforce({
         hook: "PRE_SEND",
@@ -651,7 +652,7 @@ export class AgentFlows {
     latest: string,
     position: ChainPosition,
   ): Promise<void> {
-    const target = await this.sessions.get(targetKey);
+    const target = await this.liveSession(targetKey);
     if (!target) return;
     if (!this.sessions.route(target)) {
       // Nowhere to post an announce (no channel route): no announce run. Main, cron, hook, node and
@@ -719,15 +720,39 @@ export class AgentFlows {
     step: string,
     start: (key: { idempotencyKey?: string }) => Promise<string>,
   ): Promise<WaitResult> {
-    const ended = await this.waitEnd(await start(this.stepKey(primary, step)));
+    const first = await this.startStep(() => start(this.stepKey(primary, step)));
+    if (first.refused) return first.refused;
+    const ended = await this.waitEnd(first.runId);
     const keyed = this.claims !== undefined || primary.followUp !== undefined;
     if (!keyed || ended.status !== "error") return ended;
     // Errors are rare: the record, which says how the run ended, is read only for them.
-    const record = this.scheduler.get(ended.runId)?.record ?? (await this.store.runs.get(ended.runId));
-    if (!isLostWithProcess(record)) return ended;
+    if (!isLostWithProcess(await this.scheduler.latestRecord(ended.runId))) return ended;
     // This process is stopping: the follow-up stays open (mark or claim) for whoever goes on.
     if (this.stopped) throw new FollowUpInterrupted();
-    return this.waitEnd(await start(this.stepKey(primary, `${step}:again`)));
+    const again = await this.startStep(() => start(this.stepKey(primary, `${step}:again`)));
+    return again.refused ?? this.waitEnd(again.runId);
+  }
+
+  /**
+   * A step's run, or how it could not be made: its session gone or archived since it was looked up
+   * (a finished sub-agent archived between two turns). That ends the follow-up like a failed step,
+   * rather than failing it and leaving it pending for every later start.
+   */
+  private async startStep(
+    start: () => Promise<string>,
+  ): Promise<{ runId: string; refused?: undefined } | { refused: WaitResult }> {
+    try {
+      return { runId: await start() };
+    } catch (error) {
+      if (!isSwitchboardError(error) || error.code !== "NOT_FOUND") throw error;
+      return { refused: { runId: "", status: "error", error: error.message } };
+    }
+  }
+
+  /** A session's row unless it is gone or archived (a finished sub-agent): no run goes to it. */
+  private async liveSession(key: string): Promise<SessionEntry | undefined> {
+    const entry = await this.sessions.get(key);
+    return entry?.archivedAt ? undefined : entry;
   }
 
   private async waitEnd(runId: string): Promise<WaitResult> {
@@ -999,7 +1024,7 @@ export class AgentFlows {
     const spawn = record.spawn!;
     // An announce run was made already: what is left is to hear how it ended.
     if (spawn.announce.runId) return this.settleAnnounce(record);
-    const requester = await this.sessions.get(spawn.requesterKey);
+    const requester = await this.liveSession(spawn.requesterKey);
     const child = await this.sessions.get(spawn.childKey);
     const finishAnnounce = (
       status: "delivered" | "skipped" | "failed",
@@ -1124,7 +1149,7 @@ export class AgentFlows {
     for (;;) {
       const spawn = record.spawn!;
       const runId = spawn.announce.runId!;
-      const run = this.scheduler.get(runId)?.record ?? (await this.store.runs.get(runId));
+      const run = await this.scheduler.latestRecord(runId);
       if (run && !TERMINAL_RUN_STATUSES.includes(run.status)) return;
       if (run?.status === "ok") {
         await this.markAnnounce(record, { status: "delivered" });
@@ -1135,12 +1160,12 @@ export class AgentFlows {
       const lastError = run
         ? `announce run ${run.status}${run.error ? `: ${run.error}` : ""}`
         : `announce run ${runId} not found`;
-      const requester = run ? await this.sessions.get(spawn.requesterKey) : undefined;
+      const requester = run ? await this.liveSession(spawn.requesterKey) : undefined;
       const lostTry = isLostWithProcess(run);
       const lostTries = (spawn.announce.lostTries ?? 0) + (lostTry ? 1 : 0);
       const counted = spawn.announce.attempts - lostTries;
       if (!run || !requester || counted >= MAX_ANNOUNCE_ATTEMPTS || lostTries > MAX_LOST_ANNOUNCE_TRIES) {
-        const reason = run && !requester ? "requester session no longer exists" : lastError;
+        const reason = run && !requester ? "requester session no longer exists (or was archived)" : lastError;
         await this.markAnnounce(record, { status: "failed", lastError: reason });
         await this.audit.append({
           kind: "announce",

@@ -217,6 +217,11 @@ export class RunScheduler {
     return this.active.get(runId);
   }
 
+  /** The freshest record of a run: held here, ended here but not yet durable, else the store's. */
+  async latestRecord(runId: string): Promise<RunRecord | undefined> {
+    return this.active.get(runId)?.record ?? this.active.unsaved(runId) ?? (await this.store.runs.get(runId));
+  }
+
   async enqueue(spec: RunSpec): Promise<{ record: RunRecord; existing: boolean }> {
     if (this.stopping)
       throw new SwitchboardError("UNAVAILABLE", "gateway is shutting down", { retryable: true });

@@ -199,6 +199,19 @@ describe("sub-agent archiver and runs still to come on the child (file store)", 
     expect(await gw!.gateway.flows.archiveSweep(Date.now() + 1)).toBe(1);
   }
 
+  /** The next run made on `childKey` (of `origin`, when given) waits for an archiver sweep first. */
+  function sweepBeforeRunOn(childKey: string, origin?: string): { swept: number | undefined } {
+    const scheduler = gw!.gateway.scheduler;
+    const enqueue = scheduler.enqueue.bind(scheduler);
+    const sweep: { swept: number | undefined } = { swept: undefined };
+    scheduler.enqueue = async (spec) => {
+      if (spec.sessionKey === childKey && (!origin || spec.origin === origin) && sweep.swept === undefined)
+        sweep.swept = await gw!.gateway.flows.archiveSweep(Date.now() + 1);
+      return enqueue(spec);
+    };
+    return sweep;
+  }
+
   it("does not archive a finished child while a send waits queued on it, and archives it at a later sweep", async () => {
     gw = await edge.start(config(), { store: "file" });
     const op = await gw.operator();
@@ -227,20 +240,13 @@ describe("sub-agent archiver and runs still to come on the child (file store)", 
     const childKey = await finishedChild(op);
     // The sweep comes in after the send found the child live (its policy checks, admission) and
     // before the send's run is made.
-    const scheduler = gw.gateway.scheduler;
-    const enqueue = scheduler.enqueue.bind(scheduler);
-    let swept: number | undefined;
-    scheduler.enqueue = async (spec) => {
-      if (spec.sessionKey === childKey && swept === undefined)
-        swept = await gw!.gateway.flows.archiveSweep(Date.now() + 1);
-      return enqueue(spec);
-    };
+    const sweep = sweepBeforeRunOn(childKey);
     const sent = await tool(op, MAIN, "sessions_send", {
       sessionKey: childKey,
       message: "one more thing",
       timeoutSeconds: 5,
     });
-    expect(swept).toBe(1);
+    expect(sweep.swept).toBe(1);
     // Before, the run was made and answered, its message and reply recorded nowhere.
     expect(sent.status).not.toBe("ok");
     expect(JSON.stringify(sent)).toContain("archived");
@@ -271,6 +277,42 @@ describe("sub-agent archiver and runs still to come on the child (file store)", 
     expect(sent).toMatchObject({ status: "accepted", delivery: { status: "queued" } });
     expect(swept).toBe(0);
     await answeredThenArchived(op, childKey, sent.runId as string);
+  });
+
+  it("a send's reply turn into a child archived between turns ends the follow-up instead of leaving it pending", async () => {
+    gw = await edge.start(a2aConfig({ session: { agentToAgent: { maxPingPongTurns: 2 } } }), {
+      store: "file",
+    });
+    const op = await gw.operator();
+    await op.call("sessions.create", { key: MAIN });
+    await startWorker(behaviour({ replyStep: () => "and one more point" }));
+    const spawned = await tool(op, MAIN, "sessions_spawn", { task: "look around", agentId: "research" });
+    const childKey = spawned.childSessionKey as string;
+    expect(await op.call("agent.wait", { runId: spawned.runId, timeoutMs: 5_000 })).toMatchObject({
+      status: "ok",
+    });
+    await until(
+      async () =>
+        (await gw!.gateway.store.runs.get(spawned.runId as string))?.spawn?.announce.status !== "pending",
+      "the announce settled",
+    );
+    await gw.gateway.flows.idle();
+
+    // The sweep comes between turn 1 (on the requester) and turn 2 (on the child): nothing is queued,
+    // running or being created on the child then.
+    const sweep = sweepBeforeRunOn(childKey, "reply");
+    const sent = await tool(op, MAIN, "sessions_send", {
+      sessionKey: childKey,
+      message: "one more thing",
+      timeoutSeconds: 5,
+    });
+    expect(sent).toMatchObject({ status: "ok" });
+    await gw.gateway.flows.idle();
+    expect(sweep.swept).toBe(1);
+    // The turn into the archived child is refused (NOT_FOUND … archived): the follow-up should end
+    // (as for a deleted session: `if (!speaker || !other) break`), not stay pending and fail again at
+    // every start.
+    expect((await gw.gateway.store.runs.get(sent.runId as string))?.followUp).toBe("done");
   });
 
   it("does not archive a finished child while a sub-agent it spawned is still to report to it", async () => {

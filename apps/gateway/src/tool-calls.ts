@@ -140,19 +140,20 @@ export class ToolCalls {
       }
       return result;
     };
-    // Not one of the gateway's tools: nothing to gate or decide (no metric series, no policy
-    // context for a name a client made up); the executor's answer, recorded like any call.
-    if (!isToolName(tool)) return finish(await this.executor.invoke(tool, args, holding));
+    // A name that is not one of the gateway's tools still meets the gate and the policy (a rule
+    // denying it refuses and audits the call, as `simulate_tool_call` says), but is not counted
+    // in the tool metrics: made-up names would take their label slots, and none of them is run.
+    const counted = isToolName(tool) ? this.telemetry : undefined;
     const gate = this.gate(entry, tool, caller.runOrigin);
     if (!gate.allowed) {
-      this.telemetry?.decided(tool, "block");
+      counted?.decided(tool, "block");
       return finish({ status: "forbidden", error: gate.message ?? "tool not available" });
     }
     const decision = await this.policy.enforce(
       this.backend.toolCallContext(entry, tool, args),
       caller.operator,
     );
-    this.telemetry?.decided(tool, decisionOf(decision.action));
+    counted?.decided(tool, decisionOf(decision.action));
     if (decision.action === "BLOCK") return finish({ status: "forbidden", error: decision.message });
     const result = await this.executor.invoke(tool, args, holding);
     if (result.status === "ok" || result.status === "accepted") {
