@@ -1,4 +1,4 @@
-import { createMemoryStore } from "@switchboard/core";
+import { createMemoryBackend, createMemoryStore } from "@switchboard/core";
 import { describe, expect, it } from "vitest";
 import { AuditService } from "./audit-service";
 import type { EventLog } from "./ports/event-log";
@@ -59,5 +59,37 @@ describe("AuditService anchoring", () => {
     release();
     await appended;
     expect(done).toBe(true);
+  });
+});
+
+describe("AuditService verify", () => {
+  it("walks the log a page at a time in the order stored, never reading it whole", async () => {
+    const backend = createMemoryBackend();
+    const store = createMemoryStore({ backend });
+    const audit = await AuditService.open(store.audit, store.meta, key, quietBus);
+    for (let n = 0; n < 1_200; n++) await audit.append({ kind: "note", data: { n } });
+    const pages: number[] = [];
+    const paged = {
+      ...store.audit,
+      // A log of millions of records does not fit in memory: a read of all of it is refused here.
+      read: (options?: { after?: number; limit?: number }) =>
+        options?.limit === undefined
+          ? Promise.reject(new Error("read the whole log"))
+          : store.audit.read(options),
+      async *scan(pageSize: number) {
+        for await (const page of store.audit.scan(pageSize)) {
+          pages.push(page.length);
+          yield page;
+        }
+      },
+    };
+    const verifier = await AuditService.open(paged, store.meta, key, quietBus);
+    expect(await verifier.verify()).toEqual({ ok: true, entries: 1_200 });
+    expect(pages).toEqual([500, 500, 200]);
+
+    // A record stored again out of order (an edit of the log) is reported where it stands.
+    const copied = structuredClone((await store.audit.read({ after: 9, limit: 1 }))[0]!);
+    backend.auditRecords.splice(700, 0, copied);
+    expect(await verifier.verify()).toMatchObject({ ok: false, firstBadIndex: 700 });
   });
 });

@@ -22,7 +22,7 @@ export class AuditService {
   private persisted: Promise<unknown> = Promise.resolve();
 
   private constructor(
-    private readonly store: Pick<AuditStore, "append" | "read" | "tail">,
+    private readonly store: Pick<AuditStore, "append" | "read" | "tail" | "scan">,
     private readonly head: AuditChainHead,
     private readonly key: Uint8Array,
     private readonly bus: EventLog,
@@ -189,9 +189,9 @@ export class AuditService {
       };
     }
     await this.persisted;
-    const records = await this.store.read({});
+    // The anchor first: the scan then reaches at least as far (records are written before their anchor).
     const expectedHead = await this.head.anchored();
-    return verifyAuditRecords(this.key, inSlices(records), {
+    return verifyAuditRecords(this.key, inSlices(this.store.scan(VERIFY_SLICE)), {
       hmac: nodeHmac,
       ...(expectedHead ? { expectedHead } : {}),
     });
@@ -202,13 +202,16 @@ export class AuditService {
 const VERIFY_SLICE = 500;
 
 /**
- * The records, letting the event loop run between slices (hashing is synchronous: verifying 100k
+ * The records of the store's scan one by one, a page in memory at a time (a whole log of millions of
+ * records is not), letting the event loop run between pages (hashing is synchronous: verifying 100k
  * records in one go held every client for most of a second).
  */
-async function* inSlices<T>(records: readonly T[]): AsyncGenerator<T> {
-  for (let index = 0; index < records.length; index++) {
-    if (index > 0 && index % VERIFY_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
-    yield records[index]!;
+async function* inSlices<T>(pages: AsyncIterable<readonly T[]>): AsyncGenerator<T> {
+  let first = true;
+  for await (const page of pages) {
+    if (!first) await new Promise((resolve) => setImmediate(resolve));
+    first = false;
+    yield* page;
   }
 }
 

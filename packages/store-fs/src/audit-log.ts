@@ -6,6 +6,7 @@ import {
   normaliseAuditRead,
   SwitchboardError,
   validateAuditBatch,
+  validateScanPageSize,
   validateTailLimit,
 } from "@switchboard/core";
 import { AppendLog } from "./append-log";
@@ -268,6 +269,24 @@ export class FileAuditLog implements AuditStore {
       return out.length < count;
     });
     return out.reverse();
+  }
+
+  async *scan(pageSize: number): AsyncGenerator<AuditRecord[]> {
+    const size = validateScanPageSize(pageSize);
+    if (this.firstIndex === undefined) return;
+    // To the end as it is now: records appended meanwhile are the next check's.
+    const end = this.log.size;
+    let offset = this.dataStart;
+    while (offset < end) {
+      const page: AuditRecord[] = [];
+      const scanned = await scanForward(this.log.descriptor, offset, end, (line) => {
+        page.push(this.parseRecord(line));
+        return page.length < size;
+      });
+      if (page.length > 0) yield page;
+      if (!scanned.stopped) return;
+      offset = scanned.end;
+    }
   }
 
   /**

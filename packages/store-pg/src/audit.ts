@@ -4,6 +4,7 @@ import {
   normaliseAuditRead,
   SwitchboardError,
   validateAuditBatch,
+  validateScanPageSize,
   validateTailLimit,
 } from "@switchboard/core";
 import type { Db } from "./db";
@@ -157,6 +158,17 @@ export function createAuditLog(db: Db, q: (table: string) => string): AuditLog {
         [count],
       );
       return records(found.rows);
+    },
+    async *scan(pageSize) {
+      const size = validateScanPageSize(pageSize);
+      // `idx` is the table's key: its order is the order stored, so keyset pages skip nothing.
+      let after: number | undefined;
+      for (;;) {
+        const page = await store.read({ ...(after === undefined ? {} : { after }), limit: size });
+        if (page.length > 0) yield page;
+        if (page.length < size) return;
+        after = page.at(-1)!.index;
+      }
     },
     async count() {
       // Indexes are consecutive (append refuses gaps), so the count is two index lookups.

@@ -1185,6 +1185,8 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
         expect(await store.audit.count()).toBe(0);
         expect(await store.audit.read()).toEqual([]);
         expect(await store.audit.tail(5)).toEqual([]);
+        for await (const page of store.audit.scan(10))
+          expect.unreachable(`an empty log gave a page: ${page.length}`);
       });
     });
 
@@ -1203,6 +1205,15 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
         expect(await store.audit.tail(3)).toEqual(records.slice(9));
         expect(await store.audit.tail(50)).toEqual(records);
         expect(await store.audit.tail(0)).toEqual([]);
+        // The whole log in the order stored, a page at a time.
+        const pages: AuditRecord[][] = [];
+        for await (const page of store.audit.scan(5)) pages.push(page);
+        expect(pages.map((page) => page.length)).toEqual([5, 5, 2]);
+        expect(pages.flat()).toEqual(records);
+        const whole: AuditRecord[][] = [];
+        for await (const page of store.audit.scan(100)) whole.push(page);
+        expect(whole).toEqual([records]);
+        await expect(store.audit.scan(0)[Symbol.asyncIterator]().next()).rejects.toThrow(/pageSize/);
       });
     });
 

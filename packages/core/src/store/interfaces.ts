@@ -200,6 +200,12 @@ export interface AuditStore {
   /** The newest `limit` records, oldest first. */
   tail(limit: number): Promise<AuditRecord[]>;
   count(): Promise<number>;
+  /**
+   * Every record in the order stored, `pageSize` (>= 1) at a time: what a check of the whole log
+   * walks (`audit.verify`), in memory bounded by the page. Not `read({ after })` pages: those select
+   * by index, so a record stored out of order (a tampered log) would be skipped, not reported.
+   */
+  scan(pageSize: number): AsyncIterable<AuditRecord[]>;
 }
 
 /** Small durable key/value space for gateway bookkeeping (event seq high-water mark, keys, tokens). */

@@ -38,6 +38,7 @@ import {
   validateMetaName,
   validateMetaValue,
   validateRunRecord,
+  validateScanPageSize,
   validateSessionEntry,
   validateSessionTouch,
   validateTailLimit,
@@ -327,6 +328,12 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store {
     async count() {
       assertOpen();
       return auditRecords.length;
+    },
+    async *scan(pageSize) {
+      assertOpen();
+      const size = validateScanPageSize(pageSize);
+      for (let start = 0; start < auditRecords.length; start += size)
+        yield clone(auditRecords.slice(start, start + size));
     },
   };
 

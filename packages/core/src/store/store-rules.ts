@@ -482,6 +482,14 @@ export function validateTailLimit(limit: unknown): number {
   return limit;
 }
 
+/** An audit scan's page size: an integer >= 1. */
+export function validateScanPageSize(pageSize: unknown): number {
+  if (typeof pageSize !== "number" || !Number.isInteger(pageSize) || pageSize < 1) {
+    throw invalid(["pageSize: must be an integer >= 1"], "pageSize");
+  }
+  return pageSize;
+}
+
 /**
  * Checks a taint rise before any of it is written: the row, an entry of type `taint` (with `id`
  * and `ts` filled in, so a replay writes the very same entry), and an audit record that follows
