@@ -2,7 +2,7 @@ import type { ConfigInput, RunRecord } from "@switchboard/core";
 import { describe, expect, it } from "vitest";
 import { behaviour } from "./testing/behaviour";
 import { perTestGateway } from "./testing/per-test-gateway";
-import { a2aConfig, type TestGateway, type TestWorker } from "./testing/test-gateway";
+import { a2aConfig, nestedSpawns, type TestGateway, type TestWorker } from "./testing/test-gateway";
 import type { TestPeer } from "./testing/test-peer";
 import { until } from "./testing/until";
 
@@ -309,29 +309,13 @@ describe("sub-agent archiver and runs still to come on the child (file store)", 
     expect(sent).toMatchObject({ status: "ok" });
     await gw.gateway.flows.idle();
     expect(sweep.swept).toBe(1);
-    // The turn into the archived child is refused (NOT_FOUND … archived): the follow-up should end
-    // (as for a deleted session: `if (!speaker || !other) break`), not stay pending and fail again at
-    // every start.
+    // The turn into the archived child is not made: the follow-up ends there, as for a deleted
+    // session, rather than staying pending and failing again at every start.
     expect((await gw.gateway.store.runs.get(sent.runId as string))?.followUp).toBe("done");
   });
 
   it("does not archive a finished child while a sub-agent it spawned is still to report to it", async () => {
-    gw = await edge.start(
-      config({
-        agents: {
-          list: [
-            { id: "main", default: true, subagents: { allowAgents: ["research"], maxSpawnDepth: 2 } },
-            { id: "research", subagents: { allowAgents: ["research"], maxSpawnDepth: 2 } },
-          ],
-        },
-        // Sub-agents get no session tools unless allowed: this one may spawn.
-        tools: {
-          agentToAgent: { enabled: true, allow: ["*"] },
-          subagents: { tools: { allow: ["sessions_spawn"] } },
-        },
-      }),
-      { store: "file" },
-    );
+    gw = await edge.start(config(nestedSpawns), { store: "file" });
     const op = await gw.operator();
     await op.call("sessions.create", { key: MAIN });
     const worker = await startWorker();

@@ -8,7 +8,13 @@ import { fileURLToPath } from "node:url";
 import type { ConfigInput, RunRecord } from "@switchboard/core";
 import { afterAll, describe, expect, it } from "vitest";
 import { behaviour } from "../testing/behaviour";
-import { a2aConfig, type RunContext, TestWorker, WORKER_TOKEN as WORKER } from "../testing/test-gateway";
+import {
+  a2aConfig,
+  nestedSpawns,
+  type RunContext,
+  TestWorker,
+  WORKER_TOKEN as WORKER,
+} from "../testing/test-gateway";
 import { TestPeer } from "../testing/test-peer";
 import { until } from "../testing/until";
 import { readWholeAudit, readWholeHistory, seededRandom, textOf } from "./reliability-helpers";
@@ -619,18 +625,7 @@ describe.skipIf(!built)("kill -9 and the sub-agent archiver (file store)", () =>
   it("a child whose own sub-agent was running at the kill is not archived until that sub-agent's announce has run", {
     timeout: 20_000,
   }, async () => {
-    const input = config({
-      agents: {
-        list: [
-          { id: "main", default: true, subagents: { allowAgents: ["research"], maxSpawnDepth: 2 } },
-          { id: "research", subagents: { allowAgents: ["research"], maxSpawnDepth: 2 } },
-        ],
-      },
-      tools: {
-        agentToAgent: { enabled: true, allow: ["*"] },
-        subagents: { tools: { allow: ["sessions_spawn"] } },
-      },
-    });
+    const input = config(nestedSpawns);
     const agents = new Agents();
     const dataDir = await newDataDir();
     const child = await startChild(dataDir, input);
@@ -703,15 +698,12 @@ describe.skipIf(!built)("kill -9 and the sub-agent archiver (file store)", () =>
     // The child (research) spawns its sub-agent on `main`, whose agent has no worker before the kill:
     // nothing is queued on the child's own session, only its sub-agent is still to run and report.
     const input = config({
+      ...nestedSpawns,
       agents: {
         list: [
           { id: "main", default: true, subagents: { allowAgents: ["research"], maxSpawnDepth: 2 } },
           { id: "research", subagents: { allowAgents: ["main"], maxSpawnDepth: 2 } },
         ],
-      },
-      tools: {
-        agentToAgent: { enabled: true, allow: ["*"] },
-        subagents: { tools: { allow: ["sessions_spawn"] } },
       },
     });
     const agents = new Agents();

@@ -94,6 +94,24 @@ export function a2aConfig(overrides: Partial<ConfigInput> = {}): ConfigInput {
   };
 }
 
+/**
+ * `a2aConfig` overrides for sub-agents that spawn sub-agents of their own: both agents may spawn
+ * `research` two levels deep, and a sub-agent's tools include `sessions_spawn`.
+ */
+export const nestedSpawns = {
+  agents: {
+    list: [
+      { id: "main", default: true, subagents: { allowAgents: ["research"], maxSpawnDepth: 2 } },
+      { id: "research", subagents: { allowAgents: ["research"], maxSpawnDepth: 2 } },
+    ],
+  },
+  // Sub-agents get no session tools unless allowed: these may spawn.
+  tools: {
+    agentToAgent: { enabled: true, allow: ["*"] },
+    subagents: { tools: { allow: ["sessions_spawn"] } },
+  },
+} satisfies Partial<ConfigInput>;
+
 /** The usual test setup: agents `main` (default) and `research`, a worker and a webchat client token. */
 export const twoAgentConfig = {
   auth: {

@@ -1,20 +1,6 @@
 import { z } from "zod";
 import { MAX_INPUT_MESSAGE_BYTES } from "../store/limits";
-
-/** UTF-8 length without encoding the string (core runs without Node's Buffer). */
-export function utf8Length(text: string): number {
-  let bytes = 0;
-  for (let i = 0; i < text.length; i++) {
-    const code = text.charCodeAt(i);
-    if (code < 0x80) bytes += 1;
-    else if (code < 0x800) bytes += 2;
-    else if (code >= 0xd800 && code <= 0xdbff && i + 1 < text.length) {
-      bytes += 4;
-      i += 1;
-    } else bytes += 3;
-  }
-  return bytes;
-}
+import { utf8ByteLength } from "../store/store-rules";
 
 const TOO_LONG = `must be at most ${MAX_INPUT_MESSAGE_BYTES} bytes of UTF-8`;
 
@@ -26,4 +12,4 @@ const TOO_LONG = `must be at most ${MAX_INPUT_MESSAGE_BYTES} bytes of UTF-8`;
 export const InputTextSchema = z
   .string()
   .max(MAX_INPUT_MESSAGE_BYTES, { error: TOO_LONG })
-  .refine((text) => utf8Length(text) <= MAX_INPUT_MESSAGE_BYTES, { error: TOO_LONG });
+  .refine((text) => utf8ByteLength(text) <= MAX_INPUT_MESSAGE_BYTES, { error: TOO_LONG });
