@@ -54,6 +54,12 @@ try {
       return {};
     },
     gc: collectGarbage,
+    /** Snapshots every map of the store now (only with the store opened here, see `snapshotEvery`). */
+    async compact() {
+      if (!store) throw new Error("compact: the gateway opened its own store (pass snapshotEvery)");
+      await store.compact();
+      return {};
+    },
     async close() {
       loopDelay.disable();
       await gateway.close();

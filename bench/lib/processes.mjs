@@ -104,6 +104,7 @@ export async function spawnGateway({
     stats: () => ask("stats"),
     resetLoopDelay: () => ask("resetLoopDelay"),
     gc: () => ask("gc"),
+    compact: () => ask("compact"),
     rss: () => rssOf(child.pid),
     cpuMs: () => cpuMsOf(child.pid),
     close,

@@ -490,6 +490,45 @@ describe("sessions journal and snapshots", () => {
     }
   });
 
+  it("waits for as many journal records as the last snapshot held before the next one", async () => {
+    // A snapshot writes every row: at one per `snapshotEvery` changes a large map would rewrite
+    // itself many times over per change.
+    const dataDir = await freshDir();
+    const store = await open(dataDir, { snapshotEvery: 5 });
+    const rows = Array.from({ length: 40 }, (_, i) => sampleSession({ key: `agent:main:s${i}` }));
+    for (const row of rows) await store.sessions.put(row);
+    // Twice: the first may only await a background snapshot the puts started, of fewer rows.
+    await store.compact();
+    await store.compact();
+    const before = (await store.stats()).journals.sessions.snapshots;
+    for (let n = 1; n < 40; n++) await store.sessions.put({ ...rows[0]!, updatedAt: 2000 + n });
+    expect((await store.stats()).journals.sessions.snapshots).toBe(before);
+    await store.sessions.put({ ...rows[0]!, updatedAt: 3000 });
+    await vi.waitFor(async () => expect((await store.stats()).journals.sessions.snapshots).toBe(before + 1));
+    await store.close();
+    const again = await open(dataDir, { snapshotEvery: 5 });
+    expect(await again.sessions.get(rows[0]!.key)).toEqual({ ...rows[0]!, updatedAt: 3000 });
+    expect(await again.sessions.count()).toBe(40);
+    await again.close();
+  });
+
+  it("keeps taking snapshots of a map that only gains new keys", async () => {
+    // Paced by the map's current size, a map growing by one key per change never caught up: one
+    // journal held its whole history.
+    const dataDir = await freshDir();
+    const store = await open(dataDir, { snapshotEvery: 5 });
+    for (let i = 0; i < 300; i++) await store.sessions.put(sampleSession({ key: `agent:main:g${i}` }));
+    await vi.waitFor(async () => {
+      const stats = (await store.stats()).journals.sessions;
+      expect(stats.snapshots).toBeGreaterThanOrEqual(4);
+      expect(stats.journalRecords).toBeLessThanOrEqual(160);
+    });
+    await store.close();
+    const again = await open(dataDir);
+    expect(await again.sessions.count()).toBe(300);
+    await again.close();
+  });
+
   it("recovers from a compaction interrupted before its snapshot was complete", async () => {
     const dataDir = await freshDir();
     const store = await open(dataDir);
