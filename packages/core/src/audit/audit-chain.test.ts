@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { createAuditChain, verifyAuditRecords } from "./audit-chain";
+import { validateAuditBatch } from "../store/store-rules";
+import { createAuditChain, isChainBuiltRecord, verifyAuditRecords } from "./audit-chain";
 import { computeAuditHash, generateAuditKey } from "./audit-hash";
 import { type AuditEntry, type AuditRecord, GENESIS_HASH } from "./audit-schema";
 
@@ -30,6 +31,19 @@ describe("AuditChain", () => {
     expect(records[2]!.prevHash).toBe(records[1]!.hash);
     expect(records[0]!.hash).toMatch(/^[0-9a-f]{64}$/);
     expect(records[0]!.hash).toBe(await computeAuditHash(key, GENESIS_HASH, entry(0)));
+  });
+
+  it("vouches only for its own records, which stay as built; a store still parses any other", async () => {
+    const records = await buildChain(2);
+    expect(isChainBuiltRecord(records[0])).toBe(true);
+    expect(() => {
+      (records[0] as Record<string, unknown>).kind = "other";
+    }).toThrow(TypeError);
+    expect(validateAuditBatch(records, undefined)).toEqual(records);
+    // A look-alike (same fields, not built by a chain) is parsed, so a malformed one is refused.
+    const lookalike = { ...records[1]!, index: 1, hash: "not a hash" };
+    expect(isChainBuiltRecord(lookalike)).toBe(false);
+    expect(() => validateAuditBatch([records[0]!, lookalike], undefined)).toThrow(/records\[1\]\.hash/);
   });
 
   it("gives a different hash under a different key", async () => {
@@ -111,7 +125,7 @@ describe("verifyAuditRecords", () => {
 
   it("names a field added to a stored record", async () => {
     const records = await buildChain(3);
-    (records[1] as Record<string, unknown>).sessionKey = "agent:main:main";
+    records[1] = { ...records[1]!, sessionKey: "agent:main:main" };
     expect(await verifyAuditRecords(key, records)).toMatchObject({ ok: false, firstBadIndex: 1 });
   });
 
@@ -193,5 +207,16 @@ describe("injected HMAC", () => {
     expect(await verifyAuditRecords(key, [{ ...b, data: { why: "changed" } }], { hmac })).toMatchObject({
       ok: false,
     });
+  });
+
+  // The chain vouches for its records (a store does not parse them again), so it checks what it
+  // cannot build itself: the HMAC's output and a resumed index.
+  it("makes no record from an HMAC that does not return hex, and resumes only at a safe index", async () => {
+    const chain = createAuditChain({ key, hmac: () => "ABC" });
+    await expect(chain.next(entry(0))).rejects.toThrow(/64 lower-case hex/);
+    expect(chain.head).toBeUndefined();
+    expect(() => createAuditChain({ key, last: { index: 2 ** 60, hash: GENESIS_HASH } })).toThrow(
+      /last\.index/,
+    );
   });
 });

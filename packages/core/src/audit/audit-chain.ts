@@ -25,6 +25,18 @@ export interface AuditChainOptions {
 }
 
 /**
+ * Records a chain built here from an entry it validated. They are frozen, so each stays exactly as
+ * built and a store may take it without parsing it again (`isChainBuiltRecord`). Only this module
+ * adds to the set: no caller can vouch for a record it made itself.
+ */
+const chainBuilt = new WeakSet<object>();
+
+/** Whether `record` is one an `AuditChain` built (and froze): valid as it stands. */
+export function isChainBuiltRecord(record: unknown): record is AuditRecord {
+  return typeof record === "object" && record !== null && chainBuilt.has(record);
+}
+
+/**
  * Builds the records of one hash chain. Calls to `next` may overlap; they are applied one at a time in
  * call order, so every record links to the one before it.
  */
@@ -47,8 +59,8 @@ export class AuditChain {
       this.#prevHash = GENESIS_HASH;
     } else {
       const { index, hash } = options.last;
-      if (!Number.isInteger(index) || index < 0) {
-        throw new SwitchboardError("INVALID_REQUEST", "audit: last.index must be an integer >= 0");
+      if (!Number.isSafeInteger(index) || index < 0) {
+        throw new SwitchboardError("INVALID_REQUEST", "audit: last.index must be a safe integer >= 0");
       }
       if (!AuditHashSchema.safeParse(hash).success) {
         throw new SwitchboardError(
@@ -79,7 +91,16 @@ export class AuditChain {
   async #append(entry: AuditEntry): Promise<AuditRecord> {
     const prevHash = this.#prevHash;
     const hash = await computeAuditHash(this.#key, prevHash, entry, this.#hmac);
-    const record: AuditRecord = { ...entry, index: this.#nextIndex, prevHash, hash };
+    // An injected HMAC's output is checked here, since the records this chain vouches for are not
+    // parsed again by a store.
+    if (!AuditHashSchema.safeParse(hash).success) {
+      throw new SwitchboardError(
+        "INTERNAL",
+        "audit: the HMAC did not return 64 lower-case hex characters; the record was not made",
+      );
+    }
+    const record: AuditRecord = Object.freeze({ ...entry, index: this.#nextIndex, prevHash, hash });
+    chainBuilt.add(record);
     if (this.#persist) await this.#persist(record);
     this.#nextIndex = record.index + 1;
     this.#prevHash = hash;
