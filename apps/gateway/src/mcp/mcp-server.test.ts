@@ -2,7 +2,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { SwitchboardError, type ToolDefinition } from "@switchboard/core";
 import { toolDefinitions } from "@switchboard/tools";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { isLoopbackAddress, rebindingProblem } from "./mcp-routes";
 import { createMcpServer, historyUri, type SessionToolPort } from "./mcp-server";
 
@@ -179,6 +179,79 @@ describe("MCP server over a session tool port", () => {
       "sessions_history",
       "sessions_history",
     ]);
+  });
+});
+
+describe("requests that do not fit their method's schema", () => {
+  type Answer = { error?: { code: number; message: string }; result?: { structuredContent?: unknown } };
+
+  /** Sends raw JSON-RPC messages to a server over the in-memory transport; answers by id. */
+  async function exchange(port: SessionToolPort, messages: object[]): Promise<Map<unknown, Answer>> {
+    const server = createMcpServer(port, { sessionKey: "agent:main:mcp:test" });
+    const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+    await server.connect(serverSide);
+    const answers = new Map<unknown, Answer>();
+    clientSide.onmessage = (message) => {
+      if ("id" in message) answers.set(message.id, message as Answer);
+    };
+    await clientSide.start();
+    for (const message of messages) await clientSide.send({ jsonrpc: "2.0", ...message } as never);
+    await vi.waitFor(() => expect(answers.size).toBe(messages.length));
+    await clientSide.close();
+    return answers;
+  }
+
+  // The SDK answered these -32603 (internal error) with zod's issues as a JSON dump.
+  it("are answered invalid params naming each field, and reach no tool", async () => {
+    const port = fakePort(async () => ({ status: "ok" }));
+    const answers = await exchange(port, [
+      { id: 1, method: "tools/call", params: { name: 42 } },
+      { id: 2, method: "tools/call" },
+      { id: 3, method: "tools/call", params: { name: "sessions_list", arguments: "all" } },
+      { id: 4, method: "resources/read", params: { uri: 7 } },
+      { id: 5, method: "initialize", params: { protocolVersion: 2025 } },
+      { id: 6, method: "tools/call", params: { name: "sessions_list", arguments: {} } },
+    ]);
+    const refusal = (id: number) => {
+      const error = answers.get(id)?.error;
+      expect(error?.code, `id ${id}`).toBe(-32602);
+      const message = error?.message ?? "";
+      expect(message, `id ${id}`).not.toMatch(/[[{]\s*"|\n/);
+      return message;
+    };
+    expect(refusal(1)).toMatch(/^tools\/call: params\.name: .*expected string, received number/);
+    expect(refusal(2)).toMatch(/^tools\/call: params: .*expected object/);
+    expect(refusal(3)).toMatch(/params\.arguments: .*expected record/);
+    expect(refusal(4)).toMatch(/^resources\/read: params\.uri: /);
+    expect(refusal(5)).toMatch(/^initialize: params\.protocolVersion: .*params\.capabilities: /);
+    expect(answers.get(6)?.result?.structuredContent).toEqual({ status: "ok" });
+    expect(port.calls).toEqual([{ name: "sessions_list", args: {} }]);
+  });
+
+  it("do not echo a client's huge keys back whole", async () => {
+    const experimental = Object.fromEntries(
+      Array.from({ length: 20 }, (_, i) => [`${i}${"k".repeat(60_000)}`, "not an object"]),
+    );
+    const answers = await exchange(
+      fakePort(async () => ({ status: "ok" })),
+      [
+        {
+          id: 1,
+          method: "initialize",
+          params: {
+            protocolVersion: "2025-06-18",
+            clientInfo: { name: "c", version: "1" },
+            capabilities: { experimental },
+          },
+        },
+      ],
+    );
+    const error = answers.get(1)?.error;
+    expect(error?.code).toBe(-32602);
+    const message = error?.message ?? "";
+    expect(message).toMatch(/^initialize: params\.capabilities\.experimental\./);
+    expect(message).toMatch(/; and 12 more$/);
+    expect(message.length).toBeLessThan(2_500);
   });
 });
 

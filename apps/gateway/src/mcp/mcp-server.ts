@@ -1,4 +1,4 @@
-import { Server } from "@modelcontextprotocol/sdk/server/index.js";
+import type { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import {
   CallToolRequestSchema,
   type CallToolResult,
@@ -20,6 +20,7 @@ import {
 } from "@switchboard/core";
 import { z } from "zod";
 import { VERSION } from "../version";
+import { GuardedMcpServer } from "./mcp-request-guard";
 
 /**
  * What the MCP server needs from Switchboard: the bound session's tools, and a call made as that
@@ -136,7 +137,7 @@ const CallParamsSchema = z.object({ name: z.string().min(1).max(128), arguments:
  */
 export function createMcpServer(port: SessionToolPort, options: McpServerOptions = {}): Server {
   const progressEvery = options.progressIntervalMs ?? DEFAULT_PROGRESS_INTERVAL_MS;
-  const server = new Server(
+  const server = new GuardedMcpServer(
     { name: "switchboard", version: VERSION },
     {
       capabilities: { tools: {}, resources: {} },
