@@ -2,17 +2,11 @@
 // setTimeout's range, several event subscriptions and reconnects, a worker at its connection's
 // in-flight cap, and CLI exit codes and counts.
 import { type RunningAgentWorker, startAgentWorker } from "@switchboard/agent";
-import {
-  type ClientOptions,
-  connect,
-  type SwitchboardClient,
-  serve,
-  type WebSocketConstructor,
-} from "@switchboard/client";
+import { type ClientOptions, connect, type SwitchboardClient, serve } from "@switchboard/client";
 import { type ConfigInput, parseConfig } from "@switchboard/core";
 import { afterEach, describe, expect, it } from "vitest";
-import { WebSocket } from "ws";
 import { CLI_BUILT, cleanEnv, runCliProcess } from "./cli/cli-process";
+import { controlledSockets } from "./testing/controlled-sockets";
 import { startTestGateway, type TestGateway, testStoreKind } from "./testing/test-gateway";
 import { until, untilState } from "./testing/until";
 
@@ -54,31 +48,6 @@ async function open(options: Partial<ClientOptions> = {}): Promise<SwitchboardCl
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** A `ws` WebSocket whose live sockets the test can drop from the client's side. */
-interface SocketControl {
-  sockets: WebSocket[];
-  WebSocket: WebSocketConstructor;
-  drop(index?: number): void;
-}
-
-function controlledSockets(): SocketControl {
-  const control: SocketControl = {
-    sockets: [],
-    WebSocket: undefined as unknown as WebSocketConstructor,
-    drop(index = control.sockets.length - 1) {
-      control.sockets[index]?.terminate();
-    },
-  };
-  class ControlledWebSocket extends WebSocket {
-    constructor(url: string) {
-      super(url);
-      control.sockets.push(this);
-    }
-  }
-  control.WebSocket = ControlledWebSocket as unknown as WebSocketConstructor;
-  return control;
-}
 
 describe("event subscriptions of one client", () => {
   const A = "agent:main:cron:alpha";

@@ -4,11 +4,10 @@ import {
   isAbortError,
   type SwitchboardClient,
   serve,
-  type WebSocketConstructor,
 } from "@switchboard/client";
 import { SwitchboardError } from "@switchboard/core";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { WebSocket } from "ws";
+import { controlledSockets } from "./testing/controlled-sockets";
 import { startTestGateway, type TestGateway, testStoreKind } from "./testing/test-gateway";
 import { until, untilState } from "./testing/until";
 
@@ -61,55 +60,6 @@ function deferred<T = void>() {
     resolve = done;
   });
   return { promise, resolve };
-}
-
-/**
- * A `ws` WebSocket the test can control from the client's side: it records the frames each socket
- * sent, can drop a live socket, and while `blocked` sends new connection attempts to a closed port,
- * so the client stays disconnected exactly as long as the test wants.
- */
-type SentFrame = { method?: string; params?: Record<string, unknown> };
-
-interface SocketControl {
-  blocked: boolean;
-  sockets: WebSocket[];
-  sent: Map<WebSocket, SentFrame[]>;
-  WebSocket: WebSocketConstructor;
-  frames(index: number): SentFrame[];
-  drop(index?: number): void;
-}
-
-function controlledSockets(): SocketControl {
-  const control: SocketControl = {
-    blocked: false,
-    sockets: [] as WebSocket[],
-    sent: new Map<WebSocket, SentFrame[]>(),
-    WebSocket: undefined as unknown as WebSocketConstructor,
-    /** Frames the n-th live socket sent. */
-    frames(index: number) {
-      const socket = control.sockets[index];
-      return socket ? (control.sent.get(socket) ?? []) : [];
-    },
-    drop(index = control.sockets.length - 1) {
-      control.sockets[index]?.terminate();
-    },
-  };
-  class ControlledWebSocket extends WebSocket {
-    constructor(url: string) {
-      super(control.blocked ? "ws://127.0.0.1:1" : url);
-      if (control.blocked) return;
-      control.sockets.push(this);
-      const frames: SentFrame[] = [];
-      control.sent.set(this, frames);
-      const send = this.send.bind(this);
-      this.send = ((data: string) => {
-        frames.push(JSON.parse(data));
-        send(data);
-      }) as WebSocket["send"];
-    }
-  }
-  control.WebSocket = ControlledWebSocket as unknown as WebSocketConstructor;
-  return control;
 }
 
 describe("@switchboard/client against the real gateway", () => {

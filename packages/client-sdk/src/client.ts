@@ -77,6 +77,8 @@ const WAIT_GRACE_MS = 5_000;
 /** The gateway pings every `heartbeatMs`; this many silent intervals mean the connection is dead. */
 const SILENT_INTERVALS_BEFORE_DROP = 2.5;
 const CLOSE_HANDSHAKE_BUDGET_MS = 2_000;
+/** A connection that lasts this long is stable: the next drop reconnects from the first backoff step. */
+const STABLE_CONNECTION_MS = 2_000;
 
 interface PendingCall {
   readonly id: string;
@@ -106,6 +108,8 @@ interface SocketSession {
   dropReason: SwitchboardError | undefined;
   connectTimer: ReturnType<typeof setTimeout> | undefined;
   heartbeatTimer: ReturnType<typeof setInterval> | undefined;
+  /** Resets the backoff once the connection has lasted (see `STABLE_CONNECTION_MS`). */
+  stableTimer: ReturnType<typeof setTimeout> | undefined;
   lastActivity: number;
 }
 
@@ -442,6 +446,7 @@ export class SwitchboardClient {
       dropReason: undefined,
       connectTimer: undefined,
       heartbeatTimer: undefined,
+      stableTimer: undefined,
       lastActivity: Date.now(),
     };
     this.session = session;
@@ -543,14 +548,17 @@ export class SwitchboardClient {
     const previousEpoch = this.handshakeResult ? epochOf(this.handshakeResult) : undefined;
     const newEpoch = previousEpoch !== undefined && previousEpoch !== epochOf(result);
     this.handshakeResult = result;
-    this.attempt = 0;
+    // The backoff starts over only once the connection has lasted: one dropped right after each
+    // handshake (a flapping proxy, a gateway shedding load) would otherwise be retried in a tight loop.
+    session.stableTimer = setTimeout(() => {
+      if (!session.ended) this.attempt = 0;
+    }, STABLE_CONNECTION_MS);
     this.everOpened = true;
     this.startHeartbeat(session, result.limits.heartbeatMs);
 
-    for (const subscription of this.subscriptions.values()) {
-      await this.resubscribe(session, subscription, newEpoch);
-      if (session.ended) return;
-    }
+    const renewal = this.renewal();
+    if (renewal) await this.resubscribe(session, renewal, newEpoch);
+    if (session.ended) return;
     if (session.ended || this.#state === "closed") return;
     this.flush();
     this.setState("open");
@@ -560,15 +568,39 @@ export class SwitchboardClient {
     );
   }
 
+  /**
+   * Every subscription renewed in one `events.subscribe` from one cursor: all events (which covers
+   * every session's), else all the sessions at once. Renewed one call each, the first call's replay
+   * moved the cursor past what the next one was to replay, and those events were lost.
+   */
+  private renewal(): { sessionKeys: string[]; after: number | undefined } | undefined {
+    if (this.subscriptions.size === 0) return undefined;
+    const all = this.subscriptions.get("*");
+    const chosen = all ? [all] : [...this.subscriptions.values()];
+    const afters = chosen.flatMap((subscription) =>
+      subscription.after === undefined ? [] : [subscription.after],
+    );
+    return {
+      sessionKeys: all ? [] : chosen.flatMap((subscription) => subscription.sessionKey ?? []),
+      after: afters.length > 0 ? Math.min(...afters) : undefined,
+    };
+  }
+
   private async resubscribe(
     session: SocketSession,
-    subscription: Subscription,
+    renewal: { sessionKeys: string[]; after: number | undefined },
     newEpoch: boolean,
   ): Promise<void> {
-    let after = this.dispatcher.cursor ?? subscription.after;
+    let after = this.dispatcher.cursor ?? renewal.after;
     let replayedEpoch = false;
-    const base: Record<string, unknown> = {};
-    if (subscription.sessionKey !== undefined) base.sessionKey = subscription.sessionKey;
+    const { sessionKeys } = renewal;
+    // One key goes as `sessionKey`, as a gateway without `sessionKeys` understands it.
+    const base: Record<string, unknown> =
+      sessionKeys.length === 0
+        ? {}
+        : sessionKeys.length === 1
+          ? { sessionKey: sessionKeys[0] }
+          : { sessionKeys };
     try {
       for (;;) {
         const params = after === undefined ? base : { ...base, after };
@@ -605,8 +637,8 @@ export class SwitchboardClient {
     } catch (error) {
       if (session.ended) return;
       this.logger.warn(
-        { sessionKey: subscription.sessionKey, error: describeError(error) },
-        "could not renew an event subscription after reconnecting",
+        { sessionKeys, error: describeError(error) },
+        "could not renew the event subscriptions after reconnecting",
       );
     }
   }
@@ -637,6 +669,7 @@ export class SwitchboardClient {
     session.ended = true;
     clearTimeout(session.connectTimer);
     clearInterval(session.heartbeatTimer);
+    clearTimeout(session.stableTimer);
     if (this.session === session) this.session = undefined;
     if (this.closeRequested || this.#state === "closed") return;
 
@@ -698,6 +731,7 @@ export class SwitchboardClient {
       session.ended = true;
       clearTimeout(session.connectTimer);
       clearInterval(session.heartbeatTimer);
+      clearTimeout(session.stableTimer);
       if (!this.closeRequested) dropSocket(session.socket);
     }
     this.setState("closed");

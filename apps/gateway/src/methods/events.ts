@@ -1,12 +1,9 @@
-import { SwitchboardError } from "@switchboard/core";
+import { MAX_SUBSCRIPTIONS_PER_CONNECTION, SwitchboardError } from "@switchboard/core";
 import type { Access } from "../access";
 import type { Connection } from "../connection";
 import type { BusEvent } from "../ports/event-log";
 import type { MethodDeps } from "./deps";
 import type { Handlers } from "./handler";
-
-/** Sessions one connection may follow by key (`events.subscribe {sessionKey}`); all events is one more. */
-export const MAX_SUBSCRIPTIONS_PER_CONNECTION = 1_000;
 
 /** Which bus events a connection may receive: its own, its agents', or its sessions'. */
 function eventFilter(
@@ -44,12 +41,22 @@ export function eventMethods({
 }: Pick<MethodDeps, "sessions" | "bus" | "access">): Handlers<"events.subscribe"> {
   return {
     "events.subscribe": async (params, connection) => {
-      let sessionKey: string | undefined;
-      if (params.sessionKey) {
-        sessionKey = await sessions.resolveInput(params.sessionKey);
+      const named = [...(params.sessionKey ? [params.sessionKey] : []), ...(params.sessionKeys ?? [])];
+      const keys: string[] = [];
+      for (const key of named) {
+        const sessionKey = await sessions.resolveInput(key);
         access.requireClientSession(connection, sessionKey);
+        if (!keys.includes(sessionKey)) keys.push(sessionKey);
       }
-      const accepts = eventFilter(access, connection, sessionKey);
+      const byKey = new Map(keys.map((key) => [key, eventFilter(access, connection, key)]));
+      // One replay over every session of the call: their events come out in one `seq` order.
+      const accepts =
+        keys.length === 0
+          ? eventFilter(access, connection)
+          : (event: BusEvent) => {
+              for (const filter of byKey.values()) if (filter(event)) return true;
+              return false;
+            };
       // A client resuming past what this instance has read (its reader was behind: a failover to an
       // instance whose database connection just came back) waits for the reader to catch up, so the
       // answer's `seq` and the replay reach its cursor.
@@ -74,17 +81,19 @@ export function eventMethods({
       // They live as long as the connection, one per key: bounded, since each one is run on every
       // event published. All events (`*`) covers every session's, which then go.
       const filters = connection.subscriptionFilters;
-      if (sessionKey !== undefined && !filters.has(sessionKey) && !filters.has("*")) {
-        if (filters.size >= MAX_SUBSCRIPTIONS_PER_CONNECTION)
-          throw new SwitchboardError(
-            "RATE_LIMITED",
-            `sessionKey: this connection follows ${MAX_SUBSCRIPTIONS_PER_CONNECTION} sessions already (the most one may); subscribe without a sessionKey for all events, or open another connection`,
-            { details: { field: "sessionKey", limit: MAX_SUBSCRIPTIONS_PER_CONNECTION } },
-          );
-        filters.set(sessionKey, accepts);
-      } else if (sessionKey === undefined) {
+      if (keys.length === 0) {
         filters.clear();
         filters.set("*", accepts);
+      } else if (!filters.has("*")) {
+        const added = keys.filter((key) => !filters.has(key)).length;
+        const field = params.sessionKeys ? "sessionKeys" : "sessionKey";
+        if (filters.size + added > MAX_SUBSCRIPTIONS_PER_CONNECTION)
+          throw new SwitchboardError(
+            "RATE_LIMITED",
+            `${field}: this connection would follow more than ${MAX_SUBSCRIPTIONS_PER_CONNECTION} sessions (the most one may); subscribe without a sessionKey for all events, or open another connection`,
+            { details: { field, limit: MAX_SUBSCRIPTIONS_PER_CONNECTION } },
+          );
+        for (const [key, filter] of byKey) if (!filters.has(key)) filters.set(key, filter);
       }
       if (params.after !== undefined) {
         // The client holds everything up to `after` (in this numbering: the stream has reached it):

@@ -25,6 +25,8 @@ const SessionKeyParam = z.string().min(1).max(512);
 const RunIdParam = z.string().min(1).max(128);
 const ToolNameParam = z.string().min(1).max(128);
 const ChatTypeParam = z.enum(["direct", "group", "channel"]);
+/** Sessions one connection may follow by key (`events.subscribe`); all events is one more. */
+export const MAX_SUBSCRIPTIONS_PER_CONNECTION = 1_000;
 
 export const ConnectParamsSchema = z.object({
   protocol: z.literal(1, { error: "must be 1 (the only protocol version this gateway speaks)" }),
@@ -287,7 +289,14 @@ export const Methods = {
     }),
   },
   "events.subscribe": {
-    params: z.object({ sessionKey: SessionKeyParam.optional(), after: z.number().int().min(0).optional() }),
+    params: z.object({
+      sessionKey: SessionKeyParam.optional(),
+      // Several sessions at once, with one replay over all of them: a client renewing its
+      // subscriptions after a reconnect gets the events of all in one `seq` order (one call per
+      // session replayed each from the same cursor, and the second lost what the first passed).
+      sessionKeys: z.array(SessionKeyParam).min(1).max(MAX_SUBSCRIPTIONS_PER_CONNECTION).optional(),
+      after: z.number().int().min(0).optional(),
+    }),
     result: z.object({ subscribed: z.literal(true), seq: z.number() }),
   },
   "run.progress": {
