@@ -3,7 +3,7 @@ import { statSync } from "node:fs";
 import { chmod, mkdir, readFile, writeFile } from "node:fs/promises";
 import { userInfo } from "node:os";
 import { dirname, join } from "node:path";
-import { SwitchboardError } from "@switchboard/core";
+import { MIN_AUDIT_KEY_BYTES, SwitchboardError } from "@switchboard/core";
 import type { Secrets } from "./ports/secrets";
 
 const DATA_DIR_MODE = 0o700;
@@ -14,6 +14,7 @@ const REASONS: Record<string, string> = {
   EPERM: "operation not permitted",
   EEXIST: "a file is in the way",
   ENOTDIR: "a file is in the way",
+  EISDIR: "a directory is in the way",
   ENOSPC: "no space left on the device",
   EDQUOT: "disk quota exceeded",
   EROFS: "read-only file system",
@@ -56,12 +57,19 @@ function blockingFile(path: string): string | undefined {
  * the fix (raw errno text like `EPERM: operation not permitted, chmod '…'` tells neither), or
  * undefined when `error` is no such failure.
  */
-export function dataDirProblem(error: unknown, dataDir: string): SwitchboardError | undefined {
+export function dataDirProblem(
+  error: unknown,
+  dataDir: string,
+  /** The file being read or written, for errors that carry no path (EISDIR from a read). */
+  file?: string,
+): SwitchboardError | undefined {
   const { code, syscall, path } = (error ?? {}) as NodeJS.ErrnoException;
   if (code === undefined || !(code in REASONS)) return undefined;
   // EACCES from listen/bind is about the port, not the data dir.
   if (syscall === "listen" || syscall === "bind" || syscall === "connect") return undefined;
-  const target = path ?? dataDir;
+  // Without a path it is unknown which directory is in the way, and it is not the data dir.
+  if (code === "EISDIR" && (path ?? file) === undefined) return undefined;
+  const target = path ?? file ?? dataDir;
   const verb =
     syscall === "chmod"
       ? `set permissions ${(target === dataDir ? DATA_DIR_MODE : SECRET_MODE).toString(8).padStart(4, "0")} on`
@@ -81,6 +89,9 @@ export function dataDirProblem(error: unknown, dataDir: string): SwitchboardErro
       fix = `${file} is a file, not a directory: move it away ${CHANGE_DIR}`;
       break;
     }
+    case "EISDIR":
+      fix = `${target} is a directory, not a file: move it away (a missing secret file is created anew at start) ${CHANGE_DIR}`;
+      break;
     case "ENOSPC":
     case "EDQUOT":
       fix = `free some space on that disk ${CHANGE_DIR}`;
@@ -103,7 +114,7 @@ async function readOrCreate(
   try {
     return await readOrCreateRaw(dataDir, name, create);
   } catch (error) {
-    throw dataDirProblem(error, dataDir) ?? error;
+    throw dataDirProblem(error, dataDir, join(dataDir, name)) ?? error;
   }
 }
 
@@ -136,12 +147,41 @@ export async function operatorToken(dataDir: string): Promise<{ token: string; c
   const { value, created } = await readOrCreate(dataDir, "operator-token", () =>
     Buffer.from(`sb_op_${randomBytes(24).toString("base64url")}\n`),
   );
-  return { token: value.toString("utf8").trim(), created };
+  const token = value.toString("utf8").trim();
+  const damage = operatorTokenDamage(token, join(dataDir, "operator-token"));
+  if (damage) throw new SwitchboardError("UNAVAILABLE", `${damage.problem}; ${damage.fix}`);
+  return { token, created };
+}
+
+/** A secret file that reads but cannot be what it should be, and what to do about it. */
+export interface SecretDamage {
+  problem: string;
+  fix: string;
+}
+
+export function operatorTokenDamage(token: string, path: string): SecretDamage | undefined {
+  // An empty token matches no client's, yet would be printed as the token to use.
+  if (token !== "") return undefined;
+  return {
+    problem: `the operator token file ${path} is empty`,
+    fix: `delete it and start again to generate a new token (clients using the old one need the new one)`,
+  };
 }
 
 export async function auditKey(dataDir: string): Promise<Uint8Array> {
   const { value } = await readOrCreate(dataDir, "audit.key", () => randomBytes(32));
+  // Checked here, not left to the audit chain: its INVALID_REQUEST reads as a usage error (exit 2).
+  const damage = auditKeyDamage(value.length, join(dataDir, "audit.key"));
+  if (damage) throw new SwitchboardError("UNAVAILABLE", `${damage.problem}; ${damage.fix}`);
   return new Uint8Array(value);
+}
+
+export function auditKeyDamage(length: number, path: string): SecretDamage | undefined {
+  if (length >= MIN_AUDIT_KEY_BYTES) return undefined;
+  return {
+    problem: `the audit key file ${path} holds ${length} bytes, fewer than a key's ${MIN_AUDIT_KEY_BYTES}: it is damaged`,
+    fix: "restore it from a backup (the audit log is chained with it), or delete it to start with a new key (`switchboard audit verify` then fails on the records made before)",
+  };
 }
 
 /** {@link Secrets} as files in the data dir, created (mode 0600) on first start. */

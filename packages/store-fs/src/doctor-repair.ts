@@ -52,7 +52,14 @@ export async function repairDataDir(
   const actions: string[] = [];
   const first = await inspectDataDir(dataDir);
   const blocking = first.report.issues.find((issue) =>
-    ["missing-data-dir", "unsupported-version", "unreadable-version", "missing-version"].includes(issue.code),
+    [
+      "missing-data-dir",
+      "unsupported-version",
+      "unreadable-version",
+      "missing-version",
+      "not-a-directory",
+      "unreadable-lock",
+    ].includes(issue.code),
   );
   if (blocking) return { actions, report: first.report };
 

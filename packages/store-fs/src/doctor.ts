@@ -10,7 +10,7 @@ import {
 } from "@switchboard/core";
 import { AUDIT_FILE, auditHeaderProblem, isIntactAuditLine } from "./audit-log";
 import { readPendingCommits } from "./commit-log";
-import { inspectFormatVersion, STORE_FORMAT_VERSION } from "./format-version";
+import { inspectFormatVersion, STORE_ENTRIES, STORE_FORMAT_VERSION, versionFix } from "./format-version";
 import { closeFile, errorCode, fileSize, isNotFound, openFile } from "./fs-io";
 import { IncompleteStateError, readJournaledState } from "./journaled-map";
 import { storeLayout } from "./layout";
@@ -38,7 +38,9 @@ export type DoctorIssueCode =
   | "damaged-line"
   | "not-writable"
   | "orphan-run"
-  | "lowered-taint";
+  | "lowered-taint"
+  | "not-a-directory"
+  | "unreadable-lock";
 
 export interface DoctorIssue {
   /** `error`: the store will not open or data is unreadable; `warning`: repaired or tolerated on open; `info`: worth knowing. */
@@ -116,6 +118,16 @@ export async function inspectDataDir(
     });
     return finish();
   }
+  if (!(await fs.promises.stat(layout.dataDir)).isDirectory()) {
+    issues.push({
+      severity: "error",
+      code: "not-a-directory",
+      message: `${layout.dataDir} is a file, not a directory`,
+      path: layout.dataDir,
+      fix: "move it away, or point --data-dir (SWITCHBOARD_HOME, gateway.dataDir) at a directory",
+    });
+    return finish();
+  }
 
   const version = await inspectFormatVersion(layout.dataDir);
   const versionPath = path.join(layout.dataDir, "VERSION");
@@ -133,8 +145,9 @@ export async function inspectDataDir(
     issues.push({
       severity: "error",
       code: "unreadable-version",
-      message: `VERSION is unreadable: ${version.reason}`,
+      message: `VERSION is unreadable: ${version.reason}; the store refuses to open`,
       path: versionPath,
+      fix: versionFix(versionPath),
     });
   } else {
     issues.push({
@@ -148,7 +161,17 @@ export async function inspectDataDir(
   }
 
   const lockPath = path.join(layout.dataDir, LOCK_FILE);
-  const holder = await readLockPid(lockPath).catch(() => undefined);
+  const holder = await readLockPid(lockPath).catch((error: unknown) => {
+    // The gateway's start reads the lock the same way, and stops on the same error.
+    issues.push({
+      severity: "error",
+      code: "unreadable-lock",
+      message: `${errorCode((error as { cause?: unknown }).cause ?? error) === "EISDIR" ? "LOCK is a directory, not a file" : `cannot read LOCK: ${(error as Error).message}`}; the gateway refuses to start`,
+      path: lockPath,
+      fix: `with no gateway running on this data dir, move ${lockPath} away: the gateway writes a new one when it starts`,
+    });
+    return undefined;
+  });
   if (holder !== undefined) {
     issues.push(
       isProcessAlive(holder)
@@ -161,6 +184,24 @@ export async function inspectDataDir(
           },
     );
   }
+
+  // The store creates these directories on open and refuses to when a file is in the way; the
+  // checks below would only repeat that for each file they cannot read.
+  let blocked = false;
+  for (const name of STORE_ENTRIES) {
+    const entry = path.join(layout.dataDir, name);
+    const stats = await fs.promises.stat(entry).catch(() => undefined);
+    if (stats === undefined || stats.isDirectory()) continue;
+    blocked = true;
+    issues.push({
+      severity: "error",
+      code: "not-a-directory",
+      message: `${name} is a file, not a directory; the gateway refuses to start`,
+      path: entry,
+      fix: `move ${entry} away (restore the directory from a backup if it held data): the gateway creates an empty ${name} directory when it starts`,
+    });
+  }
+  if (blocked) return finish();
 
   const currentSessionIds = new Map<string, string>();
   const transcriptFiles = (await listDir(layout.transcripts)).filter((name) => name.endsWith(".jsonl"));

@@ -1,7 +1,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import { SwitchboardError } from "@switchboard/core";
-import { isNotFound, writeFileAtomically } from "./fs-io";
+import { errorCode, isNotFound, writeFileAtomically } from "./fs-io";
 
 /** Version of the data dir layout as a whole; each file kind also carries its own version. */
 export const STORE_FORMAT_VERSION = 1;
@@ -25,12 +25,19 @@ export type VersionCheck =
   | { status: "newer"; version: number }
   | { status: "unreadable"; reason: string };
 
+/** What to do about an unreadable VERSION marker. */
+export function versionFix(markerPath: string): string {
+  return `restore ${markerPath} from a backup, or, if a Switchboard of store format ${STORE_FORMAT_VERSION} created this data dir, make it a file holding {"format":"${STORE_FORMAT_NAME}","version":${STORE_FORMAT_VERSION}}`;
+}
+
 /** Reads the VERSION marker without changing anything. */
 export async function inspectFormatVersion(dataDir: string): Promise<VersionCheck> {
   let text: string;
   try {
     text = await fs.promises.readFile(path.join(dataDir, VERSION_FILE), "utf8");
   } catch (error) {
+    // A read of a directory fails naming no path: report it as the marker it cannot be.
+    if (errorCode(error) === "EISDIR") return { status: "unreadable", reason: "it is a directory" };
     if (!isNotFound(error)) throw error;
     const names = await fs.promises.readdir(dataDir).catch(() => [] as string[]);
     return { status: "missing", storeFilesPresent: names.some((name) => STORE_ENTRIES.includes(name)) };
@@ -48,6 +55,9 @@ export async function inspectFormatVersion(dataDir: string): Promise<VersionChec
   ) {
     return { status: "unreadable", reason: `expected {"format":"${STORE_FORMAT_NAME}","version":N}` };
   }
+  // Versions count from 1: a lower one was written by no Switchboard.
+  if (marker.version < 1)
+    return { status: "unreadable", reason: `version ${marker.version} is not a store format version` };
   if (marker.version > STORE_FORMAT_VERSION) return { status: "newer", version: marker.version };
   return { status: "ok", version: marker.version };
 }
@@ -68,7 +78,7 @@ export async function ensureFormatVersion(dataDir: string, durable: boolean): Pr
     case "unreadable":
       throw new SwitchboardError(
         "INTERNAL",
-        `${markerPath} is unreadable (${check.reason}); refusing to guess the format`,
+        `${markerPath} is unreadable (${check.reason}); refusing to guess the format: ${versionFix(markerPath)}`,
       );
     case "missing":
       if (check.storeFilesPresent) {

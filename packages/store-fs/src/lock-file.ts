@@ -2,7 +2,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { SwitchboardError } from "@switchboard/core";
-import { closeFile, isNotFound, openFile, syncData, syncDirectory, writeAllAt } from "./fs-io";
+import { closeFile, errorCode, isNotFound, openFile, syncData, syncDirectory, writeAllAt } from "./fs-io";
 import type { StoreLogger } from "./logger";
 
 export const LOCK_FILE = "LOCK";
@@ -34,6 +34,14 @@ export async function readLockPid(lockPath: string): Promise<number | undefined>
     text = await fs.promises.readFile(lockPath, "utf8");
   } catch (error) {
     if (isNotFound(error)) return undefined;
+    // A read of a directory fails naming no path: say which file and what to do.
+    if (errorCode(error) === "EISDIR") {
+      throw new SwitchboardError(
+        "UNAVAILABLE",
+        `the lock file ${lockPath} is a directory; move it away or remove it (the gateway writes the lock file when it starts)`,
+        { cause: error, details: { lockPath } },
+      );
+    }
     throw error;
   }
   try {

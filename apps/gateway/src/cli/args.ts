@@ -109,6 +109,12 @@ export function parseCommandArgs(spec: CommandSpec, argv: readonly string[]): Pa
     throw new UsageError(describeParseError(error), usageLine(spec), spec.name);
   }
   const values = parsed.values as OptionValues;
+  // No option means anything when empty, and readers took "" for a real value: `--data-dir ""` made
+  // the working directory the data dir, `--host ""` a gateway at `ws://:PORT`.
+  for (const [name, value] of Object.entries(values)) {
+    if (value === "")
+      throw new UsageError(`option --${name} needs a value (got "")`, usageLine(spec), spec.name);
+  }
   const help = values.help === true;
   const positionals = parsed.positionals;
   if (!help && spec.positionals) {
@@ -146,6 +152,8 @@ export function stringOption(values: OptionValues, name: string): string | undef
   return typeof value === "string" ? value : undefined;
 }
 
+const DECIMAL = /^[+-]?(\d+(\.\d*)?|\.\d+)$/;
+
 /** A numeric flag within bounds, or a UsageError naming the flag and the rule. */
 export function numberOption(
   spec: CommandSpec,
@@ -155,7 +163,8 @@ export function numberOption(
 ): number | undefined {
   const raw = stringOption(values, name);
   if (raw === undefined) return undefined;
-  const value = Number(raw);
+  // Number() also reads `0x10`, `1e3` and `0b1`: a flag takes the decimal spelling only.
+  const value = DECIMAL.test(raw.trim()) ? Number(raw) : Number.NaN;
   const kind = `${rule.integer ? "a whole number" : "a number"}${rule.unit ? ` of ${rule.unit}` : ""}`;
   if (
     raw.trim() === "" ||

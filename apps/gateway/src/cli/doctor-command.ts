@@ -1,9 +1,10 @@
-import { stat } from "node:fs/promises";
+import { readFile, stat } from "node:fs/promises";
 import { isAbsolute, join, resolve } from "node:path";
 import { type LoadedConfig, loadConfig, resolveDataDir } from "@switchboard/config-loader";
 import { type Config, defaultConfig } from "@switchboard/core";
 import type { DoctorIssue, DoctorReport } from "@switchboard/store-fs";
 import type { PostgresCheck } from "@switchboard/store-pg";
+import { auditKeyDamage, operatorTokenDamage } from "../data-dir-secrets";
 import { CONFIG_OPTIONS, type CommandSpec, JSON_OPTION, stringOption } from "./args";
 import { EXIT, errorMessage } from "./cli-errors";
 import type { Command } from "./command";
@@ -29,7 +30,7 @@ const spec: CommandSpec = {
 };
 
 /** Secret files the gateway keeps in its data dir; anyone but the owner reading them is a problem. */
-const SECRET_FILES = ["operator-token", "audit.key"];
+const SECRET_FILES = ["operator-token", "audit.key"] as const;
 
 type Issue = Omit<DoctorIssue, "code"> & { code: string };
 
@@ -37,9 +38,11 @@ async function secretFileIssues(dataDir: string): Promise<Issue[]> {
   const issues: Issue[] = [];
   for (const name of SECRET_FILES) {
     const path = join(dataDir, name);
+    let content: Buffer;
     try {
-      const mode = (await stat(path)).mode & 0o777;
-      if ((mode & 0o077) !== 0) {
+      const stats = await stat(path);
+      const mode = stats.mode & 0o777;
+      if (!stats.isDirectory() && (mode & 0o077) !== 0) {
         issues.push({
           severity: "warning",
           code: "secret-file-mode",
@@ -48,8 +51,39 @@ async function secretFileIssues(dataDir: string): Promise<Issue[]> {
           fix: `chmod 600 ${path}`,
         });
       }
-    } catch {
+      content = await readFile(path);
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
       // Absent before the first start: nothing to protect yet.
+      if (code === "ENOENT") continue;
+      issues.push({
+        severity: "error",
+        code: "unreadable-secret-file",
+        message:
+          code === "EISDIR"
+            ? `${name} is a directory, not a file; the gateway refuses to start`
+            : `cannot read ${name} (${code ?? errorMessage(error)}); the gateway refuses to start`,
+        path,
+        fix:
+          code === "EISDIR"
+            ? `move ${path} away (the gateway creates a new ${name} at its next start)`
+            : `make it readable by the gateway's user: chmod 600 ${path}`,
+      });
+      continue;
+    }
+    // The checks the gateway makes when it reads them: a damaged secret stops its start.
+    const damage =
+      name === "operator-token"
+        ? operatorTokenDamage(content.toString("utf8").trim(), path)
+        : auditKeyDamage(content.length, path);
+    if (damage) {
+      issues.push({
+        severity: "error",
+        code: "damaged-secret-file",
+        message: `${damage.problem}; the gateway refuses to start`,
+        path,
+        fix: damage.fix,
+      });
     }
   }
   return issues;

@@ -1,3 +1,5 @@
+import { EXIT } from "./cli-errors";
+
 /** Where a command writes: stdout for results, stderr for messages and progress. */
 export interface CliIo {
   out(text: string): void;
@@ -6,9 +8,47 @@ export interface CliIo {
   readonly interactive: boolean;
 }
 
+/** stdout or stderr failed: writing to it stopped (an `error` event, not a crash). */
+const failedStreams = new Set<NodeJS.WriteStream>();
+let outputError = false;
+let guarded = false;
+
+/**
+ * Without an `error` listener a write into a closed pipe (`switchboard doctor | head -1`) crashes
+ * the process with a stack trace, and a running gateway with it: a reader that went away (EPIPE)
+ * only means nobody reads any more, so that stream is left alone and the command goes on. Any
+ * other write failure is reported on the other stream and fails the command.
+ */
+export function guardOutput(): void {
+  if (guarded) return;
+  guarded = true;
+  const watch = (stream: NodeJS.WriteStream, name: string, other: NodeJS.WriteStream) =>
+    stream.on("error", (error: NodeJS.ErrnoException) => {
+      failedStreams.add(stream);
+      if (error.code === "EPIPE") return;
+      outputError = true;
+      // The error can arrive after the command returned its exit code.
+      if (!process.exitCode) process.exitCode = EXIT.failure;
+      if (!failedStreams.has(other)) other.write(`switchboard: cannot write to ${name}: ${error.message}\n`);
+    });
+  watch(process.stdout, "stdout", process.stderr);
+  watch(process.stderr, "stderr", process.stdout);
+}
+
+function writeTo(stream: NodeJS.WriteStream, text: string): void {
+  guardOutput();
+  if (failedStreams.has(stream)) return;
+  stream.write(text.endsWith("\n") ? text : `${text}\n`);
+}
+
+/** A write to stdout or stderr failed other than by the reader going away: the output is incomplete. */
+export function outputFailed(): boolean {
+  return outputError;
+}
+
 export const processIo: CliIo = {
-  out: (text) => void process.stdout.write(text.endsWith("\n") ? text : `${text}\n`),
-  err: (text) => void process.stderr.write(text.endsWith("\n") ? text : `${text}\n`),
+  out: (text) => writeTo(process.stdout, text),
+  err: (text) => writeTo(process.stderr, text),
   interactive: process.stderr.isTTY === true,
 };
 

@@ -165,6 +165,12 @@ async function startGatewayOrExplain(setup: ServerSetup): Promise<Gateway> {
       );
     }
     const syscall = (error as NodeJS.ErrnoException).syscall;
+    if (syscall === "getaddrinfo" || code === "ENOTFOUND" || code === "EAI_AGAIN") {
+      throw new CliError(
+        `cannot listen on ${where}: the host ${JSON.stringify(setup.config.gateway.host)} cannot be resolved (${code}); set gateway.host in the config (or --host) to an address of this machine, e.g. 127.0.0.1, or 0.0.0.0 for every interface`,
+        EXIT.failure,
+      );
+    }
     if (code === "EADDRNOTAVAIL" || (code === "EACCES" && (syscall === "listen" || syscall === "bind"))) {
       throw new CliError(`cannot listen on ${where}: ${errorMessage(error)}`, EXIT.failure);
     }
