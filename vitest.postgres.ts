@@ -31,6 +31,7 @@ export const GATEWAY_PROTOCOL_SUITE = [
   "src/reliability/refusals.int.test.ts",
   "src/reliability/spawn-loop.int.test.ts",
   "src/reliability/unicode-keys.int.test.ts",
+  "src/events-missed.int.test.ts",
 ];
 
 /**

@@ -106,3 +106,44 @@ describe("EventBus seq reservation", () => {
     bus.stop();
   });
 });
+
+describe("EventBus replay window", () => {
+  it("names the first seq it can still replay: past the ring's capacity, and above a restart", async () => {
+    const bus = new EventBus(4);
+    expect(bus.replayableFrom()).toBe(1);
+    publishMany(bus, 4);
+    expect(bus.replayableFrom()).toBe(1);
+    // A direct frame takes a number no replay ever held.
+    bus.withSeq(() => undefined);
+    publishMany(bus, 2);
+    // Two events pushed out (seqs 1 and 2): from 3 on everything is still there.
+    expect(bus.replayableFrom()).toBe(3);
+    expect(bus.replay(2, () => true).map((event) => event.seq)).toEqual([3, 4, 6, 7]);
+    publishMany(bus, 1);
+    // Seq 3 went; 4 is kept, so a cursor at 3 lost nothing.
+    expect(bus.replayableFrom()).toBe(4);
+
+    const meta = createMemoryStore().meta;
+    const first = await EventBus.open(meta, { block: 100 });
+    publishMany(first, 3);
+    const second = await EventBus.open(meta, { block: 100 });
+    // The first process was killed: nothing it may have numbered can be replayed.
+    expect(second.replayableFrom()).toBe(second.currentSeq + 1);
+    expect(second.replayableFrom()).toBeGreaterThan(3);
+  });
+
+  it("after a graceful stop, a cursor at the stopped process's last seq lost nothing; a kill after clears that", async () => {
+    const meta = createMemoryStore().meta;
+    const first = await EventBus.open(meta, { block: 100 });
+    publishMany(first, 3);
+    const lastSeen = first.currentSeq;
+    await first.markStopped();
+    const second = await EventBus.open(meta, { block: 100 });
+    expect(second.currentSeq).toBeGreaterThan(lastSeen);
+    expect(second.replayableFrom()).toBe(lastSeen + 1);
+    publishMany(second, 2);
+    // The second is killed (no mark): the third must not trust the first's mark for it.
+    const third = await EventBus.open(meta, { block: 100 });
+    expect(third.replayableFrom()).toBe(third.currentSeq + 1);
+  });
+});

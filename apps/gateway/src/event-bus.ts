@@ -8,6 +8,12 @@ export const SEQ_RESERVED_KEY = "events.seq.reserved";
 /** The periodic high-water mark of older versions; read once so an upgrade never goes back. */
 const LEGACY_SEQ_KEY = "events.seq";
 /**
+ * The last seq a gracefully stopped process handed out ("0" while a process runs): a client resuming
+ * from it lost nothing, though the next process numbers far above it. Absent or "0" at open: the last
+ * process was killed, and any cursor below this one's numbering may have missed events.
+ */
+export const SEQ_STOPPED_KEY = "events.seq.stopped";
+/**
  * Numbers reserved per durable write. At several thousand events/s a block lasts minutes, and it is
  * extended when half used, so the write lands long before the block runs out.
  */
@@ -46,14 +52,18 @@ export class EventBus implements EventLog {
   private extending: Promise<void> | undefined;
   private retryTimer: NodeJS.Timeout | undefined;
   private dropped = 0;
+  /** Events below it are gone: numbered by an earlier process, or pushed out of the ring. */
+  private firstReplayable: number;
 
   constructor(
     private readonly capacity = 16_384,
     initialSeq = 0,
     private readonly reservation?: SeqReservation,
+    firstReplayable = initialSeq + 1,
   ) {
     this.ring = new Array(capacity);
     this.seq = initialSeq;
+    this.firstReplayable = firstReplayable;
   }
 
   /**
@@ -74,15 +84,39 @@ export class EventBus implements EventLog {
       return Number.isSafeInteger(value) && value > 0 ? value : 0;
     };
     // The clock floor keeps a data dir whose meta was lost above the numbers clients saw before.
-    const last = Math.max(await read(SEQ_RESERVED_KEY), await read(LEGACY_SEQ_KEY), Date.now());
+    const reserved = Math.max(await read(SEQ_RESERVED_KEY), await read(LEGACY_SEQ_KEY));
+    const last = Math.max(reserved, Date.now());
+    const stopped = await read(SEQ_STOPPED_KEY);
     const reservedUpTo = last + block;
-    await meta.set(SEQ_RESERVED_KEY, String(reservedUpTo));
-    return new EventBus(options.capacity ?? 16_384, last, {
-      reservedUpTo,
-      block,
-      persist: (upTo) => meta.set(SEQ_RESERVED_KEY, String(upTo)),
-      ...(options.onError ? { onError: options.onError } : {}),
-    });
+    // The stop mark is cleared as the numbering moves on: if this process is killed, the next one
+    // must not take the old mark for its own stop.
+    await Promise.all([
+      meta.set(SEQ_RESERVED_KEY, String(reservedUpTo)),
+      ...(stopped > 0 ? [meta.set(SEQ_STOPPED_KEY, "0")] : []),
+    ]);
+    const bus = new EventBus(
+      options.capacity ?? 16_384,
+      last,
+      {
+        reservedUpTo,
+        block,
+        persist: (upTo) => meta.set(SEQ_RESERVED_KEY, String(upTo)),
+        ...(options.onError ? { onError: options.onError } : {}),
+      },
+      stopped > 0 && stopped <= reserved ? stopped + 1 : last + 1,
+    );
+    bus.meta = meta;
+    return bus;
+  }
+
+  private meta: MetaStore | undefined;
+
+  /**
+   * Marks a graceful stop (the last thing the gateway does before its store closes, once nothing
+   * publishes): the next process then knows which cursors lost nothing across the restart.
+   */
+  async markStopped(): Promise<void> {
+    if (this.pending.length === 0) await this.meta?.set(SEQ_STOPPED_KEY, String(this.seq));
   }
 
   /** The seq of the last event handed out. */
@@ -123,6 +157,10 @@ export class EventBus implements EventLog {
     return out;
   }
 
+  replayableFrom(): number {
+    return this.firstReplayable;
+  }
+
   subscribe(subscriber: EventSubscriber): () => void {
     this.subscribers.add(subscriber);
     return () => this.subscribers.delete(subscriber);
@@ -154,9 +192,13 @@ export class EventBus implements EventLog {
     const entry = fields as BusEvent;
     entry.seq = seq;
     const index = (this.ringStart + this.ringSize) % this.capacity;
-    this.ring[index] = entry;
     if (this.ringSize < this.capacity) this.ringSize += 1;
-    else this.ringStart = (this.ringStart + 1) % this.capacity;
+    else {
+      // The slot to write holds the oldest event: it is gone, with everything numbered below it.
+      this.firstReplayable = this.ring[index]!.seq + 1;
+      this.ringStart = (this.ringStart + 1) % this.capacity;
+    }
+    this.ring[index] = entry;
     for (const subscriber of this.subscribers) {
       if (subscriber.accepts(entry)) subscriber.deliver(entry);
     }

@@ -467,6 +467,9 @@ export class Gateway {
       await this.cluster
         ?.close()
         .catch((error) => this.log.warn({ err: error }, "leaving the cluster failed"));
+      await this.bus
+        .markStopped?.()
+        .catch((error) => this.log.warn({ err: error }, "marking the event numbering's stop failed"));
       if (this.ownsStore) await this.store.close();
       await this.telemetry.shutdown();
     })();

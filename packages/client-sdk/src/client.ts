@@ -61,6 +61,17 @@ export type ConnectionState = "connecting" | "open" | "reconnecting" | "closed";
 
 export type StateListener = (state: ConnectionState, previous: ConnectionState) => void;
 
+/**
+ * Events numbered above `after` and below `before` may have happened and can no longer be replayed
+ * (the gateway's window moved past them, or a restarted gateway never held them): what they would
+ * have told is to be read again (e.g. `sessions.history`).
+ */
+export interface MissedEvents {
+  after: number;
+  before: number;
+}
+export type MissedEventsListener = (missed: MissedEvents) => void;
+
 export interface ClientStartOptions {
   /**
    * Give up (and close) if the very first connection attempt fails instead of retrying it.
@@ -164,6 +175,7 @@ export class SwitchboardClient {
   private readonly subscriptions = new Map<string, Subscription>();
   private readonly dispatcher: EventDispatcher;
   private readonly stateListeners = new Set<StateListener>();
+  private readonly missedListeners = new Set<MissedEventsListener>();
   private readyWaiters: Array<{
     resolve: (result: ConnectResult) => void;
     reject: (error: unknown) => void;
@@ -252,6 +264,16 @@ export class SwitchboardClient {
   onStateChange(listener: StateListener): () => void {
     this.stateListeners.add(listener);
     return () => this.stateListeners.delete(listener);
+  }
+
+  /**
+   * Calls `listener` when a subscription resumed from a cursor (a renewal after a reconnect, or
+   * `subscribe` with `after`) could not be replayed whole: the events in between are lost to this
+   * client, and only a fresh read of the state it follows makes up for them.
+   */
+  onEventsMissed(listener: MissedEventsListener): () => void {
+    this.missedListeners.add(listener);
+    return () => this.missedListeners.delete(listener);
   }
 
   /** Resolves with the handshake result once the connection is open; rejects if the client closes first. */
@@ -373,6 +395,7 @@ export class SwitchboardClient {
         // A live subscription starts at the gateway's current seq: resuming from there after a
         // drop replays what happened while disconnected. With `after`, the replay sets the cursor.
         if (params.after === undefined) this.dispatcher.advanceTo(result.seq);
+        if (result.missed) this.reportMissed(result.missed);
         return result;
       } catch (error) {
         const droppedInFlight =
@@ -613,6 +636,7 @@ export class SwitchboardClient {
           );
           return;
         }
+        if (parsed.data.missed) this.reportMissed(parsed.data.missed);
         const cursor = this.dispatcher.cursor;
         if (cursor !== undefined && parsed.data.seq < cursor) {
           // The gateway's sequence went backwards (a gateway without durable seq reservations, or a
@@ -741,6 +765,21 @@ export class SwitchboardClient {
     }
     this.dispatcher.end(clean ? undefined : error);
     this.stateListeners.clear();
+    this.missedListeners.clear();
+  }
+
+  private reportMissed(missed: MissedEvents): void {
+    this.logger.warn(
+      { after: missed.after, before: missed.before },
+      "events since the cursor could not all be replayed; read the state again",
+    );
+    for (const listener of [...this.missedListeners]) {
+      try {
+        listener(missed);
+      } catch (error) {
+        this.logger.error({ error: describeError(error) }, "a missed-events listener threw");
+      }
+    }
   }
 
   private setState(next: ConnectionState): void {

@@ -20,6 +20,8 @@ export {
   connect,
   createClient,
   type EventsOptions,
+  type MissedEvents,
+  type MissedEventsListener,
   type StateListener,
   SwitchboardClient,
   type TypedEvent,

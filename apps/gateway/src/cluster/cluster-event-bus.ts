@@ -36,6 +36,11 @@ export class ClusterEventBus implements EventLog {
     return this.log.replay(after, accepts);
   }
 
+  /** The oldest event the table retains; with none, nothing below what comes next is replayable. */
+  async replayableFrom(): Promise<number> {
+    return (await this.log.oldestSeq()) ?? this.log.currentSeq + 1;
+  }
+
   catchUp(): Promise<void> {
     return this.log.catchUp();
   }

@@ -95,6 +95,7 @@ export function eventMethods({
           );
         for (const [key, filter] of byKey) if (!filters.has(key)) filters.set(key, filter);
       }
+      let missed: { after: number; before: number } | undefined;
       if (params.after !== undefined) {
         // The client holds everything up to `after` (in this numbering: the stream has reached it):
         // nothing at or below it is sent again, replayed or live.
@@ -115,10 +116,13 @@ export function eventMethods({
             for (const event of held) send(connection, event);
           }
         }
+        // Read after the replay: a prune during it makes this later, never hides what it removed.
+        const before = await bus.replayableFrom();
+        if (params.after + 1 < before && params.after < seq) missed = { after: params.after, before };
       } else {
         connection.lastEventSeq = Math.max(connection.lastEventSeq, seq);
       }
-      return { subscribed: true, seq };
+      return { subscribed: true, seq, ...(missed ? { missed } : {}) };
     },
   };
 }

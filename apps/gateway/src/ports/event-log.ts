@@ -45,6 +45,11 @@ export interface EventLog {
    * caller subscribes first and holds live events until the replay is sent.
    */
   replay(after: number, accepts: (event: BusEvent) => boolean): BusEvent[] | Promise<BusEvent[]>;
+  /**
+   * The lowest seq from which every event this log numbered can still be replayed: a cursor below
+   * it minus one has lost events (they left the window, or were numbered before the window began).
+   */
+  replayableFrom(): number | Promise<number>;
   subscribe(subscriber: EventSubscriber): () => void;
   /**
    * What a client resumes by (connect result `server.epoch`): the cluster's stream id, shared by
@@ -59,4 +64,9 @@ export interface EventLog {
   catchUp?(): Promise<void>;
   /** Stops background work (shutdown). */
   stop(): void;
+  /**
+   * Records, once nothing publishes any more, where a graceful stop left the numbering (a log whose
+   * window does not outlive the process; the cluster's table does and has none).
+   */
+  markStopped?(): Promise<void>;
 }

@@ -297,7 +297,16 @@ export const Methods = {
       sessionKeys: z.array(SessionKeyParam).min(1).max(MAX_SUBSCRIPTIONS_PER_CONNECTION).optional(),
       after: z.number().int().min(0).optional(),
     }),
-    result: z.object({ subscribed: z.literal(true), seq: z.number() }),
+    result: z.object({
+      subscribed: z.literal(true),
+      seq: z.number(),
+      /**
+       * Only with `after`: events numbered above `after` and below `before` may have happened and can
+       * no longer be replayed (they left the window, or a restarted gateway's window never held them).
+       * The replay sent what is left; read the state you follow again (e.g. `sessions.history`).
+       */
+      missed: z.object({ after: z.number().int().min(0), before: z.number().int().min(0) }).optional(),
+    }),
   },
   "run.progress": {
     params: z.object({

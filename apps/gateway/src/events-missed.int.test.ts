@@ -1,0 +1,118 @@
+// A client resuming from a cursor the gateway can no longer replay from is told so (`missed` in the
+// `events.subscribe` answer, `onEventsMissed` in the SDK), instead of silently skipping events.
+import { connect, type MissedEvents, type SwitchboardClient } from "@switchboard/client";
+import { afterEach, describe, expect, it } from "vitest";
+import { controlledSockets } from "./testing/controlled-sockets";
+import { startTestGateway, type TestGateway, testStoreKind } from "./testing/test-gateway";
+import { until, untilState } from "./testing/until";
+
+const STORE = testStoreKind();
+const FAST_RECONNECT = { initialDelayMs: 5, maxDelayMs: 20, jitter: false } as const;
+/** Above the in-process bus's window (16 384 events). */
+const OVERFLOW = 17_000;
+
+let gw: TestGateway | undefined;
+const clients: SwitchboardClient[] = [];
+
+afterEach(async () => {
+  await Promise.all(clients.splice(0).map((client) => client.close()));
+  await gw?.close();
+  gw = undefined;
+});
+
+async function operator(options: { WebSocket?: ReturnType<typeof controlledSockets>["WebSocket"] } = {}) {
+  const client = await connect({
+    url: gw!.url,
+    token: gw!.token,
+    role: "operator",
+    reconnect: FAST_RECONNECT,
+    ...options,
+  });
+  clients.push(client);
+  return client;
+}
+
+/** Pushes events the client's cursor points before out of reach: past the window, or pruned. */
+async function loseEventsAfter(gateway: TestGateway, cursor: number): Promise<void> {
+  const { bus, cluster } = gateway.gateway;
+  if (!cluster) {
+    for (let i = 0; i < OVERFLOW; i++)
+      bus.publish("session.updated", { key: `agent:main:flood:${i}`, sessionId: "s", reason: "flood" });
+    return;
+  }
+  for (let i = 0; i < 5; i++)
+    bus.publish("session.updated", { key: `agent:main:flood:${i}`, sessionId: "s", reason: "flood" });
+  await until(() => bus.currentSeq >= cursor + 5, "the flood read back");
+  // Retention keeps the newest event only: everything after the cursor but that one is gone.
+  await cluster.events.prune({ keep: 1 });
+}
+
+describe("events a resuming client can no longer get", () => {
+  it("a client renewing its subscription past the replay window hears what it missed, then gets the rest", async () => {
+    gw = await startTestGateway({}, { store: STORE });
+    const control = controlledSockets();
+    const op = await operator({ WebSocket: control.WebSocket });
+    const missed: MissedEvents[] = [];
+    op.onEventsMissed((gap) => void missed.push(gap));
+    const keys: string[] = [];
+    op.on("session.updated", (event) => void keys.push(event.payload.key));
+    await op.subscribe({});
+    await op.sessions.create({ key: "agent:main:cron:seen" });
+    await until(() => keys.includes("agent:main:cron:seen"), "the first event");
+    const cursor = op.lastEventSeq!;
+
+    // Away while the events after its cursor leave the window.
+    control.blocked = true;
+    control.drop();
+    await untilState(op, "reconnecting");
+    await loseEventsAfter(gw, cursor);
+    control.blocked = false;
+    await untilState(op, "open");
+
+    await until(() => missed.length > 0, "the missed-events notice");
+    expect(missed).toHaveLength(1);
+    expect(missed[0]!.after).toBe(cursor);
+    expect(missed[0]!.before).toBeGreaterThan(cursor + 1);
+    // What the window still held was replayed, and the stream goes on live.
+    await op.sessions.create({ key: "agent:main:cron:after" });
+    await until(() => keys.includes("agent:main:cron:after"), "a live event after the renewal");
+    expect(keys.filter((key) => key.startsWith("agent:main:flood:")).length).toBeGreaterThan(0);
+    expect(keys).not.toContain("agent:main:flood:0");
+  }, 30_000);
+
+  it("answers `missed` to a subscribe from an old cursor, and nothing for a cursor the window still covers", async () => {
+    gw = await startTestGateway({}, { store: STORE });
+    const op = await operator();
+    await op.sessions.create({ key: "agent:main:cron:one" });
+    const start = (await op.subscribe({})).seq;
+    const covered = await op.subscribe({ after: start });
+    expect(covered.missed).toBeUndefined();
+
+    await loseEventsAfter(gw, start);
+    const late = await operator();
+    const answer = await late.subscribe({ after: start });
+    expect(answer.missed?.after).toBe(start);
+    expect(answer.missed!.before).toBeGreaterThan(start + 1);
+    expect(answer.missed!.before).toBeLessThanOrEqual(answer.seq);
+  }, 30_000);
+
+  it("after a graceful restart, resuming from the last event seen before it reports nothing missed", async () => {
+    gw = await startTestGateway({}, { store: STORE });
+    const op = await operator();
+    const keys: string[] = [];
+    op.on("session.updated", (event) => void keys.push(event.payload.key));
+    await op.subscribe({});
+    await op.sessions.create({ key: "agent:main:cron:before" });
+    await until(() => keys.includes("agent:main:cron:before"), "the event before the restart");
+    const cursor = op.lastEventSeq!;
+    await op.close();
+
+    // A restarted single gateway numbers far above the old one and its window starts empty: the stop
+    // it recorded says nothing was skipped. (A cluster's log outlives its instances.)
+    await gw.restart();
+    const again = await operator();
+    const answer = await again.subscribe({ after: cursor });
+    if (!gw.gateway.cluster) expect(answer.seq).toBeGreaterThan(cursor);
+    expect(answer.missed).toBeUndefined();
+  }, 30_000);
+});
