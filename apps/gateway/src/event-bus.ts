@@ -103,7 +103,9 @@ export class EventBus implements EventLog {
         persist: (upTo) => meta.set(SEQ_RESERVED_KEY, String(upTo)),
         ...(options.onError ? { onError: options.onError } : {}),
       },
-      stopped > 0 && stopped <= reserved ? stopped + 1 : last + 1,
+      // Without a mark an earlier process may have numbered up to its ceiling (none on a fresh data
+      // dir: numbers below the clock floor were never handed out).
+      stopped > 0 && stopped <= reserved ? stopped + 1 : reserved + 1,
     );
     bus.meta = meta;
     return bus;

@@ -36,9 +36,9 @@ export class ClusterEventBus implements EventLog {
     return this.log.replay(after, accepts);
   }
 
-  /** The oldest event the table retains; with none, nothing below what comes next is replayable. */
-  async replayableFrom(): Promise<number> {
-    return (await this.log.oldestSeq()) ?? this.log.currentSeq + 1;
+  /** Above what the cluster's retention removed; the table outlives any instance. */
+  replayableFrom(): Promise<number> {
+    return this.log.replayableFrom();
   }
 
   catchUp(): Promise<void> {

@@ -181,15 +181,19 @@ await describeWithPg("cluster event log", () => {
 
   it("keeps the table bounded: prune drops all but the newest events, replay starts at the oldest kept", async () => {
     const a = await instance();
+    // Nothing below the table's first event was ever numbered: the whole stream is replayable.
+    expect(await a.log.replayableFrom()).toBe(1);
     const seqs = await publishMany(a.log, "a", 30);
     await a.log.withSeq(() => undefined);
     expect(await a.log.prune({ keep: 10 })).toBe(21);
     const kept = await a.log.replay(0, () => true);
     expect(ids(kept)).toEqual(Array.from({ length: 9 }, (_, n) => `a-${n + 21}`));
-    expect(await a.log.oldestSeq()).toBe(seqs[21]);
+    // Retention says where it cut: a cursor just below the oldest kept event lost nothing.
+    expect(await a.log.replayableFrom()).toBe(seqs[21]);
     // Age protects recent events.
     await publishMany(a.log, "a", 5);
     expect(await a.log.prune({ keep: 1, minAgeMs: 60_000 })).toBe(0);
+    expect(await a.log.replayableFrom()).toBe(seqs[21]);
     await expect(a.log.prune({ keep: 0 })).rejects.toThrow("keep: must be an integer >= 1");
   });
 

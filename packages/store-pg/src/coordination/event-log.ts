@@ -1,6 +1,10 @@
 import { createHash, randomUUID } from "node:crypto";
 import { type EventName, type EventPayload, SwitchboardError } from "@switchboard/core";
 import { toNumber } from "../versions";
+
+/** `cluster_meta` row: the newest seq retention removed from the event table. */
+const PRUNED_THROUGH = "events.prunedThrough";
+
 import { clusterValue } from "./cluster-meta";
 import type { Coordination } from "./context";
 
@@ -58,8 +62,12 @@ export interface ClusterEventLog {
   subscribe(subscriber: ClusterEventSubscriber): () => void;
   /** Reads and delivers everything committed since the last delivered seq (also run on wake-ups). */
   catchUp(): Promise<void>;
-  /** The oldest retained seq (undefined: none retained): a cursor below it has lost events. */
-  oldestSeq(): Promise<number | undefined>;
+  /**
+   * The lowest seq from which every event is still retained: one above the newest event retention
+   * removed (1 when none was: numbers below the table's first were never handed out). A cursor
+   * below it minus one has lost events.
+   */
+  replayableFrom(): Promise<number>;
   /**
    * Retention: deletes events beyond the newest `keep`, except those younger than `minAgeMs` (an
    * instance reading behind must not lose them); returns how many. The table holds at most `keep`
@@ -145,6 +153,7 @@ export async function openClusterEventLog(
   const readBatch = options.readBatch ?? 1000;
   const { db, q, instanceId, logger } = coordination;
   const table = q("events");
+  const meta = q("cluster_meta");
   const sequence = q("event_seq");
   const channel = eventChannel(coordination.schema);
   const lockKey: unknown[] = [EVENT_LOCK_CLASS, `${coordination.schema}.events`];
@@ -400,13 +409,13 @@ export async function openClusterEventLog(
       return () => subscribers.delete(subscriber);
     },
     catchUp: readTable,
-    async oldestSeq() {
-      const found = await db.read<{ seq: string | null }>(
-        "reading the oldest event",
-        `SELECT min(seq) AS seq FROM ${table}`,
+    async replayableFrom() {
+      const found = await db.read<{ value: string }>(
+        "reading how far retention removed events",
+        `SELECT value FROM ${meta} WHERE name = '${PRUNED_THROUGH}'`,
       );
-      const seq = found.rows[0]?.seq;
-      return seq === null || seq === undefined ? undefined : toNumber(seq);
+      const value = found.rows[0]?.value;
+      return value === undefined ? 1 : toNumber(value) + 1;
     },
     async prune({ keep, minAgeMs = 0 }) {
       if (!Number.isInteger(keep) || keep < 1) {
@@ -414,15 +423,25 @@ export async function openClusterEventLog(
           details: { field: "keep" },
         });
       }
-      // The newest `keep` stay whatever their age; the others once older than minAgeMs.
-      const removed = await db.query(
+      // The newest `keep` stay whatever their age; the others once older than minAgeMs. The newest
+      // seq removed is kept in the same statement: a resuming client is told it lost what was below.
+      const removed = await db.query<{ removed: string }>(
         "pruning old events",
-        `DELETE FROM ${table}
-         WHERE seq < coalesce((SELECT seq FROM ${table} ORDER BY seq DESC OFFSET $1 - 1 LIMIT 1), 0)
-           AND at < now() - make_interval(secs => $2::double precision / 1000)`,
+        `WITH gone AS (
+           DELETE FROM ${table}
+           WHERE seq < coalesce((SELECT seq FROM ${table} ORDER BY seq DESC OFFSET $1 - 1 LIMIT 1), 0)
+             AND at < now() - make_interval(secs => $2::double precision / 1000)
+           RETURNING seq
+         ), marked AS (
+           INSERT INTO ${meta} (name, value)
+           SELECT '${PRUNED_THROUGH}', max(seq)::text FROM gone HAVING count(*) > 0
+           ON CONFLICT (name) DO UPDATE
+             SET value = greatest(${meta}.value::bigint, excluded.value::bigint)::text
+         )
+         SELECT count(*) AS removed FROM gone`,
         [keep, minAgeMs],
       );
-      return removed.rowCount ?? 0;
+      return toNumber(removed.rows[0]?.removed ?? "0");
     },
     async stop() {
       stopped = true;
