@@ -75,6 +75,40 @@ describe("resume across reconnects", () => {
   });
 });
 
+describe("a first subscribe lost to a drop", () => {
+  it("is retried from the dropped connection's handshake: the events since the lost call are replayed", async () => {
+    await startGateway();
+    const writer = await open();
+    await writer.sessions.create({ key: A });
+    const control = controlledSockets();
+    const op = await open({ WebSocket: control.WebSocket });
+    const labels: string[] = [];
+    op.on("session.updated", (event) => void labels.push(event.payload.key));
+
+    // The gateway takes the subscribe, but its answer (and what follows) never reaches the client.
+    control.frozen = true;
+    const subscribing = op.subscribe({ sessionKey: A });
+    await sleep(100);
+    await writer.sessions.patch({ key: A, label: "after-the-lost-answer" });
+    await sleep(50);
+    control.blocked = true;
+    control.frozen = false;
+    control.drop();
+    await untilState(op, "reconnecting");
+    await writer.sessions.patch({ key: A, label: "while-away" });
+    control.blocked = false;
+
+    const answer = await subscribing;
+    expect(answer.subscribed).toBe(true);
+    // Retried live (before), both changes were skipped without notice.
+    await until(() => labels.length === 2, "both changes of A replayed");
+    const retried = control.frames(1).find((frame) => frame.method === "events.subscribe");
+    expect(typeof retried?.params?.after).toBe("number");
+    await writer.sessions.patch({ key: A, label: "live" });
+    await until(() => labels.length === 3, "the live change after");
+  });
+});
+
 describe("several sessions in one subscribe", () => {
   it("a client token naming one session it may not see among them follows none of them", async () => {
     const CLIENT_TOKEN = "hostile-client-token-0123456789";

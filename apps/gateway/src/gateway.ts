@@ -363,6 +363,7 @@ export class Gateway {
               protocol: 1,
               server: { name: "switchboard", version: VERSION, instanceId, epoch: bus.epoch ?? instanceId },
               connectionId: connection.id,
+              seq: bus.currentSeq,
               role,
               methods: methodsForRole(role),
               events: [...EVENT_NAMES],

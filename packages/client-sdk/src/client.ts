@@ -385,23 +385,28 @@ export class SwitchboardClient {
     params: MethodParams<"events.subscribe"> = {},
     options: Omit<CallOptions, "retryOnReconnect"> = {},
   ): Promise<MethodResult<"events.subscribe">> {
+    let sent = params;
     for (;;) {
       try {
-        const result = await this.call("events.subscribe", params, { ...options, retryOnReconnect: false });
-        this.subscriptions.set(params.sessionKey ?? "*", {
-          sessionKey: params.sessionKey,
-          after: params.after,
+        const result = await this.call("events.subscribe", sent, { ...options, retryOnReconnect: false });
+        this.subscriptions.set(sent.sessionKey ?? "*", {
+          sessionKey: sent.sessionKey,
+          after: sent.after,
         });
         // A live subscription starts at the gateway's current seq: resuming from there after a
         // drop replays what happened while disconnected. With `after`, the replay sets the cursor.
-        if (params.after === undefined) this.dispatcher.advanceTo(result.seq);
+        if (sent.after === undefined) this.dispatcher.advanceTo(result.seq);
         if (result.missed) this.reportMissed(result.missed);
         return result;
       } catch (error) {
         const droppedInFlight =
           isSwitchboardError(error) && error.code === "UNAVAILABLE" && error.retryable === true;
-        if (droppedInFlight && this.#state !== "closed") continue;
-        throw error;
+        if (!droppedInFlight || this.#state === "closed") throw error;
+        // Retried as a new live subscription, the events between the lost call and the retry would
+        // be skipped: resume from the cursor, else from the dropped connection's handshake (which
+        // came before the call; what lies between is more than asked for, never a duplicate).
+        const from = this.dispatcher.cursor ?? this.handshakeResult?.seq;
+        if (sent.after === undefined && from !== undefined) sent = { ...sent, after: from };
       }
     }
   }

@@ -75,6 +75,12 @@ export const ConnectResultSchema = z.object({
     epoch: z.string().optional(),
   }),
   connectionId: z.string(),
+  /**
+   * The event stream's position at the handshake (the `seq` of the last event numbered). A client
+   * whose first `events.subscribe` is lost to a drop resumes from it (`after`), so the events between
+   * the lost call and its retry are replayed instead of skipped. Absent: older gateways.
+   */
+  seq: z.number().int().min(0).optional(),
   role: RoleSchema,
   methods: z.array(z.string()),
   events: z.array(z.string()),
