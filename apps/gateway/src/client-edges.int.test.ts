@@ -2,50 +2,36 @@
 // setTimeout's range, several event subscriptions and reconnects, a worker at its connection's
 // in-flight cap, and CLI exit codes and counts.
 import { type RunningAgentWorker, startAgentWorker } from "@switchboard/agent";
-import { type ClientOptions, connect, type SwitchboardClient, serve } from "@switchboard/client";
+import { type ClientOptions, type SwitchboardClient, serve } from "@switchboard/client";
 import { type ConfigInput, parseConfig } from "@switchboard/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { CLI_BUILT, cleanEnv, runCliProcess } from "./cli/cli-process";
 import { controlledSockets } from "./testing/controlled-sockets";
-import { startTestGateway, type TestGateway, testStoreKind } from "./testing/test-gateway";
+import { FAST_RECONNECT, perTestSdkGateway } from "./testing/sdk-gateway";
+import { type TestGateway, testStoreKind } from "./testing/test-gateway";
 import { until, untilState } from "./testing/until";
 
 const STORE = testStoreKind();
 const WORKER_TOKEN = "edges-worker-token-0123456789";
-const FAST_RECONNECT = { initialDelayMs: 5, maxDelayMs: 20, jitter: false } as const;
 
 const baseConfig: ConfigInput = {
   auth: { tokens: [{ name: "worker", token: WORKER_TOKEN, role: "agent", agents: ["main"] }] },
   agents: { list: [{ id: "main", default: true }] },
 };
 
-let gw: TestGateway | undefined;
-const clients: SwitchboardClient[] = [];
+const sdk = perTestSdkGateway();
 const stops: Array<() => Promise<void>> = [];
 
+// Registered after the SDK's hook, so it runs before it: the workers stop before the gateway closes.
 afterEach(async () => {
   await Promise.all(stops.splice(0).map((stop) => stop().catch(() => undefined)));
-  await Promise.all(clients.splice(0).map((client) => client.close()));
-  await gw?.close();
-  gw = undefined;
 });
 
-async function startGateway(config: ConfigInput = baseConfig): Promise<TestGateway> {
-  gw = await startTestGateway(config, { store: STORE });
-  return gw;
+function startGateway(config: ConfigInput = baseConfig): Promise<TestGateway> {
+  return sdk.start(config, { store: STORE });
 }
 
-async function open(options: Partial<ClientOptions> = {}): Promise<SwitchboardClient> {
-  const client = await connect({
-    url: gw!.url,
-    token: gw!.token,
-    role: "operator",
-    reconnect: FAST_RECONNECT,
-    ...options,
-  } as ClientOptions);
-  clients.push(client);
-  return client;
-}
+const open = (options: Partial<ClientOptions> = {}): Promise<SwitchboardClient> => sdk.open(options);
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -123,7 +109,7 @@ describe("run deadlines far in the future", () => {
     const op = await open();
     let abortedWith: unknown;
     const worker = await serve(
-      { url: gw!.url, token: WORKER_TOKEN, reconnect: FAST_RECONNECT },
+      { url: sdk.gw.url, token: WORKER_TOKEN, reconnect: FAST_RECONNECT },
       ["main"],
       async (run, ctx) => {
         await sleep(200);
@@ -145,7 +131,7 @@ describe("run deadlines far in the future", () => {
     await startGateway(longTimeout);
     const op = await open();
     const worker: RunningAgentWorker = await startAgentWorker({
-      url: gw!.url,
+      url: sdk.gw.url,
       token: WORKER_TOKEN,
       config: parseConfig(longTimeout),
       stopGraceMs: 1_000,
@@ -173,7 +159,7 @@ describe("an agent worker on a connection at its in-flight cap", () => {
       void warned.push(`${message ?? ""} ${JSON.stringify(fields)}`);
     const warnings = { debug() {}, info() {}, warn: note, error: note } as never;
     const worker = await serve(
-      { url: gw!.url, token: WORKER_TOKEN, reconnect: FAST_RECONNECT },
+      { url: sdk.gw.url, token: WORKER_TOKEN, reconnect: FAST_RECONNECT },
       ["main"],
       async (run, ctx) => {
         if (run.input.message.startsWith("hold")) {
@@ -205,7 +191,7 @@ describe("an agent worker on a connection at its in-flight cap", () => {
 });
 
 describe.skipIf(!CLI_BUILT)("the switchboard CLI against a running gateway", { timeout: 30_000 }, () => {
-  const target = () => ["--url", gw!.url, "--token", gw!.token];
+  const target = () => ["--url", sdk.gw.url, "--token", sdk.gw.token];
 
   it("exits 2 (usage) for a malformed argument: an empty message or an invalid session key", async () => {
     await startGateway();

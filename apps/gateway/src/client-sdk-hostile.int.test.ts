@@ -1,44 +1,26 @@
 // Hostile tests of @switchboard/client against the real gateway: reconnects, resume by seq,
 // request/response matching, timeouts, aborts and clean shutdown.
 import { spawn } from "node:child_process";
-import { type ClientOptions, connect, type SwitchboardClient } from "@switchboard/client";
+import type { ClientOptions, SwitchboardClient } from "@switchboard/client";
 import type { ConfigInput } from "@switchboard/core";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { controlledSockets } from "./testing/controlled-sockets";
-import { startTestGateway, type TestGateway } from "./testing/test-gateway";
+import { perTestSdkGateway } from "./testing/sdk-gateway";
+import type { TestGateway } from "./testing/test-gateway";
 import { until, untilState } from "./testing/until";
 
-const FAST_RECONNECT = { initialDelayMs: 5, maxDelayMs: 20, jitter: false } as const;
 const A = "agent:main:cron:alpha";
 const B = "agent:main:cron:beta";
 
 const baseConfig: ConfigInput = { agents: { list: [{ id: "main", default: true }] } };
 
-let gw: TestGateway | undefined;
-const clients: SwitchboardClient[] = [];
+const sdk = perTestSdkGateway();
 
-afterEach(async () => {
-  await Promise.all(clients.splice(0).map((client) => client.close()));
-  await gw?.close();
-  gw = undefined;
-});
-
-async function startGateway(config: ConfigInput = baseConfig): Promise<TestGateway> {
-  gw = await startTestGateway(config, { store: "memory" });
-  return gw;
+function startGateway(config: ConfigInput = baseConfig): Promise<TestGateway> {
+  return sdk.start(config, { store: "memory" });
 }
 
-async function open(options: Partial<ClientOptions> = {}): Promise<SwitchboardClient> {
-  const client = await connect({
-    url: gw!.url,
-    token: gw!.token,
-    role: "operator",
-    reconnect: FAST_RECONNECT,
-    ...options,
-  } as ClientOptions);
-  clients.push(client);
-  return client;
-}
+const open = (options: Partial<ClientOptions> = {}): Promise<SwitchboardClient> => sdk.open(options);
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -264,10 +246,10 @@ describe("guards that held up", () => {
 });
 
 describe("process hygiene (a separate Node process using the built SDK)", () => {
-  const sdk = new URL("../../../packages/client-sdk/dist/index.js", import.meta.url).href;
+  const sdkDist = new URL("../../../packages/client-sdk/dist/index.js", import.meta.url).href;
   const script = `
 import net from "node:net";
-const { connect, createClient } = await import(${JSON.stringify(sdk)});
+const { connect, createClient } = await import(${JSON.stringify(sdkDist)});
 process.on("unhandledRejection", (error) => { console.log("UNHANDLED", String(error)); process.exit(3); });
 const [url, token] = process.argv.slice(-2);
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -310,7 +292,7 @@ console.log("DONE", Date.now());
 
   it("close() leaves nothing keeping the process alive and nothing rejects unhandled", async () => {
     await startGateway();
-    const child = spawn(process.execPath, ["--input-type=module", "-e", script, gw!.url, gw!.token], {
+    const child = spawn(process.execPath, ["--input-type=module", "-e", script, sdk.gw.url, sdk.gw.token], {
       stdio: ["ignore", "pipe", "pipe"],
     });
     let out = "";

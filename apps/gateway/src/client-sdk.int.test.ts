@@ -6,15 +6,15 @@ import {
   serve,
 } from "@switchboard/client";
 import { SwitchboardError } from "@switchboard/core";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { beforeEach, describe, expect, it } from "vitest";
 import { controlledSockets } from "./testing/controlled-sockets";
-import { startTestGateway, type TestGateway, testStoreKind } from "./testing/test-gateway";
+import { perTestSdkGateway } from "./testing/sdk-gateway";
+import { testStoreKind } from "./testing/test-gateway";
 import { until, untilState } from "./testing/until";
 
 const STORE = testStoreKind();
 const WORKER_TOKEN = "sdk-worker-token-0123456789";
 const CLIENT_TOKEN = "sdk-client-token-0123456789";
-const FAST_RECONNECT = { initialDelayMs: 5, maxDelayMs: 20, jitter: false } as const;
 
 const config = {
   auth: {
@@ -31,28 +31,13 @@ const config = {
   agents: { list: [{ id: "main", default: true }] },
 };
 
-let gw: TestGateway;
-const clients: SwitchboardClient[] = [];
+const sdk = perTestSdkGateway();
 
 beforeEach(async () => {
-  gw = await startTestGateway(config, { store: STORE });
-});
-afterEach(async () => {
-  await Promise.all(clients.splice(0).map((client) => client.close()));
-  await gw.close();
+  await sdk.start(config, { store: STORE });
 });
 
-async function open(options: Partial<ClientOptions> = {}): Promise<SwitchboardClient> {
-  const client = await connect({
-    url: gw.url,
-    token: gw.token,
-    role: "operator",
-    reconnect: FAST_RECONNECT,
-    ...options,
-  } as ClientOptions);
-  clients.push(client);
-  return client;
-}
+const open = (options: Partial<ClientOptions> = {}): Promise<SwitchboardClient> => sdk.open(options);
 
 function deferred<T = void>() {
   let resolve!: (value: T) => void;
@@ -69,7 +54,7 @@ describe("@switchboard/client against the real gateway", () => {
     expect(client.connection).toMatchObject({
       protocol: 1,
       role: "operator",
-      server: { name: "switchboard", instanceId: gw.gateway.instanceId },
+      server: { name: "switchboard", instanceId: sdk.gw.gateway.instanceId },
     });
     expect(client.connection?.methods).toContain("sessions.list");
 
@@ -102,13 +87,13 @@ describe("@switchboard/client against the real gateway", () => {
     ).resolves.toMatchObject({ status: "accepted" });
 
     await expect(
-      connect({ url: gw.url, token: "not-a-valid-token-at-all", role: "operator" }),
+      connect({ url: sdk.gw.url, token: "not-a-valid-token-at-all", role: "operator" }),
     ).rejects.toMatchObject({ code: "UNAUTHORIZED" });
   });
 
   it("resolves an agent.wait that was in flight when the connection dropped, for a run that ended meanwhile", async () => {
     const release = deferred();
-    const worker = await serve({ url: gw.url, token: WORKER_TOKEN }, ["main"], async (run) => {
+    const worker = await serve({ url: sdk.gw.url, token: WORKER_TOKEN }, ["main"], async (run) => {
       await release.promise;
       return { reply: `late reply to ${run.input.message}` };
     });
@@ -226,7 +211,7 @@ describe("@switchboard/client against the real gateway", () => {
     op.on("run.ended", (event) => void ended.push(event.payload));
     await op.subscribe({ sessionKey: "agent:main:main" });
 
-    const worker = await serve({ url: gw.url, token: WORKER_TOKEN }, ["main"], async (run, ctx) => {
+    const worker = await serve({ url: sdk.gw.url, token: WORKER_TOKEN }, ["main"], async (run, ctx) => {
       await ctx.progress("text-delta", { text: "thinking" });
       const status = await ctx.invokeTool("session_status", {});
       if (run.input.message === "fail") throw new Error("handler gave up");

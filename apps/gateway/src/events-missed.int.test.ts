@@ -1,36 +1,18 @@
 // A client resuming from a cursor the gateway can no longer replay from is told so (`missed` in the
 // `events.subscribe` answer, `onEventsMissed` in the SDK), instead of silently skipping events.
-import { connect, type MissedEvents, type SwitchboardClient } from "@switchboard/client";
-import { afterEach, describe, expect, it } from "vitest";
+import type { ClientOptions, MissedEvents } from "@switchboard/client";
+import { describe, expect, it } from "vitest";
 import { controlledSockets } from "./testing/controlled-sockets";
-import { startTestGateway, type TestGateway, testStoreKind } from "./testing/test-gateway";
+import { perTestSdkGateway } from "./testing/sdk-gateway";
+import { type TestGateway, testStoreKind } from "./testing/test-gateway";
 import { until, untilState } from "./testing/until";
 
 const STORE = testStoreKind();
-const FAST_RECONNECT = { initialDelayMs: 5, maxDelayMs: 20, jitter: false } as const;
 /** Above the in-process bus's window (16 384 events). */
 const OVERFLOW = 17_000;
 
-let gw: TestGateway | undefined;
-const clients: SwitchboardClient[] = [];
-
-afterEach(async () => {
-  await Promise.all(clients.splice(0).map((client) => client.close()));
-  await gw?.close();
-  gw = undefined;
-});
-
-async function operator(options: { WebSocket?: ReturnType<typeof controlledSockets>["WebSocket"] } = {}) {
-  const client = await connect({
-    url: gw!.url,
-    token: gw!.token,
-    role: "operator",
-    reconnect: FAST_RECONNECT,
-    ...options,
-  });
-  clients.push(client);
-  return client;
-}
+const sdk = perTestSdkGateway();
+const operator = (options: Partial<ClientOptions> = {}) => sdk.open(options);
 
 /** Pushes events the client's cursor points before out of reach: past the window, or pruned. */
 async function loseEventsAfter(gateway: TestGateway, cursor: number): Promise<void> {
@@ -49,7 +31,7 @@ async function loseEventsAfter(gateway: TestGateway, cursor: number): Promise<vo
 
 describe("events a resuming client can no longer get", () => {
   it("a client renewing its subscription past the replay window hears what it missed, then gets the rest", async () => {
-    gw = await startTestGateway({}, { store: STORE });
+    const gw = await sdk.start({}, { store: STORE });
     const control = controlledSockets();
     const op = await operator({ WebSocket: control.WebSocket });
     const missed: MissedEvents[] = [];
@@ -81,7 +63,7 @@ describe("events a resuming client can no longer get", () => {
   }, 30_000);
 
   it("answers `missed` to a subscribe from an old cursor, and nothing for a cursor the window still covers", async () => {
-    gw = await startTestGateway({}, { store: STORE });
+    const gw = await sdk.start({}, { store: STORE });
     const op = await operator();
     await op.sessions.create({ key: "agent:main:cron:one" });
     const start = (await op.subscribe({})).seq;
@@ -99,7 +81,7 @@ describe("events a resuming client can no longer get", () => {
   }, 30_000);
 
   it("after a graceful restart, resuming from the last event seen before it reports nothing missed", async () => {
-    gw = await startTestGateway({}, { store: STORE });
+    const gw = await sdk.start({}, { store: STORE });
     const op = await operator();
     const keys: string[] = [];
     op.on("session.updated", (event) => void keys.push(event.payload.key));
