@@ -338,8 +338,9 @@ export class RunScheduler {
     try {
       // The run record goes first: a crash between the two writes leaves a run whose input is
       // missing (recovery writes it, or ends it when it was stored `running`), never an input
-      // without a run (a retry would duplicate it).
-      const stored = this.store.runs.put(record);
+      // without a run (a retry would duplicate it). Insert-only: the store refuses it if the
+      // session was archived since the read above, on this instance or another (NOT_FOUND).
+      const stored = this.store.runs.put(record, { expectedVersion: 0 });
       spec.onCreate?.(record);
       try {
         await stored;

@@ -319,11 +319,15 @@ export class SessionsService {
       if (!entry || entry.archivedAt || entry.sessionId !== sessionId) return false;
       if (idle && !(await idle.settled())) return false;
       // Nothing awaited from here to the archived row's write (issued as `archiveSession` starts),
-      // so nothing this process does can slip in between the check and the write.
+      // so nothing this process does can slip in between the check and the write. The store checks
+      // again, as one step with the inserts of new runs: a run made on another instance meanwhile
+      // keeps the session live, and one made after is refused (see `Store.archiveIdleSession`).
       if (idle && !idle.now()) return false;
-      const now = Date.now();
-      const archived = { ...entry, archivedAt: now, updatedAt: Math.max(now, entry.updatedAt) };
-      const { archiveError } = await archiveSession(this.store, archived);
+      const { archived, archiveError } = await archiveSession(this.store, key, {
+        sessionId,
+        at: Date.now(),
+      });
+      if (!archived) return false;
       if (archiveError)
         this.log.warn(
           { err: archiveError, key },

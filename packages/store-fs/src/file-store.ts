@@ -3,6 +3,7 @@ import path from "node:path";
 import {
   DEFAULT_MAX_ENTRY_BYTES,
   formatZodIssues,
+  idleArchiveRow,
   type Store,
   type StoreHealth,
   SwitchboardError,
@@ -128,7 +129,11 @@ export async function openFileStore(options: FileStoreOptions): Promise<FileStor
     const shared = { durable, snapshotEvery: config.snapshotEvery, logger, health };
     const sessions = await FileSessionIndex.open({ dir: layout.sessions, ...shared });
     opened.push(sessions);
-    const runs = await FileRunRegistry.open({ dir: layout.runs, ...shared });
+    const runs = await FileRunRegistry.open({
+      dir: layout.runs,
+      ...shared,
+      sessionArchived: (key) => sessions.peek(key)?.archivedAt !== undefined,
+    });
     opened.push(runs);
     const meta = await FileMetaStore.open({ dir: layout.meta, ...shared });
     opened.push(meta);
@@ -167,6 +172,14 @@ export async function openFileStore(options: FileStoreOptions): Promise<FileStor
       audit,
       meta,
       commitTaintRise: (rise) => commitTaintRise(taintParts, rise),
+      async archiveIdleSession(key, options) {
+        // One process: the checks and the row's write are issued in one synchronous step, and a
+        // run's insert-only put checks the row the same way (`sessionArchived` above).
+        const archived = idleArchiveRow(sessions.peek(key), options);
+        if (!archived || runs.hasActiveRun(key)) return undefined;
+        await sessions.put(archived);
+        return archived;
+      },
       startDeferredWork() {
         void sessions.startIndexing();
       },

@@ -1,4 +1,5 @@
 import {
+  archivedSessionError,
   checkIdempotencyKeyFree,
   checkPruneOptions,
   compareRunsNewestFirst,
@@ -9,6 +10,7 @@ import {
   type RunRecord,
   type RunRegistryStore,
   runPrunable,
+  TERMINAL_RUN_STATUSES,
   type Versioned,
   validateRunRecord,
   type WriteOptions,
@@ -28,17 +30,48 @@ export interface FileRunRegistryOptions {
   snapshotEvery: number;
   logger: StoreLogger;
   health?: StoreHealthTracker;
+  /**
+   * Whether the row of a session key is archived: an insert-only put of a run on such a key is
+   * refused (see `RunRegistryStore.put`), checked in the same synchronous step as the write.
+   */
+  sessionArchived?: (sessionKey: string) => boolean;
 }
+
+const isActive = (run: RunRecord) => !TERMINAL_RUN_STATUSES.includes(run.status);
 
 /** The run registry: records in memory, persisted through a journal + snapshot pair. */
 export class FileRunRegistry implements RunRegistryStore {
   private readonly runIdByIdempotencyKey = new Map<string, string>();
   private readonly versions = new RowVersions("run");
 
-  private constructor(private readonly journal: JournaledMap<RunRecord>) {
+  /** Runs queued or running, per session key: the archive's check without a walk of every run. */
+  private readonly activeBySession = new Map<string, number>();
+
+  private constructor(
+    private readonly journal: JournaledMap<RunRecord>,
+    private readonly sessionArchived: (sessionKey: string) => boolean,
+  ) {
     for (const run of journal.values.values()) {
       if (run.idempotencyKey !== undefined) this.runIdByIdempotencyKey.set(run.idempotencyKey, run.runId);
+      if (isActive(run)) this.countActive(run.sessionKey, 1);
     }
+  }
+
+  /** Whether a run of `sessionKey` is queued or running (synchronous: see `archiveIdleSession`). */
+  hasActiveRun(sessionKey: string): boolean {
+    return this.activeBySession.has(sessionKey);
+  }
+
+  private countActive(sessionKey: string, delta: number): void {
+    const count = (this.activeBySession.get(sessionKey) ?? 0) + delta;
+    if (count > 0) this.activeBySession.set(sessionKey, count);
+    else this.activeBySession.delete(sessionKey);
+  }
+
+  /** Moves the active-run counts from `before` to `after` (either may be absent). */
+  private recount(before: RunRecord | undefined, after: RunRecord | undefined): void {
+    if (before && isActive(before)) this.countActive(before.sessionKey, -1);
+    if (after && isActive(after)) this.countActive(after.sessionKey, 1);
   }
 
   static async open(options: FileRunRegistryOptions): Promise<FileRunRegistry> {
@@ -51,7 +84,7 @@ export class FileRunRegistry implements RunRegistryStore {
       logger: options.logger,
       ...(options.health ? { health: options.health } : {}),
     });
-    return new FileRunRegistry(journal);
+    return new FileRunRegistry(journal, options.sessionArchived ?? (() => false));
   }
 
   async put(run: RunRecord, options: WriteOptions = {}): Promise<number> {
@@ -59,6 +92,8 @@ export class FileRunRegistry implements RunRegistryStore {
     const previous = this.journal.get(record.runId);
     // Checks and write happen in one synchronous step, so no other write can come in between.
     this.versions.check(record.runId, previous !== undefined, options.expectedVersion);
+    if (options.expectedVersion === 0 && this.sessionArchived(record.sessionKey))
+      throw archivedSessionError(record.sessionKey);
     if (record.idempotencyKey !== undefined)
       checkIdempotencyKeyFree(record, this.runIdByIdempotencyKey.get(record.idempotencyKey), previous);
     const { version, undo } = this.versions.bump(record.runId);
@@ -67,8 +102,10 @@ export class FileRunRegistry implements RunRegistryStore {
     }
     if (record.idempotencyKey !== undefined)
       this.runIdByIdempotencyKey.set(record.idempotencyKey, record.runId);
+    this.recount(previous, record);
     await this.journal.put(record, (restored) => {
       undo();
+      this.recount(record, restored);
       if (record.idempotencyKey !== undefined) this.runIdByIdempotencyKey.delete(record.idempotencyKey);
       if (restored?.idempotencyKey !== undefined)
         this.runIdByIdempotencyKey.set(restored.idempotencyKey, restored.runId);

@@ -192,6 +192,11 @@ export class FileSessionIndex implements SessionIndexStore {
     return row ? copySession(row) : undefined;
   }
 
+  /** The stored row itself (frozen, not a copy), read synchronously: for checks made with a write. */
+  peek(key: string): SessionEntry | undefined {
+    return this.journal.get(key);
+  }
+
   async getVersioned(key: string): Promise<Versioned<SessionEntry> | undefined> {
     const row = this.journal.get(key);
     return row ? { row: copySession(row), version: this.versions.of(key, true) } : undefined;

@@ -167,7 +167,9 @@ describe("archiving a finished session (core's archiveSession, as the gateway do
       return undefined;
     });
     try {
-      expect(await archiveSession(store, { ...row, archivedAt: Date.now() })).toEqual({});
+      const done = await archiveSession(store, row.key, { sessionId: row.sessionId, at: Date.now() });
+      expect(done.archived?.archivedAt).toBeDefined();
+      expect(done.archiveError).toBeUndefined();
     } finally {
       setFaultHook((faultOp, filePath) =>
         fault && faultOp === fault.op && filePath.includes(fault.where) ? fault.code : undefined,

@@ -9,6 +9,7 @@ import {
 } from "@switchboard/core";
 import pg from "pg";
 import { z } from "zod";
+import { createArchiveIdle } from "./archive-idle";
 import { createAuditLog } from "./audit";
 import { Db } from "./db";
 import { toStoreError } from "./errors";
@@ -131,6 +132,7 @@ export async function openPostgresStore(input: PostgresStoreOptions): Promise<Po
       { sessions: sessionOrder, transcripts: transcriptOrder, audit },
       options.maxEntryBytes,
     ),
+    archiveIdleSession: createArchiveIdle(db, q, sessionOrder),
     async health(): Promise<StoreHealth> {
       if (db.isClosed)
         return {

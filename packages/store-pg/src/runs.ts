@@ -1,4 +1,5 @@
 import {
+  archivedSessionError,
   checkIdempotencyKeyFree,
   checkPruneOptions,
   compileRunFilter,
@@ -79,15 +80,24 @@ export function createRunRegistry(
             return toNumber(written.rows[0]?.version);
           }
           if (expected === 0) {
+            // A new run: its session's row is held FOR KEY SHARE (which only an archive's FOR UPDATE
+            // waits for: see archive-idle.ts) while the insert checks it is not archived.
             const inserted = await db.query<{ version: string }>(
               action,
-              `INSERT INTO ${table} (${columns}, version) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, ${version})
-             ON CONFLICT (run_id) DO NOTHING RETURNING version`,
+              `WITH session AS MATERIALIZED (
+                 SELECT archived_at FROM ${q("sessions")} WHERE key = $3 FOR KEY SHARE
+               )
+               INSERT INTO ${table} (${columns}, version)
+               SELECT $1::text, $2::text, $3::text, $4::text, $5::bigint, $6::bigint, $7::boolean, $8::json, ${version}
+               WHERE NOT EXISTS (SELECT 1 FROM session WHERE archived_at IS NOT NULL)
+               ON CONFLICT (run_id) DO NOTHING RETURNING version`,
               values,
             );
             const hit = inserted.rows[0];
             if (hit) return toNumber(hit.version);
-            throw versionConflict("run", run.runId, 0, await versionOf(run.runId));
+            const current = await versionOf(run.runId);
+            if (current === 0) throw archivedSessionError(run.sessionKey);
+            throw versionConflict("run", run.runId, 0, current);
           }
           const updated = await db.query<{ version: string }>(
             action,

@@ -24,6 +24,7 @@ describe("store conformance suite", () => {
       "sessions index",
       "transcripts",
       "run registry",
+      "archiving an idle session",
       "audit log",
       "taint rise",
       "meta",
@@ -50,6 +51,31 @@ describe("store conformance suite", () => {
     });
     await expect(
       findCase(open, "lists newest first (ties by key), up to the limit, and follows updates").run(noSkip),
+    ).rejects.toThrow();
+  });
+
+  it("notices an archive that ignores a running run, and a new run let onto an archived row", async () => {
+    const archivesAnyway = mutant((store) => ({
+      ...store,
+      archiveIdleSession: async (key, options) => {
+        const row = await store.sessions.get(key);
+        if (!row || row.archivedAt !== undefined || row.sessionId !== options.sessionId) return undefined;
+        const archived = { ...row, archivedAt: options.at, updatedAt: Math.max(options.at, row.updatedAt) };
+        await store.sessions.put(archived);
+        return archived;
+      },
+    }));
+    await expect(
+      findCase(archivesAnyway, "keeps a row with a run queued or running live until that run has ended").run(
+        noSkip,
+      ),
+    ).rejects.toThrow();
+    const insertsAnyway = mutant((store) => ({
+      ...store,
+      runs: { ...store.runs, put: (run) => store.runs.put(run) },
+    }));
+    await expect(
+      findCase(insertsAnyway, "refuses a new run on an archived row, and nothing else").run(noSkip),
     ).rejects.toThrow();
   });
 

@@ -1178,6 +1178,103 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
     });
   });
 
+  describe("archiving an idle session", () => {
+    const child = (name: string) =>
+      sampleSession({ key: `agent:main:subagent:${name}`, spawnedBy: "agent:main:main", spawnDepth: 1 });
+
+    it("archives a row with no run queued or running, once, and refuses a reset, archived or missing one", async () => {
+      await withStore(async (store) => {
+        const row = child("idle");
+        await store.sessions.put(row);
+        const before = await store.sessions.getVersioned(row.key);
+        expect(await store.archiveIdleSession(row.key, { sessionId: uuid(), at: 5 })).toBeUndefined();
+        expect(
+          await store.archiveIdleSession("agent:main:subagent:none", { sessionId: row.sessionId, at: 5 }),
+        ).toBeUndefined();
+        expect(await store.sessions.getVersioned(row.key)).toEqual(before);
+        const ended = sampleRun({ sessionKey: row.key, sessionId: row.sessionId, status: "ok", endedAt: 2 });
+        await store.runs.put(ended);
+        const at = row.updatedAt + 100;
+        const archived = await store.archiveIdleSession(row.key, { sessionId: row.sessionId, at });
+        expect(archived).toEqual({ ...row, archivedAt: at, updatedAt: at });
+        expect(await store.sessions.get(row.key)).toEqual(archived);
+        // A write based on the read before the archive is refused (the row's version moved on).
+        await expect(store.sessions.put(row, { expectedVersion: before!.version })).rejects.toEqual(
+          code("CONFLICT"),
+        );
+        expect(
+          await store.archiveIdleSession(row.key, { sessionId: row.sessionId, at: at + 1 }),
+        ).toBeUndefined();
+        expect((await store.sessions.get(row.key))?.archivedAt).toBe(at);
+      });
+    });
+
+    it("keeps a row with a run queued or running live until that run has ended", async () => {
+      await withStore(async (store, harness) => {
+        const row = child("busy");
+        await store.sessions.put(row);
+        const run = sampleRun({ sessionKey: row.key, sessionId: row.sessionId, status: "queued" });
+        await store.runs.put(run, { expectedVersion: 0 });
+        expect(await store.archiveIdleSession(row.key, { sessionId: row.sessionId, at: 10 })).toBeUndefined();
+        await store.runs.put({ ...run, status: "running", startedAt: 2 });
+        expect(await store.archiveIdleSession(row.key, { sessionId: row.sessionId, at: 10 })).toBeUndefined();
+        expect((await store.sessions.get(row.key))?.archivedAt).toBeUndefined();
+        // Still known after a restart (the file store rebuilds what it counts from its records).
+        const current = harness.reopen ? await harness.reopened() : store;
+        expect(
+          await current.archiveIdleSession(row.key, { sessionId: row.sessionId, at: 10 }),
+        ).toBeUndefined();
+        await current.runs.put({ ...run, status: "timeout", startedAt: 2, endedAt: 3 });
+        expect(await current.archiveIdleSession(row.key, { sessionId: row.sessionId, at: 10 })).toBeDefined();
+      });
+    });
+
+    it("refuses a new run on an archived row, and nothing else", async () => {
+      await withStore(async (store) => {
+        const row = child("archived");
+        await store.sessions.put(row);
+        const earlier = sampleRun({
+          sessionKey: row.key,
+          sessionId: row.sessionId,
+          status: "ok",
+          endedAt: 2,
+        });
+        await store.runs.put(earlier, { expectedVersion: 0 });
+        expect(await store.archiveIdleSession(row.key, { sessionId: row.sessionId, at: 9 })).toBeDefined();
+        const late = sampleRun({ sessionKey: row.key, sessionId: row.sessionId });
+        const refused = store.runs.put(late, { expectedVersion: 0 });
+        await expect(refused).rejects.toEqual(code("NOT_FOUND"));
+        await refused.catch((error: Error) => expect(error.message).toContain(`${row.key} (archived)`));
+        expect(await store.runs.get(late.runId)).toBeUndefined();
+        expect(await store.runs.list({ sessionKey: row.key })).toEqual([earlier]);
+        // An existing run of it can still change; a key without a row is not checked.
+        await store.runs.put({ ...earlier, reply: "noted later" });
+        expect((await store.runs.get(earlier.runId))?.reply).toBe("noted later");
+        const elsewhere = sampleRun({ sessionKey: "agent:main:subagent:no-row" });
+        await store.runs.put(elsewhere, { expectedVersion: 0 });
+        expect(await store.runs.get(elsewhere.runId)).toEqual(elsewhere);
+      });
+    });
+
+    it("lets exactly one of an archive and a new run of the key through when they race", async () => {
+      await withStore(async (store) => {
+        const rows = Array.from({ length: 12 }, (_, i) => child(`race-${i}`));
+        for (const row of rows) await store.sessions.put(row);
+        for (const row of rows) {
+          const run = sampleRun({ sessionKey: row.key, sessionId: row.sessionId });
+          const [archived, inserted] = await Promise.allSettled([
+            store.archiveIdleSession(row.key, { sessionId: row.sessionId, at: 50 }),
+            store.runs.put(run, { expectedVersion: 0 }),
+          ]);
+          const wasArchived = archived.status === "fulfilled" && archived.value !== undefined;
+          const wasInserted = inserted.status === "fulfilled";
+          expect(wasArchived).not.toBe(wasInserted);
+          expect((await store.runs.get(run.runId)) !== undefined).toBe(wasInserted);
+        }
+      });
+    });
+  });
+
   describe("audit log", () => {
     it("starts empty", async () => {
       await withStore(async (store) => {

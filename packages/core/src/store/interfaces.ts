@@ -169,7 +169,10 @@ export interface RunRegistryStore {
    * Insert or replace a run record (durable on resolve); resolves to its new version. An
    * `idempotencyKey` is unique: a record naming one another run holds rejects with CONFLICT (a
    * UNIQUE index in SQL), so two instances can never both create the run for one key.
-   * `expectedVersion` makes it a compare-and-set (`0`: insert only).
+   * `expectedVersion` makes it a compare-and-set (`0`: insert only). An insert-only put — how a new
+   * run is made — is refused with NOT_FOUND (`session not found: <key> (archived)`) while the row of
+   * the run's `sessionKey` is archived, in the same step as the insert (see
+   * `Store.archiveIdleSession`); a key without a row is not checked.
    */
   put(run: RunRecord, options?: WriteOptions): Promise<number>;
   get(runId: string): Promise<RunRecord | undefined>;
@@ -236,6 +239,13 @@ export interface TaintRiseResult {
   version: number;
 }
 
+export interface ArchiveIdleOptions {
+  /** The transcript the caller found idle: a row reset since (another sessionId) is left alone. */
+  sessionId: string;
+  /** When it is archived (ms epoch). */
+  at: number;
+}
+
 /** A part of the store that cannot write right now, and why. */
 export interface StoreDegradation {
   /** What failed, naming the cause and the file, e.g. "disk full (ENOSPC) writing …; free space and retry". */
@@ -265,6 +275,16 @@ export interface Store {
    * session's write lock.
    */
   commitTaintRise(rise: TaintRise): Promise<TaintRiseResult>;
+  /**
+   * Marks the row of `key` archived (a finished sub-agent's session) when it is still on
+   * `sessionId`, not archived yet, and no run of the key is `queued` or `running`: resolves to the
+   * archived row (`archivedAt` = `at`, `updatedAt` moved up to it), else undefined with nothing
+   * written. It is one step against the insert-only `runs.put` that makes a run, which refuses an
+   * archived row: of an archive and a new run of the key at the same moment, on any instance, exactly
+   * one happens, so no run ever goes on against an archived transcript. The transcript is left to
+   * the caller (core's `archiveSession`).
+   */
+  archiveIdleSession(key: string, options: ArchiveIdleOptions): Promise<SessionEntry | undefined>;
   /**
    * Whether writes currently succeed. A store that hit a storage fault (disk full, too many open
    * files, permissions) reports it here until writes work again; it never needs a restart.

@@ -15,8 +15,9 @@ import type {
   TranscriptStore,
 } from "./interfaces";
 import { RowVersions } from "./row-versions";
-import type { RunRecord } from "./run-record";
+import { type RunRecord, TERMINAL_RUN_STATUSES } from "./run-record";
 import { type SessionEntry, touchedRow } from "./session-entry";
+import { archivedSessionError, idleArchiveRow } from "./session-lifecycle";
 import {
   buildTranscriptHeader,
   checkIdempotencyKeyFree,
@@ -266,6 +267,8 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store {
       assertOpen();
       const record = validateRunRecord(run);
       runVersions.check(record.runId, runRows.has(record.runId), writeOptions.expectedVersion);
+      if (writeOptions.expectedVersion === 0 && sessionRows.get(record.sessionKey)?.archivedAt !== undefined)
+        throw archivedSessionError(record.sessionKey);
       checkIdempotencyKeyFree(record, idempotencyOwner(record.idempotencyKey), runRows.get(record.runId));
       runRows.set(record.runId, clone(record));
       return runVersions.bump(record.runId).version;
@@ -369,6 +372,17 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store {
       const { version } = sessionVersions.bump(row.key);
       auditRecords.push(clone(record));
       return { entry: clone(final.entries[0]!), version };
+    },
+    async archiveIdleSession(key, archiveOptions) {
+      assertOpen();
+      // Checks and write in one synchronous step, like every write here.
+      const archived = idleArchiveRow(sessionRows.get(key), archiveOptions);
+      if (!archived) return undefined;
+      for (const run of runRows.values())
+        if (run.sessionKey === key && !TERMINAL_RUN_STATUSES.includes(run.status)) return undefined;
+      sessionRows.set(key, clone(archived));
+      sessionVersions.bump(key);
+      return clone(archived);
     },
     async health() {
       return { ok: true };

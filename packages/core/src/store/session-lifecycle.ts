@@ -1,4 +1,5 @@
-import type { Store } from "./interfaces";
+import { SwitchboardError } from "../errors";
+import type { ArchiveIdleOptions, Store } from "./interfaces";
 import type { SessionEntry } from "./session-entry";
 
 /**
@@ -51,19 +52,43 @@ export async function deleteSession(
 }
 
 /**
- * Writes the row marked archived (`archived.archivedAt` set), then archives its transcript. The
- * row write is the commit point, as in `resetSessionTranscript`: a crash after it leaves a
- * transcript no live row points at (archived at the next open), never a live row without one.
+ * Archives an idle session (see `Store.archiveIdleSession`): the row is marked, then its transcript
+ * moves to the archive. The row write is the commit point, as in `resetSessionTranscript`: a crash
+ * after it leaves a transcript no live row points at (archived at the next open), never a live row
+ * without one. `archived` is undefined (and nothing changed) when the store refused: the row was
+ * gone, reset, archived already, or had a run queued or running.
  */
 export async function archiveSession(
   store: Store,
-  archived: SessionEntry,
-): Promise<{ archiveError?: unknown }> {
-  await store.sessions.put(archived);
+  key: string,
+  options: ArchiveIdleOptions,
+): Promise<{ archived?: SessionEntry; archiveError?: unknown }> {
+  const archived = await store.archiveIdleSession(key, options);
+  if (!archived) return {};
   try {
     await store.transcripts.archive(archived.sessionId, "archive");
-    return {};
+    return { archived };
   } catch (error) {
-    return { archiveError: error };
+    return { archived, archiveError: error };
   }
+}
+
+/**
+ * The row `archiveIdleSession` writes for `current` (the row as it is now), or undefined when it
+ * must not archive it: gone, reset since (another sessionId), or archived already. Whether a run is
+ * queued or running is the store's own check.
+ */
+export function idleArchiveRow(
+  current: SessionEntry | undefined,
+  { sessionId, at }: ArchiveIdleOptions,
+): SessionEntry | undefined {
+  if (!current || current.archivedAt !== undefined || current.sessionId !== sessionId) return undefined;
+  return { ...current, archivedAt: at, updatedAt: Math.max(at, current.updatedAt) };
+}
+
+/** The NOT_FOUND a new run on an archived session gets from `runs.put` (insert only). */
+export function archivedSessionError(sessionKey: string): SwitchboardError {
+  return new SwitchboardError("NOT_FOUND", `session not found: ${sessionKey} (archived)`, {
+    details: { key: sessionKey },
+  });
 }
