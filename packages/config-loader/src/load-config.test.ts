@@ -97,6 +97,22 @@ describe("loadConfig", () => {
     expect(yamlError.message).toMatch(new RegExp(`${yaml} is not valid YAML at line \\d+, column \\d+: \\S`));
   });
 
+  it("refuses a JSON5 or JSON config that sets a key twice, naming it and both places", async () => {
+    const path = await file(
+      "twice.json5",
+      "{\n  gateway: { port: 1 },\n  agents: {},\n  gateway: { port: 2 },\n}\n",
+    );
+    const error = await failure(loadConfig(path, { env: {}, cwd: dir }));
+    expect(error.code).toBe("INVALID_REQUEST");
+    expect(error.message).toBe(
+      `config file ${path} is not valid JSON5 at line 4, column 3: duplicate key "gateway" (first at line 2, column 3): a key may appear once in an object`,
+    );
+    const json = await file("twice.json", '{"agents": {"list": [{"id": "a", "id": "b"}]}}');
+    expect((await failure(loadConfig(json, { env: {}, cwd: dir }))).message).toContain(
+      'is not valid JSON at line 1, column 34: duplicate key "id"',
+    );
+  });
+
   it("refuses a missing file and an unknown extension", async () => {
     const missing = await failure(loadConfig(join(dir, "nope.json5"), { env: {} }));
     expect(missing.message).toBe(`cannot read config file ${join(dir, "nope.json5")}: no such file`);

@@ -3,6 +3,7 @@ import { dirname, extname, resolve } from "node:path";
 import { type Config, defaultConfig, parseConfig, SwitchboardError } from "@switchboard/core";
 import JSON5 from "json5";
 import { parse as parseYaml, YAMLParseError } from "yaml";
+import { findDuplicateKey } from "./json5-duplicates";
 
 export interface LoadedConfig {
   config: Config;
@@ -95,15 +96,30 @@ function decode(fullPath: string, text: string): unknown {
     }
   }
   if (JSON_EXTENSIONS.includes(extension)) {
+    const format = extension === ".json" ? "JSON" : "JSON5";
+    let decoded: unknown;
     try {
-      return JSON5.parse(text);
+      decoded = JSON5.parse(text);
     } catch (error) {
       const { lineNumber, columnNumber } = error as { lineNumber?: number; columnNumber?: number };
       const where = lineNumber !== undefined ? ` at line ${lineNumber}, column ${columnNumber ?? 1}` : "";
       // JSON5 repeats the position in its message; keep only the reason.
       const reason = (error as Error).message.replace(/^JSON5: /, "").replace(/ at \d+:\d+$/, "");
-      throw syntaxError(fullPath, extension === ".json" ? "JSON" : "JSON5", where, reason, error);
+      throw syntaxError(fullPath, format, where, reason, error);
     }
+    // The parser keeps the last of a repeated key without a word (YAML refuses one).
+    const duplicate = findDuplicateKey(text);
+    if (duplicate) {
+      const { key, at, first } = duplicate;
+      throw syntaxError(
+        fullPath,
+        format,
+        ` at line ${at.line}, column ${at.column}`,
+        `duplicate key ${JSON.stringify(key)} (first at line ${first.line}, column ${first.column}): a key may appear once in an object`,
+        undefined,
+      );
+    }
+    return decoded;
   }
   throw new SwitchboardError(
     "INVALID_REQUEST",

@@ -9,8 +9,7 @@ import { CLI_BUILT, CLI_PATH, CliProcess, cleanEnv, NOT_BUILT_MESSAGE, runCliPro
 /**
  * Hostile input for the `switchboard` CLI and config loading: broken config files, odd flags and
  * data dirs in odd states. The "defects fixed" tests guard behaviour that was once wrong; the
- * others guard behaviour that held up. Known limit: duplicate keys in a JSON5 config are merged
- * (last wins), while YAML refuses them.
+ * others guard behaviour that held up.
  */
 
 if (!CLI_BUILT) console.warn(`skipping the hostile CLI tests: ${NOT_BUILT_MESSAGE}`);
@@ -178,6 +177,14 @@ describe.skipIf(!CLI_BUILT)("hostile input to the switchboard CLI", { timeout: 2
       const r4 = await gatewayWithConfig(await configFile("dup.yaml", "gateway:\n  port: 1\n  port: 2\n"));
       expect(r4.code).toBe(2);
       expect(r4.stderr).toContain("Map keys must be unique");
+
+      // JSON5 would keep the second `gateway` without a word; it is refused like YAML's.
+      const dup = await configFile("dup.json5", "{\n  gateway: { port: 1 },\n  gateway: { port: 2 },\n}\n");
+      const r5 = await gatewayWithConfig(dup);
+      expect(r5.code).toBe(2);
+      expect(r5.stderr).toContain(
+        `config file ${dup} is not valid JSON5 at line 3, column 3: duplicate key "gateway"`,
+      );
     });
 
     it("a config path that is a directory, missing, or has an unknown extension: exit 2 naming it", async () => {
