@@ -15,6 +15,7 @@ describe("findDuplicateKey", () => {
     expect(findDuplicateKey("{ 'port': 1, \\u0070ort: 2 }")?.key).toBe("port");
     expect(findDuplicateKey('{ "a\\u0062": 1, ab: 2 }')?.key).toBe("ab");
     expect(findDuplicateKey("{ $x_1: 1, '$x_1': 2 }")?.key).toBe("$x_1");
+    expect(findDuplicateKey('{ a\u200Db: 1, "a\\u200Db": 2 }')?.key).toBe("a\u200Db");
   });
 
   it("finds a repeat deep inside arrays and objects", () => {

@@ -16,7 +16,8 @@ export interface DuplicateKey {
 
 type Frame = { object: true; keys: Map<string, TextPosition>; expectKey: boolean } | { object: false };
 
-const IDENTIFIER_PART = /[\p{ID_Continue}$\u200C\u200D\\]/u;
+// ZWNJ and ZWJ (U+200C, U+200D) may continue an identifier too (ECMAScript, as JSON5 reads it).
+const IDENTIFIER_PART = /[\p{ID_Continue}$\\]|\u200C|\u200D/u;
 const IDENTIFIER_START = /[\p{ID_Start}$_\\]/u;
 
 /**
