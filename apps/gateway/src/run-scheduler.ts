@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import {
+  archivedSessionError,
   type EventPayload,
   type Lane,
   type Level,
@@ -264,10 +265,7 @@ export class RunScheduler {
   private async createOn(entry: SessionEntry, spec: RunSpec): Promise<RunRecord> {
     // Archived (a finished sub-agent's session) since the caller looked it up: a run now would go
     // on against a transcript that is gone, its input and reply recorded nowhere.
-    if (entry.archivedAt)
-      throw new SwitchboardError("NOT_FOUND", `session not found: ${spec.sessionKey} (archived)`, {
-        details: { key: spec.sessionKey },
-      });
+    if (entry.archivedAt) throw archivedSessionError(spec.sessionKey);
     const runId = randomUUID();
     const record: RunRecord = {
       runId,

@@ -22,7 +22,7 @@ export function createArchiveIdle(
   q: (table: string) => string,
   sessionOrder: KeyedSerializer,
 ): (key: string, options: ArchiveIdleOptions) => Promise<SessionEntry | undefined> {
-  const active = TERMINAL_RUN_STATUSES.map((status) => `'${status}'`).join(", ");
+  const terminal = TERMINAL_RUN_STATUSES.map((status) => `'${status}'`).join(", ");
   return async (key, options) => {
     // A key PostgreSQL cannot hold (NUL) has no row.
     if (key.includes("\u0000")) return undefined;
@@ -35,7 +35,7 @@ export function createArchiveIdle(
         const archived = idleArchiveRow(found.rows[0]?.row, options);
         if (!archived) return undefined;
         const busy = await client.query(
-          `SELECT 1 FROM ${q("runs")} WHERE session_key = $1 AND status NOT IN (${active}) LIMIT 1`,
+          `SELECT 1 FROM ${q("runs")} WHERE session_key = $1 AND status NOT IN (${terminal}) LIMIT 1`,
           [key],
         );
         if (busy.rows.length > 0) return undefined;
