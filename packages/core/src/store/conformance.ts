@@ -1209,6 +1209,17 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
       });
     });
 
+    it("refuses a time that is not one, naming the field, and leaves the row live", async () => {
+      await withStore(async (store) => {
+        const row = child("bad-time");
+        await store.sessions.put(row);
+        const refused = store.archiveIdleSession(row.key, { sessionId: row.sessionId, at: Number.NaN });
+        await expect(refused).rejects.toEqual(code("INVALID_REQUEST"));
+        await refused.catch((error: Error) => expect(error.message).toContain("archivedAt"));
+        expect((await store.sessions.get(row.key))?.archivedAt).toBeUndefined();
+      });
+    });
+
     it("keeps a row with a run queued or running live until that run has ended", async () => {
       await withStore(async (store, harness) => {
         const row = child("busy");

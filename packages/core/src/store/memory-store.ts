@@ -376,10 +376,11 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store {
     async archiveIdleSession(key, archiveOptions) {
       assertOpen();
       // Checks and write in one synchronous step, like every write here.
-      const archived = idleArchiveRow(sessionRows.get(key), archiveOptions);
-      if (!archived) return undefined;
+      const found = idleArchiveRow(sessionRows.get(key), archiveOptions);
+      if (!found) return undefined;
       for (const run of runRows.values())
         if (run.sessionKey === key && !TERMINAL_RUN_STATUSES.includes(run.status)) return undefined;
+      const archived = validateSessionEntry(found);
       sessionRows.set(key, clone(archived));
       sessionVersions.bump(key);
       return clone(archived);
