@@ -5,6 +5,7 @@ import {
   deriveChannel,
   displayKey,
   isSessionKind,
+  recipientChain,
   SESSION_KINDS,
 } from "./classify";
 
@@ -88,5 +89,22 @@ describe("isSessionKind", () => {
     expect(isSessionKind("Main")).toBe(false);
     expect(isSessionKind("thread")).toBe(false);
     expect(isSessionKind("")).toBe(false);
+  });
+});
+
+describe("recipientChain", () => {
+  it("lists a thread's recipient, then the chats it is in, innermost first", () => {
+    expect(recipientChain("lobby")).toEqual(["lobby"]);
+    expect(recipientChain("lobby:thread:42")).toEqual(["lobby:thread:42", "lobby"]);
+    expect(recipientChain("lobby:thread:42:Thread:7")).toEqual([
+      "lobby:thread:42:Thread:7",
+      "lobby:thread:42",
+      "lobby",
+    ]);
+  });
+  it("keeps ids that only look like a thread", () => {
+    expect(recipientChain("thread:42")).toEqual(["thread:42"]);
+    expect(recipientChain("lobby-thread-42")).toEqual(["lobby-thread-42"]);
+    expect(recipientChain("+1555")).toEqual(["+1555"]);
   });
 });

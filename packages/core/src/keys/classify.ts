@@ -45,6 +45,23 @@ export function chatTypeFromKey(key: string): ChatType | undefined {
 }
 
 /**
+ * A recipient id and the chats it is a thread of, innermost first: `lobby:thread:42` →
+ * [`lobby:thread:42`, `lobby`]. keys.md: a `:thread:<id>` suffix keeps the parent's kind — a thread
+ * is read by the members of its chat, so a label or a send-policy rule set on the chat must hold in
+ * its threads too (otherwise a thread suffix would be a way around both).
+ */
+export function recipientChain(to: string): string[] {
+  const chain = [to];
+  let current = to;
+  for (;;) {
+    const at = current.toLowerCase().lastIndexOf(":thread:");
+    if (at <= 0) return chain;
+    current = current.slice(0, at);
+    chain.push(current);
+  }
+}
+
+/**
  * The kind of a session (keys.md "Kind classification"), decided on `<rest>` after stripping
  * `agent:<id>:`, so `agent:main:cron:x` is `cron`. The internal `global` key is the main session
  * of `session.scope = "global"`; `unknown` is `other`.

@@ -31,6 +31,20 @@ describe("channelLevel", () => {
   it("ignores case so a channel cannot dodge its label", () => {
     expect(channelLevel(labels, "WebChat")).toBe("CONFIDENTIAL");
   });
+  it("gives a thread the lowest label of its own and of the chats it is in", () => {
+    expect(channelLevel(labels, "webchat", "kiosk:thread:9")).toBe("PUBLIC");
+    expect(channelLevel(labels, "telegram", "42:thread:1:thread:2")).toBe("INTERNAL");
+    const threads: LabelsConfig = {
+      recipients: {
+        "slack:lobby": "INTERNAL",
+        "slack:lobby:thread:1": "RESTRICTED",
+        "slack:lobby:thread:2": "PUBLIC",
+      },
+    };
+    expect(channelLevel(threads, "slack", "lobby:thread:1")).toBe("INTERNAL");
+    expect(channelLevel(threads, "slack", "lobby:thread:2")).toBe("PUBLIC");
+    expect(channelLevel(threads, "slack", "lobby:thread:2:thread:5")).toBe("PUBLIC");
+  });
 });
 
 describe("toolLevel", () => {

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import type { SessionKind } from "../keys/classify";
+import { recipientChain, type SessionKind } from "../keys/classify";
 import { plainRecord } from "../plain-record";
 import { type Level, LevelSchema, LOWEST_LEVEL, minLevel } from "./level";
 
@@ -32,16 +32,20 @@ export function recipientLabelKey(channel: string, to: string): string {
 }
 
 /**
- * Classification of a channel, or of one recipient on it: the lower of the channel's and the
- * recipient's labels when both are set, whichever is set otherwise, and PUBLIC when neither is
- * (unlabelled means "assume anyone can read it").
+ * Classification of a channel, or of one recipient on it: the lowest of the channel's and the
+ * recipient's labels that are set, and PUBLIC when none is (unlabelled means "assume anyone can read
+ * it"). A thread's recipient (`lobby:thread:42`) also takes the labels of the chats it is in, so it
+ * is never classified above the chat whose members read it.
  */
 export function channelLevel(labels: LabelsConfig | undefined, channel: string, to?: string): Level {
-  const channelLabel = lookup(labels?.channels, channel);
-  const recipientLabel =
-    to === undefined ? undefined : lookup(labels?.recipients, recipientLabelKey(channel, to));
-  if (channelLabel && recipientLabel) return minLevel(channelLabel, recipientLabel);
-  return recipientLabel ?? channelLabel ?? LOWEST_LEVEL;
+  let level = lookup(labels?.channels, channel);
+  if (to !== undefined && labels?.recipients) {
+    for (const recipient of recipientChain(to)) {
+      const label = lookup(labels.recipients, recipientLabelKey(channel, recipient));
+      if (label) level = level ? minLevel(level, label) : label;
+    }
+  }
+  return level ?? LOWEST_LEVEL;
 }
 
 /** Label of a tool's results; PUBLIC unless configured. */

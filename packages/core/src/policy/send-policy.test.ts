@@ -99,4 +99,20 @@ describe("resolveSendPolicy", () => {
     expect(SendPolicySchema.safeParse({ default: "block" }).success).toBe(false);
     expect(SendPolicySchema.safeParse({ default: "deny", rules: [{ action: "allow" }] }).success).toBe(true);
   });
+  it("applies a rule naming a chat to the chat's threads, and a rule naming a thread to that thread only", () => {
+    const policy: SendPolicyConfig = {
+      rules: [
+        { action: "deny", match: { channel: "discord", to: "announcements" } },
+        { action: "deny", match: { to: "dev:thread:9" } },
+      ],
+    };
+    const action = (to: string) => resolveSendPolicy(policy, { channel: "discord", to }).action;
+    expect(action("announcements")).toBe("deny");
+    expect(action("Announcements:Thread:7")).toBe("deny");
+    expect(action("announcements:thread:7:thread:1")).toBe("deny");
+    expect(action("announcements-old")).toBe("allow");
+    expect(action("dev:thread:9")).toBe("deny");
+    expect(action("dev")).toBe("allow");
+    expect(action("dev:thread:10")).toBe("allow");
+  });
 });

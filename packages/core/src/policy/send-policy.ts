@@ -4,6 +4,7 @@ import {
   ChatTypeSchema,
   chatTypeFromKey,
   deriveChannel,
+  recipientChain,
   UNKNOWN_CHAT_TYPE,
 } from "../keys/classify";
 import { keyRest } from "../keys/parse-key";
@@ -80,7 +81,9 @@ export function resolveSendPolicy(
   const rest = keyRest(key);
   const channel = normalize(target.channel) ?? (key ? deriveChannel(key) : undefined);
   const chatType = target.chatType ?? (key ? chatTypeFromKey(key) : undefined);
+  // A rule on a chat holds in its threads: `to: "announcements"` also matches `announcements:thread:7`.
   const to = normalize(target.to);
+  const recipients = to === undefined ? [] : recipientChain(to);
   let firstAllow: number | undefined;
   const rules = policy.rules ?? [];
   for (let index = 0; index < rules.length; index++) {
@@ -102,7 +105,7 @@ export function resolveSendPolicy(
     const prefix = normalize(match.keyPrefix);
     if (prefix !== undefined && !key.startsWith(prefix) && !rest.startsWith(prefix)) continue;
     const wantTo = normalize(match.to);
-    if (wantTo !== undefined && wantTo !== to) continue;
+    if (wantTo !== undefined && !recipients.includes(wantTo)) continue;
     if (rule.action === "deny") return { action: "deny", reason: "rule", matchedRule: index };
     firstAllow ??= index;
   }
