@@ -19,6 +19,7 @@ export const GATEWAY_PROTOCOL_SUITE = [
   "src/agent-worker.int.test.ts",
   "src/protocol-hardening.int.test.ts",
   "src/run-recovery.int.test.ts",
+  "src/reset-midrun.int.test.ts",
   "src/subagent-model.int.test.ts",
   "src/mcp/mcp.int.test.ts",
   "src/methods/runs-list.int.test.ts",

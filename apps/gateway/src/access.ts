@@ -230,6 +230,7 @@ export class Access {
       if (!params.runId) throw new SwitchboardError("INVALID_REQUEST", "runId: required for agent workers");
       const record = this.runs.requireHeldBy(params.runId, connection);
       const entry = await this.sessions.require(record.sessionKey);
+      requireSameTranscript(record, entry);
       return {
         caller: {
           sessionKey: entry.key,
@@ -270,5 +271,23 @@ export class Access {
       caller: { sessionKey: entry.key, agentId: entry.agentId, operator: connection.identity!.tokenName },
       entry,
     };
+  }
+}
+
+/**
+ * A run acts for the transcript it was started in: after a reset (new sessionId, taint back to
+ * PUBLIC) a run of the old one would be judged at the new, lower taint for what it read before.
+ * On one instance the reset ends such runs; this also covers a run held by another instance.
+ */
+export function requireSameTranscript(
+  record: Pick<RunRecord, "runId" | "sessionId">,
+  entry: SessionEntry,
+): void {
+  if (record.sessionId !== entry.sessionId) {
+    throw new SwitchboardError(
+      "FORBIDDEN",
+      `run ${record.runId} belongs to an earlier transcript of ${entry.key}: the session was reset`,
+      { details: { runId: record.runId } },
+    );
   }
 }

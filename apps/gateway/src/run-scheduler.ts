@@ -1047,6 +1047,31 @@ export class RunScheduler {
     return runId === undefined ? undefined : this.active.get(runId)?.record;
   }
 
+  /**
+   * Ends `error` the runs executing here for `sessionKey` that belong to an earlier transcript than
+   * `sessionId` (a reset began a new one). What they read was under the old taint, and the new
+   * transcript starts PUBLIC, so letting them go on would launder it. The worker's later
+   * `run.complete` and tool calls are then refused (the run is no longer held). Queued runs of the
+   * old transcript end when they come up (`sessionCheck`), with their own reason.
+   */
+  async endRunsBefore(sessionKey: string, sessionId: string, error: string): Promise<number> {
+    const doomed = this.active
+      .all()
+      .map((active) => active.record)
+      .filter(
+        (record) =>
+          record.sessionKey === sessionKey &&
+          record.sessionId !== sessionId &&
+          record.status === "running",
+      );
+    for (const record of doomed) {
+      await this.finish(record, "error", { error }).catch((failure) =>
+        this.log.error({ err: failure, runId: record.runId }, "could not end a run of a reset session"),
+      );
+    }
+    return doomed.length;
+  }
+
   /** Stop dispatching; runs still active end `error` so nothing waits forever. */
   async stop(): Promise<void> {
     this.stopping = true;

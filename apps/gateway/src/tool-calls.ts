@@ -15,6 +15,7 @@ import {
   toolLevel,
 } from "@switchboard/core";
 import type { ToolExecutor } from "@switchboard/tools";
+import { requireSameTranscript } from "./access";
 import type { AuditService } from "./audit-service";
 import type { PolicyService } from "./policy-service";
 import type { EventLog } from "./ports/event-log";
@@ -168,6 +169,7 @@ export class ToolCalls {
    */
   async recordWorkerEvent(run: RunRecord, event: WorkerToolEvent): Promise<void> {
     const entry = await this.sessions.require(run.sessionKey);
+    requireSameTranscript(run, entry);
     const name = event.name ?? "tool";
     const call: RecordedCall = {
       sessionKey: run.sessionKey,

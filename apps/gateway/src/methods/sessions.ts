@@ -32,7 +32,11 @@ export function sessionMethods({
   audit,
   backend,
   access,
-}: Pick<MethodDeps, "store" | "sessions" | "audit" | "backend" | "access">): Handlers<SessionMethods> {
+  scheduler,
+}: Pick<
+  MethodDeps,
+  "store" | "sessions" | "audit" | "backend" | "access" | "scheduler"
+>): Handlers<SessionMethods> {
   return {
     "sessions.list": async (params) => {
       const limit = clampInteger(params.limit, SESSIONS_LIST_LIMIT);
@@ -184,6 +188,8 @@ export function sessionMethods({
     "sessions.reset": async (params, connection) => {
       const key = await sessions.resolveInput(params.key, undefined, "key");
       const entry = await sessions.reset(key);
+      // Runs of the old transcript end here: they read under the old taint, which the reset dropped.
+      await scheduler.endRunsBefore(key, entry.sessionId, "the session was reset while this run was going");
       await audit.append({
         kind: "session.reset",
         actor: connection.identity!.tokenName,
