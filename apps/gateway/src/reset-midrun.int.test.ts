@@ -43,6 +43,15 @@ async function taintedTarget() {
   expect(status.taint).toBe("CONFIDENTIAL");
 }
 
+/** A promise the test opens with `release` (the target's run waits on it). */
+function gated() {
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  return { gate, release };
+}
+
 /** Resolves once `predicate` holds (polled). */
 async function until(predicate: () => boolean) {
   for (let i = 0; i < 200 && !predicate(); i++) await new Promise((resolve) => setTimeout(resolve, 25));
@@ -52,10 +61,7 @@ async function until(predicate: () => boolean) {
 describe("a reset while a run of the session is going", () => {
   it("ends the run: its tool calls and its reply are refused, not judged at the new taint", async () => {
     await taintedTarget();
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => {
-      release = resolve;
-    });
+    const { gate, release } = gated();
     let started = false;
     let afterReset: Record<string, unknown> | undefined;
     worker = await TestWorker.start(gw.url, WORKER, ["main"], async ({ run, invokeTool }) => {
@@ -91,10 +97,7 @@ describe("a reset while a run of the session is going", () => {
 
   it("a waiting sessions_send from a PUBLIC chat gets the run's error, not the reply", async () => {
     await taintedTarget();
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => {
-      release = resolve;
-    });
+    const { gate, release } = gated();
     let started = false;
     let sent: Record<string, unknown> | undefined;
     worker = await TestWorker.start(gw.url, WORKER, ["main"], async ({ run, invokeTool }) => {
