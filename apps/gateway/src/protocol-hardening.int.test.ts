@@ -74,6 +74,39 @@ describe("protocol hardening", () => {
     expect((await bystander.call("agents.list", {})).agents).toBeDefined();
   });
 
+  it("answers a request with 120 000 bad elements with a short error, before and after connect", async () => {
+    gw = await startTestGateway({}, { store: STORE });
+    const peer = await gw.operator();
+    // ~500 KB of request: before, the answer listed every issue (~38 MB) and the default send
+    // buffer limit dropped the caller instead of answering.
+    const kinds = Array.from({ length: 120_000 }, (_, i) => i);
+    const frame = JSON.stringify({ type: "req", id: "k1", method: "sessions.list", params: { kinds } });
+    const before = peer.responses.length;
+    peer.sendRaw(frame);
+    const deadline = Date.now() + 5000;
+    while (peer.responses.length === before && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 5));
+    const response = peer.responses[before];
+    expect(response).toMatchObject({ ok: false, id: "k1", error: { code: "INVALID_REQUEST" } });
+    expect(response!.error!.message).toMatch(/^params\.kinds\[0\]: .*; and 119992 more$/);
+    expect(JSON.stringify(response).length).toBeLessThan(4096);
+    expect(peer.closed).toBeUndefined();
+
+    // Before `connect` (no token): one small error, not one as large as the request's issue list.
+    const raw = await TestPeer.open(gw.url);
+    const connect = {
+      protocol: 1,
+      client: { name: "x", version: "0" },
+      agents: Array.from({ length: 256 }, (_, i) => i),
+    };
+    raw.sendRaw(JSON.stringify({ type: "req", id: "c1", method: "connect", params: connect }));
+    const waitUntil = Date.now() + 2000;
+    while (raw.responses.length === 0 && Date.now() < waitUntil) await new Promise((r) => setTimeout(r, 5));
+    expect(raw.responses[0]).toMatchObject({ ok: false, error: { code: "INVALID_REQUEST" } });
+    expect(JSON.stringify(raw.responses[0]).length).toBeLessThan(4096);
+    raw.close();
+  });
+
   it("refuses frames over maxPayload with PAYLOAD_TOO_LARGE", async () => {
     gw = await startTestGateway({ gateway: { limits: { maxPayload: 4096 } } }, { store: STORE });
     const peer = await gw.operator();

@@ -1,5 +1,12 @@
 import { describe, expect, it } from "vitest";
-import { isSwitchboardError, SwitchboardError } from "./errors";
+import { z } from "zod";
+import {
+  invalidRequestFromZod,
+  isSwitchboardError,
+  MAX_ISSUE_CHARS,
+  MAX_REPORTED_ISSUES,
+  SwitchboardError,
+} from "./errors";
 
 type ErrorsModule = typeof import("./errors");
 
@@ -47,5 +54,43 @@ describe("SwitchboardError across module copies", () => {
     expect(base instanceof SpecialError).toBe(false);
     expect(Object.keys(base)).not.toContain("switchboard.error");
     expect(JSON.stringify(base.toWire())).toBe('{"code":"INTERNAL","message":"boom"}');
+  });
+});
+
+describe("invalidRequestFromZod", () => {
+  const Params = z.strictObject({ kinds: z.array(z.string()), limit: z.number().optional() });
+
+  it("names every field when there are few issues", () => {
+    const parsed = Params.safeParse({ kinds: [1], limit: "x" });
+    const error = invalidRequestFromZod(parsed.error!, "params");
+    expect(error.code).toBe("INVALID_REQUEST");
+    expect(error.message).toBe(
+      "params.kinds[0]: Invalid input: expected string, received number; params.limit: Invalid input: expected number, received string",
+    );
+    expect(error.details).toEqual({
+      issues: [
+        { path: "kinds[0]", message: "Invalid input: expected string, received number" },
+        { path: "limit", message: "Invalid input: expected number, received string" },
+      ],
+    });
+  });
+
+  it("stays small however many issues a hostile request carries", () => {
+    const request = { kinds: Array.from({ length: 250_000 }, (_, i) => i) };
+    const error = invalidRequestFromZod(Params.safeParse(request).error!, "params");
+    expect(error.message).toMatch(/^params\.kinds\[0\]: Invalid input: expected string, received number; /);
+    expect(error.message).toMatch(/; and 249992 more$/);
+    expect(error.message.length).toBeLessThan(MAX_REPORTED_ISSUES * (MAX_ISSUE_CHARS + 2) + 40);
+    const details = error.details as { issues: unknown[]; omittedIssues: number };
+    expect(details.issues).toHaveLength(MAX_REPORTED_ISSUES);
+    expect(details.omittedIssues).toBe(249_992);
+    expect(JSON.stringify(details).length).toBeLessThan(JSON.stringify(request).length / 100);
+  });
+
+  it("clips an issue whose path holds a huge key of the sender's", () => {
+    const Strict = z.strictObject({ a: z.record(z.string(), z.number()) });
+    const error = invalidRequestFromZod(Strict.safeParse({ a: { ["k".repeat(100_000)]: "x" } }).error!);
+    expect(error.message.length).toBeLessThanOrEqual(MAX_ISSUE_CHARS);
+    expect(error.message.endsWith("…")).toBe(true);
   });
 });

@@ -110,12 +110,40 @@ export function formatPath(path: readonly PropertyKey[]): string {
   return out;
 }
 
-/** An INVALID_REQUEST error built from a zod failure, naming each bad field. */
+/**
+ * Errors answering a request name at most this many issues, each cut to a bounded length: a hostile
+ * request can carry hundreds of thousands (one per element of a huge array), and an issue's path
+ * holds the sender's own keys, so an unbounded answer is many times the request's size.
+ */
+export const MAX_REPORTED_ISSUES = 8;
+export const MAX_ISSUE_CHARS = 240;
+
+function clipIssue(text: string): string {
+  return text.length <= MAX_ISSUE_CHARS ? text : `${text.slice(0, MAX_ISSUE_CHARS - 1)}…`;
+}
+
+/** Issue lines joined for an answer: the first `MAX_REPORTED_ISSUES`, each clipped, then "and N more". */
+export function boundedIssueText(lines: readonly string[]): string {
+  const named = lines.slice(0, MAX_REPORTED_ISSUES).map(clipIssue).join("; ");
+  return lines.length > MAX_REPORTED_ISSUES
+    ? `${named}; and ${lines.length - MAX_REPORTED_ISSUES} more`
+    : named;
+}
+
+/**
+ * An INVALID_REQUEST error built from a zod failure, naming each bad field (the first
+ * `MAX_REPORTED_ISSUES` of them; `details.omittedIssues` counts the rest).
+ */
 export function invalidRequestFromZod(error: z.ZodError, rootLabel = ""): SwitchboardError {
-  const lines = formatZodIssues(error, rootLabel);
-  return new SwitchboardError("INVALID_REQUEST", lines.join("; "), {
+  const reported = error.issues.slice(0, MAX_REPORTED_ISSUES);
+  const omitted = error.issues.length - reported.length;
+  return new SwitchboardError("INVALID_REQUEST", boundedIssueText(formatZodIssues(error, rootLabel)), {
     details: {
-      issues: error.issues.map((i) => ({ path: formatPath(i.path as PropertyKey[]), message: i.message })),
+      issues: reported.map((i) => ({
+        path: clipIssue(formatPath(i.path as PropertyKey[])),
+        message: clipIssue(i.message),
+      })),
+      ...(omitted > 0 ? { omittedIssues: omitted } : {}),
     },
   });
 }

@@ -11,7 +11,7 @@ import {
   PingRequestSchema,
   ReadResourceRequestSchema,
 } from "@modelcontextprotocol/sdk/types.js";
-import { formatZodIssues } from "@switchboard/core";
+import { boundedIssueText, formatZodIssues } from "@switchboard/core";
 import type { z } from "zod";
 
 /** The SDK's own request schemas of every method this server answers, by method. */
@@ -26,13 +26,6 @@ const REQUEST_SCHEMAS = new Map<string, z.ZodType>(
     ReadResourceRequestSchema,
   ].map((schema) => [schema.shape.method.value, schema]),
 );
-
-/**
- * Errors name at most this many issues, each cut to a bounded length: a hostile request can have
- * thousands, and an issue's path holds the client's own keys.
- */
-const MAX_ISSUES = 8;
-const MAX_ISSUE_CHARS = 240;
 
 /**
  * The SDK parses a request with its schema before any handler runs and answers a mismatch with -32603
@@ -69,12 +62,5 @@ export function invalidParams(request: { method: string }): string | undefined {
   if (!schema) return undefined;
   const parsed = schema.safeParse(request);
   if (parsed.success) return undefined;
-  const issues = formatZodIssues(parsed.error);
-  const more = issues.length > MAX_ISSUES ? `; and ${issues.length - MAX_ISSUES} more` : "";
-  const named = issues.slice(0, MAX_ISSUES).map((issue) => clip(issue, MAX_ISSUE_CHARS));
-  return `${request.method}: ${named.join("; ")}${more}`;
-}
-
-function clip(text: string, max: number): string {
-  return text.length <= max ? text : `${text.slice(0, max - 1)}…`;
+  return `${request.method}: ${boundedIssueText(formatZodIssues(parsed.error))}`;
 }

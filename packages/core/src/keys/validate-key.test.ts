@@ -47,6 +47,16 @@ describe("validateKey", () => {
     expect(error.message).toContain("at most 256 characters");
   });
 
+  it("counts characters, not UTF-16 units: letters outside the BMP count once", () => {
+    // "𝒳" (U+1D4B3) is one character and two UTF-16 units.
+    const longest = `agent:main:${"𝒳".repeat(MAX_KEY_LENGTH - 11)}`;
+    expect(longest.length).toBeGreaterThan(MAX_KEY_LENGTH);
+    expect(() => validateKey(longest)).not.toThrow();
+    expect(rejection(() => validateKey(`${longest}𝒳`)).message).toBe(
+      "sessionKey: must be at most 256 characters in canonical form (got 257)",
+    );
+  });
+
   it("accepts ordinary keys, including non-ASCII letters and dots inside segments", () => {
     for (const key of [
       "agent:main:main",

@@ -19,8 +19,12 @@ export function validateKey(key: string, field = "sessionKey"): void {
   };
   if (typeof key !== "string") fail("must be a string");
   if (key.length === 0) fail("must not be empty");
+  // keys.md counts characters, and a JS string's length counts UTF-16 units: a key in a script
+  // outside the BMP would be refused at half the limit. Only a long key pays for the count.
   if (key.length > MAX_KEY_LENGTH) {
-    fail(`must be at most ${MAX_KEY_LENGTH} characters in canonical form (got ${key.length})`);
+    const characters = codePoints(key);
+    if (characters > MAX_KEY_LENGTH)
+      fail(`must be at most ${MAX_KEY_LENGTH} characters in canonical form (got ${characters})`);
   }
   if (WHITESPACE.test(key)) fail("must not contain whitespace");
   if (NON_PRINTABLE.test(key)) fail("must contain only printable characters");
@@ -32,6 +36,21 @@ export function validateKey(key: string, field = "sessionKey"): void {
   if (segments.some((segment) => segment === "." || segment === "..")) {
     fail("must not contain '.' or '..' segments");
   }
+}
+
+/** Characters (code points) of `text`; a lone surrogate counts as one. */
+function codePoints(text: string): number {
+  let count = 0;
+  for (let index = 0; index < text.length; index++) {
+    const unit = text.charCodeAt(index);
+    // A high surrogate followed by a low one is one character.
+    if (unit >= 0xd800 && unit <= 0xdbff && index + 1 < text.length) {
+      const next = text.charCodeAt(index + 1);
+      if (next >= 0xdc00 && next <= 0xdfff) index++;
+    }
+    count++;
+  }
+  return count;
 }
 
 /** Non-throwing form of {@link validateKey}: the reason, or undefined when the key is valid. */
