@@ -11,6 +11,14 @@ afterEach(async () => {
   await gw?.close();
 });
 
+/** The answer after the first `before` ones (undefined if none came within `ms`). */
+async function responseAfter(peer: TestPeer, before: number, ms = 2000) {
+  const deadline = Date.now() + ms;
+  while (peer.responses.length === before && Date.now() < deadline)
+    await new Promise((r) => setTimeout(r, 5));
+  return peer.responses[before];
+}
+
 async function healthy(url: string, token: string): Promise<void> {
   const peer = await TestPeer.connect(url, { token, role: "operator" });
   const result = await peer.call("agents.list", {});
@@ -60,10 +68,7 @@ describe("protocol hardening", () => {
     for (const [frame, code, mention] of cases) {
       const before = peer.responses.length;
       peer.sendRaw(frame);
-      const deadline = Date.now() + 2000;
-      while (peer.responses.length === before && Date.now() < deadline)
-        await new Promise((r) => setTimeout(r, 5));
-      const response = peer.responses[before];
+      const response = await responseAfter(peer, before);
       expect(response, `no answer to ${String(frame).slice(0, 60)}`).toBeDefined();
       expect(response!.ok).toBe(false);
       expect(response!.error!.code).toBe(code);
@@ -83,10 +88,7 @@ describe("protocol hardening", () => {
     const frame = JSON.stringify({ type: "req", id: "k1", method: "sessions.list", params: { kinds } });
     const before = peer.responses.length;
     peer.sendRaw(frame);
-    const deadline = Date.now() + 5000;
-    while (peer.responses.length === before && Date.now() < deadline)
-      await new Promise((r) => setTimeout(r, 5));
-    const response = peer.responses[before];
+    const response = await responseAfter(peer, before, 5000);
     expect(response).toMatchObject({ ok: false, id: "k1", error: { code: "INVALID_REQUEST" } });
     expect(response!.error!.message).toMatch(/^params\.kinds\[0\]: .*; and 119992 more$/);
     expect(JSON.stringify(response).length).toBeLessThan(4096);
@@ -100,9 +102,7 @@ describe("protocol hardening", () => {
       agents: Array.from({ length: 256 }, (_, i) => i),
     };
     raw.sendRaw(JSON.stringify({ type: "req", id: "c1", method: "connect", params: connect }));
-    const waitUntil = Date.now() + 2000;
-    while (raw.responses.length === 0 && Date.now() < waitUntil) await new Promise((r) => setTimeout(r, 5));
-    expect(raw.responses[0]).toMatchObject({ ok: false, error: { code: "INVALID_REQUEST" } });
+    expect(await responseAfter(raw, 0)).toMatchObject({ ok: false, error: { code: "INVALID_REQUEST" } });
     expect(JSON.stringify(raw.responses[0]).length).toBeLessThan(4096);
     raw.close();
   });
@@ -119,10 +119,7 @@ describe("protocol hardening", () => {
         params: { sessionKey: "main", message: "x".repeat(10_000) },
       }),
     );
-    const deadline = Date.now() + 2000;
-    while (peer.responses.length === before && Date.now() < deadline)
-      await new Promise((r) => setTimeout(r, 5));
-    expect(peer.responses[before]).toMatchObject({
+    expect(await responseAfter(peer, before)).toMatchObject({
       ok: false,
       id: null,
       error: { code: "PAYLOAD_TOO_LARGE" },
