@@ -323,12 +323,41 @@ export class AgentFlows {
         delivery,
       };
     }
+    if (result.status === "error")
+      return {
+        status: "error",
+        runId: record.runId,
+        sessionKey: shownKey,
+        delivery,
+        ...(await this.takeInError(caller, targetEntry.key, result.error, "run failed")),
+      };
     return {
-      status: result.status === "timeout" ? "timeout" : "error",
+      status: "timeout",
       runId: record.runId,
       sessionKey: shownKey,
       error: result.error ?? "run failed",
       delivery,
+    };
+  }
+
+  /**
+   * The error a run of session `fromKey` ended with, taken in like its reply (`takeIn`): the
+   * worker writes that text, and may put into it anything the session holds. Withheld, it is
+   * replaced by `fallback`, which says no more than that the run failed. (A timeout's text is the
+   * gateway's own and is not taken in.)
+   */
+  async takeInError(
+    caller: ToolCaller,
+    fromKey: string,
+    error: string | undefined,
+    fallback: string,
+  ): Promise<{ error: string; dataLabel?: Level; withheld?: string }> {
+    if (!error) return { error: fallback };
+    const taken = await this.takeIn(caller, fromKey, `error from ${fromKey}`);
+    return {
+      error: taken.withheld ? fallback : error,
+      dataLabel: taken.level,
+      ...(taken.withheld ? { withheld: taken.withheld } : {}),
     };
   }
 

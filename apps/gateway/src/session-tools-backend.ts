@@ -9,7 +9,9 @@ import {
   type MessageResult,
   maxLevel,
   type PolicyContext,
+  type PolicyDecision,
   type SessionEntry,
+  type SessionListOptions,
   type SessionRow,
   type SessionStatusResult,
   type SessionsHistoryResult,
@@ -37,6 +39,7 @@ import type { ToolGate } from "./tool-catalog";
 import {
   downstreamContext,
   parseToolCall,
+  type RefusedTarget,
   type ToolPolicyContexts,
   toolPolicyContexts,
 } from "./tool-policy-contexts";
@@ -75,7 +78,7 @@ export class SessionToolsBackend implements ToolBackend {
     private readonly toolGate: ToolGate,
   ) {
     this.contexts = toolPolicyContexts({
-      target: (caller, callerEntry, input) => this.target(caller, callerEntry, input),
+      target: (caller, callerEntry, input) => this.lookup(caller, callerEntry, input),
       readContext: (callerEntry, target) => this.readContext(callerEntry, target),
       messageContext: (callerEntry, request) => this.messageContext(callerEntry, request),
       flows,
@@ -90,21 +93,31 @@ export class SessionToolsBackend implements ToolBackend {
   }
 
   private async target(caller: ToolCaller, callerEntry: SessionEntry, input: string): Promise<SessionEntry> {
+    const found = await this.lookup(caller, callerEntry, input);
+    if ("refused" in found) throw new SwitchboardError("FORBIDDEN", found.refused.message);
+    return found;
+  }
+
+  /** The session `input` names, or the refusal of a key that names none (see `target`). */
+  private async lookup(
+    caller: ToolCaller,
+    callerEntry: SessionEntry,
+    input: string,
+  ): Promise<SessionEntry | RefusedTarget> {
     const key = await this.sessions.resolveInput(input, caller.agentId);
     const entry = await this.sessions.get(key);
-    if (!entry || entry.archivedAt) {
-      // A caller the policy refuses any session at this key (a sandboxed session and a key it did not
-      // spawn, an agent outside the agent-to-agent allowlist) hears that refusal whether the session
-      // exists or not: `not_found` for the missing ones would let it probe which keys exist.
-      const refusal = this.refusalAt(callerEntry, key);
-      if (refusal) throw new SwitchboardError("FORBIDDEN", refusal);
-      throw new SwitchboardError("NOT_FOUND", `session not found: ${input}`);
-    }
-    return entry;
+    if (entry && !entry.archivedAt) return entry;
+    // A caller the policy refuses any session at this key (a sandboxed session and a key it did not
+    // spawn, an agent outside the agent-to-agent allowlist) hears that refusal whether the session
+    // exists or not: `not_found` for the missing ones would let it probe which keys exist. The
+    // addressing rules decide first (builtins.ts), so a session that is there gets the same refusal.
+    const refused = this.refusalAt(callerEntry, key);
+    if (refused) return { refused };
+    throw new SwitchboardError("NOT_FOUND", `session not found: ${input}`);
   }
 
   /** The policy's refusal of reading a session at `key` whatever it holds (undefined: none). */
-  private refusalAt(callerEntry: SessionEntry, key: string): string | undefined {
+  private refusalAt(callerEntry: SessionEntry, key: string): PolicyDecision | undefined {
     const parsed = key === callerEntry.key ? undefined : tryParseKey(key);
     if (!parsed) return undefined;
     // The facts of a session at that key holding nothing (the least any rule on labels could see).
@@ -117,8 +130,9 @@ export class SessionToolsBackend implements ToolBackend {
       taint: "PUBLIC",
       clearance: "PUBLIC",
     };
-    const decision = this.policy.evaluate(this.historyContext(callerEntry, empty));
-    return decision.action === "BLOCK" ? decision.message : undefined;
+    // Explained: a simulation reports it with the rules evaluated, as for a session that is there.
+    const decision = this.policy.evaluate(this.historyContext(callerEntry, empty), true);
+    return decision.action === "BLOCK" ? decision : undefined;
   }
 
   /**
@@ -192,6 +206,20 @@ export class SessionToolsBackend implements ToolBackend {
     );
   }
 
+  /** The rows `viewer` may discover, as list options (shared by `sessions_list` and status children). */
+  private discoveryOptions(viewer: SessionEntry): SessionListOptions {
+    const discovery = this.policy.discovery(viewer);
+    return {
+      visibility: discovery.visibility,
+      ...(discovery.exact
+        ? {}
+        : {
+            residual: (entry: SessionEntry) =>
+              this.policy.evaluate(this.historyContext(viewer, entry, true)).action !== "BLOCK",
+          }),
+    };
+  }
+
   async listSessions(
     caller: ToolCaller,
     query: { kinds?: string[]; limit: number; activeMinutes?: number; messageLimit: number },
@@ -199,7 +227,6 @@ export class SessionToolsBackend implements ToolBackend {
     const callerEntry = await this.callerEntry(caller);
     // Built-in visibility goes to the store as data (a networked store filters in its query); the
     // engine runs per row, here in the gateway, only when user rules on PRE_HISTORY may still hide it.
-    const discovery = this.policy.discovery(callerEntry);
     const result = await this.store.sessions.list(
       {
         limit: query.limit,
@@ -207,15 +234,7 @@ export class SessionToolsBackend implements ToolBackend {
         ...(query.kinds ? { kinds: query.kinds } : {}),
         ...(query.activeMinutes ? { activeSince: activeSinceMinutes(query.activeMinutes) } : {}),
       },
-      {
-        visibility: discovery.visibility,
-        ...(discovery.exact
-          ? {}
-          : {
-              residual: (entry: SessionEntry) =>
-                this.policy.evaluate(this.historyContext(callerEntry, entry, true)).action !== "BLOCK",
-            }),
-      },
+      this.discoveryOptions(callerEntry),
     );
     // Previews are other sessions' data; discovery shows only rows within the caller's taint, so the
     // result's label is their highest taint and taking it in raises nothing.
@@ -304,14 +323,31 @@ export class SessionToolsBackend implements ToolBackend {
         target.key,
       );
     }
-    return { ...(await this.statusOf(target, callerEntry.key)), dataLabel: target.taint };
+    // Its children are rows the caller discovers as `sessions_list` would show them (tools.md: the
+    // same visibility rules), at the taint this read leaves it with.
+    const viewer = readHook
+      ? { ...callerEntry, taint: maxLevel(callerEntry.taint, target.taint) }
+      : callerEntry;
+    return { ...(await this.statusOf(target, callerEntry.key, viewer)), dataLabel: target.taint };
   }
 
-  async statusOf(target: SessionEntry, callerKey: string | undefined): Promise<SessionStatusResult> {
+  /**
+   * A session's status. `viewer`: the session asking (a tool call), which is shown only the children
+   * its discovery admits; the others are left out, not counted (the result has no such field).
+   * Without one (an operator's or client's `sessions.status`) every child is shown.
+   */
+  async statusOf(
+    target: SessionEntry,
+    callerKey: string | undefined,
+    viewer?: SessionEntry,
+  ): Promise<SessionStatusResult> {
     const active = this.scheduler.activeRunFor(target.key);
     const queuedRuns = this.scheduler.queuedFor(target.key);
     const children = (
-      await this.store.sessions.list({ spawnedBy: target.key, limit: 50, includeArchived: true })
+      await this.store.sessions.list(
+        { spawnedBy: target.key, limit: 50, includeArchived: true },
+        viewer ? this.discoveryOptions(viewer) : undefined,
+      )
     ).entries;
     const childRows = await Promise.all(
       children.map(async (child) => {
@@ -453,7 +489,9 @@ export class SessionToolsBackend implements ToolBackend {
       const downstream = call && (await downstreamContext(this.contexts, caller, callerEntry, call));
       if (downstream && "status" in downstream) return downstream;
       if (downstream) {
-        const second = this.policy.evaluate(downstream, true);
+        // A key refused with no session behind it was decided in looking it up (as the real call is).
+        const context = "refused" in downstream ? undefined : downstream;
+        const second = "refused" in downstream ? downstream.refused : this.policy.evaluate(downstream, true);
         evaluated.push(
           ...(second.evaluated ?? []).map((rule) => ({
             ruleId: rule.ruleId,
@@ -470,10 +508,10 @@ export class SessionToolsBackend implements ToolBackend {
         if (
           call.tool === "sessions_send" &&
           call.request.timeoutSeconds > 0 &&
-          downstream.target &&
+          context?.target &&
           replyTaint !== undefined &&
           this.policy.evaluate(
-            this.flows.takeInContext(callerEntry, { ...downstream.target, taint: replyTaint }),
+            this.flows.takeInContext(callerEntry, { ...context.target, taint: replyTaint }),
           ).action !== "BLOCK"
         )
           after = maxLevel(after, replyTaint);
@@ -534,10 +572,12 @@ export class SessionToolsBackend implements ToolBackend {
         ...(taken.withheld ? { withheld: taken.withheld } : {}),
       };
     }
-    return {
-      status: result.status === "timeout" ? "timeout" : "error",
-      error: result.error ?? "summary run failed",
-    };
+    if (result.status === "error")
+      return {
+        status: "error",
+        ...(await this.flows.takeInError(caller, target.key, result.error, "summary run failed")),
+      };
+    return { status: "timeout", error: result.error ?? "summary run failed" };
   }
 }
 

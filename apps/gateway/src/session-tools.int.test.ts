@@ -203,6 +203,61 @@ describe("sessions_history", () => {
     });
   });
 
+  it("answers a caller refused a key the same whatever the session there holds, or if none is there", async () => {
+    await setup(
+      config({
+        tools: { agentToAgent: { enabled: false } },
+        labels: { channels: { vault: "RESTRICTED", lobby: "PUBLIC" } },
+      }),
+    );
+    // Sessions holding RESTRICTED data (another agent's, and one the sandboxed agent did not spawn),
+    // and another agent's session that may hold only PUBLIC data.
+    await taintWith("agent:research:vault:group:notes", "vault");
+    await taintWith("agent:ops:vault:group:plans", "vault");
+    await create("agent:research:lobby:group:news", { channel: "lobby" });
+    // Callers: one that may not read RESTRICTED data, one holding it, a sandboxed one.
+    await create("agent:main:lobby:group:hall", { channel: "lobby" });
+    await taintWith("agent:main:vault:group:desk", "vault");
+    await create("agent:ops:main", { clearance: "PUBLIC" });
+    const probes = [
+      ["agent:main:lobby:group:hall", "agent:research:vault:group:notes", "tools.agentToAgent.enabled"],
+      ["agent:main:vault:group:desk", "agent:research:lobby:group:news", "tools.agentToAgent.enabled"],
+      ["agent:ops:main", "agent:ops:vault:group:plans", "agents.defaults.sandbox.sessionToolsVisibility"],
+    ] as const;
+    const calls = {
+      sessions_history: (sessionKey: string) => ({ sessionKey }),
+      session_status: (sessionKey: string) => ({ sessionKey }),
+      summarize: (sessionKey: string) => ({ sessionKey }),
+      sessions_send: (sessionKey: string) => ({ sessionKey, message: "hi", timeoutSeconds: 0 }),
+    };
+    for (const [caller, existing, configKey] of probes) {
+      const missing = `${existing}-nothing-here`;
+      for (const [name, args] of Object.entries(calls)) {
+        /** The real call's answer and its simulation's, the key asked for written as `<key>`. */
+        const answer = async (key: string) => {
+          const real = await tool(caller, name, args(key));
+          const simulated = await tool(caller, "simulate_tool_call", { tool_name: name, args: args(key) });
+          return JSON.parse(JSON.stringify({ real, simulated }).replaceAll(key, "<key>")) as {
+            real: Result;
+            simulated: Result;
+          };
+        };
+        const there = await answer(existing);
+        const what = `${caller} ${name} ${existing}`;
+        // Before, a label rule answered first for a session that is there: its taint, read-up or
+        // write-down, where a missing key heard the addressing refusal (and simulate: forbidden).
+        expect(there.real, what).toMatchObject({ status: "forbidden" });
+        expect(String(there.real.error), what).toContain(configKey);
+        expect(there.simulated, what).toMatchObject({
+          status: "ok",
+          decision: "BLOCK",
+          message: there.real.error,
+        });
+        expect(await answer(missing), what).toEqual(there);
+      }
+    }
+  });
+
   it("drops tool results unless asked, pages with before, and caps output bytes", async () => {
     await setup();
     await create("main");
@@ -760,6 +815,42 @@ describe("status, agents, message and summarize", () => {
     const agents = await tool("main", "agents_list");
     const rows = agents.agents as Array<{ id: string; allowedForSpawn: boolean }>;
     expect(rows.filter((row) => row.allowedForSpawn)).toEqual([]);
+  });
+
+  it("shows in session_status only the children the caller may discover, as sessions_list does", async () => {
+    // Research may be spawned by main, but is outside the agent-to-agent allowlist: main's sessions
+    // do not discover research's sessions.
+    await setup(config({ tools: { agentToAgent: { enabled: true, allow: ["main"] } } }));
+    await create("main");
+    await create("agent:main:cron:daily");
+    const own = await tool("main", "sessions_spawn", { task: "echo this", label: "own-helper" });
+    const cross = await tool("main", "sessions_spawn", {
+      task: "echo that",
+      agentId: "research",
+      label: "acme-acquisition-dd",
+    });
+    for (const child of [own, cross])
+      await op.call("agent.wait", { runId: child.runId as string, timeoutMs: 10_000 });
+    await gw.gateway.flows.idle();
+    for (const caller of ["agent:main:cron:daily", "main"]) {
+      const listed = await tool(caller, "sessions_list");
+      const listedKeys = (listed.sessions as Array<{ key: string }>).map((row) => row.key);
+      expect(listedKeys).toContain(own.childSessionKey);
+      expect(listedKeys).not.toContain(cross.childSessionKey);
+      const status = await tool(caller, "session_status", { sessionKey: "main" });
+      // Before, every child was listed here, with its key, label and run.
+      expect(status.children, caller).toEqual([
+        expect.objectContaining({ key: own.childSessionKey, label: "own-helper" }),
+      ]);
+      expect(JSON.stringify(status)).not.toContain("acme-acquisition-dd");
+    }
+    // The operator's view is not a session's: it shows every child.
+    const operatorView = await op.call<{ children: Array<{ key: string }> }>("sessions.status", {
+      sessionKey: "main",
+    });
+    expect(operatorView.children.map((child) => child.key).sort()).toEqual(
+      [own.childSessionKey, cross.childSessionKey].sort(),
+    );
   });
 
   it("reports status with children, lists agents own-first, posts messages and summarises in an isolated run", async () => {

@@ -284,13 +284,16 @@ function decisionOf(action: PolicyDecision["action"]): ToolDecision {
 }
 
 /**
- * The label a tool result is recorded with: a refusal or error carries no data (the caller's taint);
- * a success carries the tool's configured label and, when it holds another session's data that was
- * not withheld, that data's label.
+ * The label a tool result is recorded with: a refusal or error carries the caller's taint, raised to
+ * the label of another session's text it holds (a target run's error that was not withheld); a
+ * success carries the tool's configured label and, when it holds another session's data that was not
+ * withheld, that data's label.
  */
 function resultLabel(result: ToolResult, toolLabel: Level, callerTaint: Level): Level {
-  if (result.status !== "ok" && result.status !== "accepted") return callerTaint;
   const data =
     typeof result.dataLabel === "string" && !result.withheld ? (result.dataLabel as Level) : undefined;
+  // A failure can carry another session's text too (a target run's error, taken in like a reply).
+  if (result.status !== "ok" && result.status !== "accepted")
+    return data ? maxLevel(callerTaint, data) : callerTaint;
   return data ? maxLevel(toolLabel, data) : toolLabel;
 }

@@ -1,6 +1,7 @@
 import {
   isSwitchboardError,
   type PolicyContext,
+  type PolicyDecision,
   type SessionEntry,
   TOOL_NAMES,
   type ToolBackend,
@@ -27,8 +28,20 @@ export interface ToolRequests {
 /** A call parsed exactly as the executor parses it before reaching the backend. */
 export type ParsedToolCall = { [T in ToolName]: { tool: T; request: ToolRequests[T] } }[ToolName];
 
-/** The hook after PRE_TOOL_CALL a call hits: a context, none, or why the call cannot be made. */
-export type DownstreamContext = PolicyContext | ToolFailure | undefined;
+/**
+ * A key the caller may not address, with no session there: the refusal the real call answers with
+ * (`SessionToolsBackend.target`), as the decision it is. A simulation reports it as it reports the
+ * refusal of a session that is there, or the two answers would tell which keys exist.
+ */
+export interface RefusedTarget {
+  refused: PolicyDecision;
+}
+
+/**
+ * The hook after PRE_TOOL_CALL a call hits: a context, a refusal decided in finding its target,
+ * none, or why the call cannot be made.
+ */
+export type DownstreamContext = PolicyContext | RefusedTarget | ToolFailure | undefined;
 
 /**
  * Per tool, the downstream policy context of a call, built with the same builders the real call
@@ -44,7 +57,8 @@ export type ToolPolicyContexts = {
 
 /** What the contexts are built from (the backend's target lookup and the hooks' builders). */
 export interface ContextBuilders {
-  target(caller: ToolCaller, callerEntry: SessionEntry, input: string): Promise<SessionEntry>;
+  /** The session a call names, or the policy's refusal of a key that names none (throws NOT_FOUND). */
+  target(caller: ToolCaller, callerEntry: SessionEntry, input: string): Promise<SessionEntry | RefusedTarget>;
   /** PRE_HISTORY for reading another session; none for one's own. */
   readContext(callerEntry: SessionEntry, target: SessionEntry): PolicyContext | undefined;
   messageContext(
@@ -62,7 +76,8 @@ export function toolPolicyContexts(builders: ContextBuilders): ToolPolicyContext
   /** History, status and summary read a session: no key means the caller's own. */
   const readOf = async (caller: ToolCaller, callerEntry: SessionEntry, sessionKey: string | undefined) => {
     if (!sessionKey) return undefined;
-    return builders.readContext(callerEntry, await builders.target(caller, callerEntry, sessionKey));
+    const target = await builders.target(caller, callerEntry, sessionKey);
+    return "refused" in target ? target : builders.readContext(callerEntry, target);
   };
   return {
     sessions_list: async () => undefined,
@@ -73,6 +88,7 @@ export function toolPolicyContexts(builders: ContextBuilders): ToolPolicyContext
     summarize: (caller, callerEntry, request) => readOf(caller, callerEntry, request.sessionKey),
     sessions_send: async (caller, callerEntry, request) => {
       const target = await builders.target(caller, callerEntry, request.sessionKey);
+      if ("refused" in target) return target;
       return flows.sendContext(
         callerEntry,
         target,

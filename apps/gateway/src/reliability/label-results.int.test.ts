@@ -21,19 +21,24 @@ let op: TestPeer;
 let worker: TestWorker | undefined;
 
 afterEach(async () => {
+  aliceFails = false;
   await gw?.gateway.flows.idle();
   worker?.close();
   worker = undefined;
   await gw?.close();
 });
 
+/** Alice's runs fail, with the secret in their error text. */
+let aliceFails = false;
+
 /**
- * Alice's session answers every message with its secret; main, in a reply-back step, reads Alice's
+ * Alice's session answers every message with its secret (or fails with it, `aliceFails`); main, in a reply-back step, reads Alice's
  * history and repeats the secret; an announce step repeats its whole context; everything else
  * follows `behaviour()`.
  */
 const handler: WorkerHandler = async (context) => {
   const { sessionKey, input } = context.run;
+  if (sessionKey === ALICE && aliceFails) return { fail: `could not comply: ${SECRET}` };
   if (sessionKey === ALICE && !input.context.includes("step")) return SECRET;
   if (sessionKey === "agent:main:main" && input.context.includes("Agent-to-agent reply step")) {
     await context.invokeTool("sessions_history", { sessionKey: ALICE });
@@ -144,6 +149,66 @@ describe("labels of results carrying another session's data", () => {
     );
     expect(blocked.length).toBeGreaterThan(0);
     expect(String(blocked[0]!.data?.message)).toContain("write-down blocked");
+  });
+
+  it("withholds a failed run's error text above the caller's clearance, as it does a reply", async () => {
+    await setup();
+    aliceFails = true;
+    const result = await toolInRun(PUB, "sessions_send", {
+      sessionKey: ALICE,
+      message: "what is the code?",
+      timeoutSeconds: 10,
+    });
+    // Before, the error text came back whole: `could not comply: the launch code is 4242`.
+    expect(result).toMatchObject({ status: "error", error: "run failed", dataLabel: "CONFIDENTIAL" });
+    expect(JSON.stringify(result)).not.toContain("4242");
+    expect(String(result.withheld)).toContain("read-up blocked");
+    expect(await status(PUB)).toMatchObject({ taint: "PUBLIC" });
+    const history = await op.call<{ messages: unknown[] }>("sessions.history", {
+      sessionKey: PUB,
+      includeTools: true,
+      limit: 20,
+    });
+    expect(JSON.stringify(history.messages)).not.toContain("4242");
+  });
+
+  it("within clearance, a failed run's error text raises the caller's taint and carries its label", async () => {
+    await setup();
+    await op.call("sessions.patch", { key: PUB, clearance: "CONFIDENTIAL" });
+    aliceFails = true;
+    const sent = await toolInRun(PUB, "sessions_send", {
+      sessionKey: ALICE,
+      message: "what is the code?",
+      timeoutSeconds: 10,
+    });
+    expect(sent).toMatchObject({
+      status: "error",
+      error: `could not comply: ${SECRET}`,
+      dataLabel: "CONFIDENTIAL",
+    });
+    expect(sent.withheld).toBeUndefined();
+    // Before, PUB kept its PUBLIC taint with the secret in hand, free to post it to its channel.
+    expect(await status(PUB)).toMatchObject({ taint: "CONFIDENTIAL" });
+    // And the recorded result holding the secret carries its label, not the caller's old taint.
+    const history = await op.call<{ messages: Array<{ role: string; label: string; content: unknown }> }>(
+      "sessions.history",
+      { sessionKey: PUB, includeTools: true, limit: 20 },
+    );
+    const recorded = history.messages.filter(
+      (message) => message.role === "toolResult" && JSON.stringify(message.content).includes(SECRET),
+    );
+    expect(recorded.map((message) => message.label)).toEqual(["CONFIDENTIAL"]);
+
+    // The same for a summary whose run fails.
+    await op.call("sessions.create", { key: "agent:main:discord:group:other", channel: "discord" });
+    await op.call("sessions.patch", { key: "agent:main:discord:group:other", clearance: "CONFIDENTIAL" });
+    const summary = await toolInRun("agent:main:discord:group:other", "summarize", { sessionKey: ALICE });
+    expect(summary).toMatchObject({
+      status: "error",
+      error: `could not comply: ${SECRET}`,
+      dataLabel: "CONFIDENTIAL",
+    });
+    expect(await status("agent:main:discord:group:other")).toMatchObject({ taint: "CONFIDENTIAL" });
   });
 
   it("labels history and status results with the target's taint", async () => {

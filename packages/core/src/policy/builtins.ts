@@ -32,6 +32,37 @@ const fromGateway = (ctx: PolicyContext): boolean => ctx.facts?.origin === "gate
 
 export function builtinRules(settings: BuiltinSettings): BuiltinRule[] {
   return [
+    // Addressing first (a2a, visibility): whether the caller may reach a session at a key depends on
+    // the key's agent and on who spawned the session, never on what it holds, so a refused caller
+    // hears the same refusal for an existing session and a missing key (SessionToolsBackend.target).
+    // A label rule deciding before them told it that a session was there, and its taint. They only
+    // deny: the flow rules still decide everything they let through.
+    {
+      id: "a2a",
+      hooks: ["PRE_HISTORY", "PRE_SEND"],
+      check: (ctx) => {
+        const { caller, target } = ctx;
+        if (!caller || !target || fromGateway(ctx)) return undefined;
+        const result = checkAgentToAgent(settings.agentToAgent, caller.agentId, target.agentId);
+        return result.allowed
+          ? undefined
+          : `agent-to-agent access from agent "${caller.agentId}" to agent "${target.agentId}" is forbidden: ${result.reason}`;
+      },
+    },
+    {
+      id: "visibility",
+      hooks: ["PRE_HISTORY", "PRE_SEND"],
+      check: (ctx) => {
+        const { caller, target } = ctx;
+        if (!caller?.sandboxed || !target || fromGateway(ctx)) return undefined;
+        if ((settings.sandboxVisibility ?? "spawned") === "all") return undefined;
+        if (target.key === caller.key || target.spawnedBy === caller.key) return undefined;
+        return (
+          `${target.key} is not visible from sandboxed session ${caller.key} ` +
+          `(agents.defaults.sandbox.sessionToolsVisibility is "spawned")`
+        );
+      },
+    },
     { id: "flow.no-read-up", hooks: ["PRE_HISTORY", "PRE_TOOL_CALL"], check: readUpViolation },
     { id: "flow.no-write-down", hooks: ["PRE_SEND", "PRE_SPAWN", "PRE_OUTPUT"], check: writeDownViolation },
     {
@@ -62,18 +93,6 @@ export function builtinRules(settings: BuiltinSettings): BuiltinRule[] {
           });
         }
         return resolution.action === "deny" ? SEND_BLOCKED_MESSAGE : undefined;
-      },
-    },
-    {
-      id: "a2a",
-      hooks: ["PRE_HISTORY", "PRE_SEND"],
-      check: (ctx) => {
-        const { caller, target } = ctx;
-        if (!caller || !target || fromGateway(ctx)) return undefined;
-        const result = checkAgentToAgent(settings.agentToAgent, caller.agentId, target.agentId);
-        return result.allowed
-          ? undefined
-          : `agent-to-agent access from agent "${caller.agentId}" to agent "${target.agentId}" is forbidden: ${result.reason}`;
       },
     },
     {
@@ -126,20 +145,6 @@ export function builtinRules(settings: BuiltinSettings): BuiltinRule[] {
           limits: spawnLimitsFor(settings.spawn, caller.agentId),
           defaults: { maxSpawnDepth: settings.maxSpawnDepth, maxChildren: settings.maxChildren },
         });
-      },
-    },
-    {
-      id: "visibility",
-      hooks: ["PRE_HISTORY", "PRE_SEND"],
-      check: (ctx) => {
-        const { caller, target } = ctx;
-        if (!caller?.sandboxed || !target || fromGateway(ctx)) return undefined;
-        if ((settings.sandboxVisibility ?? "spawned") === "all") return undefined;
-        if (target.key === caller.key || target.spawnedBy === caller.key) return undefined;
-        return (
-          `${target.key} is not visible from sandboxed session ${caller.key} ` +
-          `(agents.defaults.sandbox.sessionToolsVisibility is "spawned")`
-        );
       },
     },
   ];

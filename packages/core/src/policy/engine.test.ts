@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { PolicyContext } from "./context";
-import { createPolicyEngine, evaluateHooks } from "./engine";
+import { createPolicyEngine, evaluateHooks, type PolicyDecision } from "./engine";
 import type { PolicyRuleInput } from "./rule-schema";
 import { DISCORD_GROUP, MAIN, sendContext, sessionFacts } from "./test-fixtures";
 
@@ -256,6 +256,46 @@ describe("built-in policies", () => {
     expect(history(caller).action).toBe("ALLOW");
     const all = createPolicyEngine({ sandboxVisibility: "all" });
     expect(all.evaluate({ hook: "PRE_HISTORY", caller, target: sessionFacts(MAIN) }).action).toBe("ALLOW");
+  });
+
+  it("addressing refusals (a2a, visibility) decide before any rule on what the target holds", () => {
+    /** What a caller is told of a decision (a real call's refusal, a simulation). */
+    const shown = ({ action, ruleId, message, evaluated }: PolicyDecision) => ({
+      action,
+      ruleId,
+      message,
+      evaluated,
+    });
+    // A caller refused the key must hear the same whatever the session there holds, or whether one is
+    // there at all: before, a tainted target answered with its taint (read-up/write-down) instead.
+    const secret = {
+      key: "agent:research:notes",
+      taint: "RESTRICTED" as const,
+      clearance: "PUBLIC" as const,
+    };
+    const empty = { key: "agent:research:notes" };
+    const crossAgent = createPolicyEngine({ sendPolicy: { default: "deny" } });
+    const caller = sessionFacts(MAIN, { clearance: "PUBLIC", taint: "CONFIDENTIAL" });
+    for (const hook of ["PRE_HISTORY", "PRE_SEND"] as const) {
+      const decide = (target: Partial<ReturnType<typeof sessionFacts>>) =>
+        crossAgent.evaluate({ hook, caller, target: sessionFacts(target.key!, target) }, { explain: true });
+      const held = decide(secret);
+      expect(held, hook).toMatchObject({ action: "BLOCK", ruleId: "a2a" });
+      expect(held.message).toContain("tools.agentToAgent.enabled");
+      expect(shown(held), hook).toEqual(shown(decide(empty)));
+    }
+    const sandboxed = sessionFacts("agent:main:subagent:me", { sandboxed: true, clearance: "PUBLIC" });
+    for (const hook of ["PRE_HISTORY", "PRE_SEND"] as const) {
+      const decide = (target: Partial<ReturnType<typeof sessionFacts>>) =>
+        createPolicyEngine().evaluate(
+          { hook, caller: sandboxed, target: sessionFacts(MAIN, target) },
+          { explain: true },
+        );
+      const held = decide({ taint: "RESTRICTED", clearance: "PUBLIC" });
+      expect(held, hook).toMatchObject({ action: "BLOCK", ruleId: "visibility" });
+      expect(held.message).toContain("agents.defaults.sandbox.sessionToolsVisibility");
+      expect(shown(held), hook).toEqual(shown(decide({})));
+    }
   });
 
   it("gateway follow-up steps skip addressing checks but never the flow rules", () => {
@@ -523,13 +563,13 @@ describe("user rules", () => {
     });
     const decision = engine.evaluate(sendContext({}, {}), { explain: true });
     expect(decision.evaluated).toEqual([
+      { ruleId: "a2a", hook: "PRE_SEND", matched: false, action: "deny" },
+      { ruleId: "visibility", hook: "PRE_SEND", matched: false, action: "deny" },
       { ruleId: "flow.no-write-down", hook: "PRE_SEND", matched: false, action: "deny" },
       { ruleId: "send-policy", hook: "PRE_SEND", matched: false, action: "deny" },
-      { ruleId: "a2a", hook: "PRE_SEND", matched: false, action: "deny" },
       { ruleId: "a2a.hop-limit", hook: "PRE_SEND", matched: false, action: "deny" },
       { ruleId: "a2a.cycle", hook: "PRE_SEND", matched: false, action: "deny" },
       { ruleId: "a2a.budget", hook: "PRE_SEND", matched: false, action: "deny" },
-      { ruleId: "visibility", hook: "PRE_SEND", matched: false, action: "deny" },
       { ruleId: "skip-me", hook: "PRE_SEND", matched: false, action: "deny" },
       { ruleId: "decides", hook: "PRE_SEND", matched: true, action: "allow" },
     ]);

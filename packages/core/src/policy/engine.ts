@@ -121,9 +121,10 @@ function compileRule(rule: PolicyRule): CompiledRule {
 }
 
 /**
- * Builds the rule engine. Evaluation per hook: the flow rules (hard), the config-driven built-ins
- * (`send-policy`, `a2a`, `a2a.hop-limit`, `a2a.cycle`, `spawn`, `visibility`), then user rules by
- * descending priority (stable). The first matching allow/deny decides; matching redact rules all
+ * Builds the rule engine. Evaluation per hook: the addressing built-ins (`a2a`, `visibility`), the
+ * flow rules (hard), the other built-ins (`send-policy`, `a2a.hop-limit`, `a2a.cycle`, `a2a.budget`,
+ * `spawn`), then user rules by descending priority (stable). Built-ins only deny, so their order
+ * decides which refusal is reported, never whether a call passes (see builtins.ts). The first matching allow/deny decides; matching redact rules all
  * apply and evaluation goes on; no match → `default`. A throwing rule or an exhausted budget denies.
  * Given the same context and clock readings, the decision is always the same.
  */

@@ -8,15 +8,15 @@ import { compileSafeRegex, safeRegexProblem } from "./safe-regex";
 
 /** Ids of the built-in rules, in evaluation order. User rules may not reuse them. */
 export const BUILTIN_RULE_IDS = [
+  "a2a",
+  "visibility",
   "flow.no-read-up",
   "flow.no-write-down",
   "send-policy",
-  "a2a",
   "a2a.hop-limit",
   "a2a.cycle",
   "a2a.budget",
   "spawn",
-  "visibility",
 ] as const;
 export type BuiltinRuleId = (typeof BUILTIN_RULE_IDS)[number];
 

@@ -243,8 +243,10 @@ export const SessionsSendResultSchema = z.union([
     status: z.enum(["timeout", "error"]),
     runId: z.string(),
     sessionKey: z.string().optional(),
+    /** A failed run's error is the target's data, labelled (and withheld) like a reply. */
     error: z.string(),
     delivery: DeliveryStatusSchema,
+    ...DataLabelFields,
   }),
   ToolFailureSchema,
 ]);
@@ -330,6 +332,8 @@ export type SimulateResult = z.infer<typeof SimulateResultSchema>;
 
 export const SummarizeResultSchema = z.union([
   z.object({ status: z.literal("ok"), summary: z.string(), ...DataLabelFields }),
+  /** The summary run failed: its error is the session's data, labelled (and withheld) like a summary. */
+  z.object({ status: z.literal("error"), error: z.string(), ...DataLabelFields }),
   ToolFailureSchema,
 ]);
 export type SummarizeResult = z.infer<typeof SummarizeResultSchema>;
