@@ -3,7 +3,7 @@ import { SwitchboardError } from "../errors";
 import { LEVELS, LevelSchema } from "../labels/level";
 import { plainRecord } from "../plain-record";
 import { conditionFieldProblem, LEVEL_CONDITION_FIELDS } from "./context";
-import { HookSchema } from "./hooks";
+import { type Hook, HookSchema } from "./hooks";
 import { compileSafeRegex, safeRegexProblem } from "./safe-regex";
 
 /** Ids of the built-in rules, in evaluation order. User rules may not reuse them. */
@@ -92,6 +92,13 @@ export const RedactSpecSchema = z.strictObject({
 
 export const DEFAULT_REDACTION = "[REDACTED]";
 
+/**
+ * Hooks whose step carries text that redaction rewrites: a message into a session, a spawn's task,
+ * text out to a channel. History reads and tool calls carry none (decisions.md: history reads are not
+ * rewritten), so a redact rule there was accepted and then silently did nothing.
+ */
+export const TEXT_HOOKS: readonly Hook[] = ["PRE_SEND", "PRE_SPAWN", "PRE_OUTPUT"];
+
 /** Why `source` is not a usable regular expression, or undefined (RE2 syntax, see `safe-regex.ts`). */
 const regexProblem = safeRegexProblem;
 
@@ -124,6 +131,13 @@ export const PolicyRuleSchema = z
         code: "custom",
         path: ["redact"],
         message: "a redact rule needs redact.patterns (a non-empty list of regular expressions)",
+      });
+    }
+    if (rule.action === "redact" && !TEXT_HOOKS.includes(rule.hook)) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["hook"],
+        message: `a redact rule needs a hook that carries text (${TEXT_HOOKS.join(", ")}): on ${rule.hook} it would rewrite nothing`,
       });
     }
     if (rule.action !== "redact" && rule.redact) {
