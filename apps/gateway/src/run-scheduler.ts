@@ -1060,9 +1060,7 @@ export class RunScheduler {
       .map((active) => active.record)
       .filter(
         (record) =>
-          record.sessionKey === sessionKey &&
-          record.sessionId !== sessionId &&
-          record.status === "running",
+          record.sessionKey === sessionKey && record.sessionId !== sessionId && record.status === "running",
       );
     for (const record of doomed) {
       await this.finish(record, "error", { error }).catch((failure) =>
