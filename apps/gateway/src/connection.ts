@@ -1,6 +1,6 @@
 import { setMaxListeners } from "node:events";
 import type { Role } from "@switchboard/core";
-import { CloseCodes } from "@switchboard/core";
+import { CloseCodes, SwitchboardError } from "@switchboard/core";
 import type { Logger } from "pino";
 import type { WebSocket } from "ws";
 
@@ -16,6 +16,17 @@ export interface ConnectionIdentity {
 }
 
 const TEXT_FRAME = { binary: false } as const;
+
+/** What became of a frame handed to `Connection.sendText`. */
+export type SendOutcome = "sent" | "too-large" | "closed";
+
+/** The UTF-8 size of a frame, or a bound below `limit` when that is all the caller needs to know. */
+function bytesWithin(text: string | Buffer, limit: number): number {
+  if (typeof text !== "string") return text.length;
+  // A UTF-16 unit is at most 3 bytes of UTF-8: counting is only needed near the limit.
+  if (text.length * 3 <= limit) return text.length * 3;
+  return Buffer.byteLength(text);
+}
 
 /** One WebSocket peer. Owns the outgoing-buffer guard so a slow reader never grows memory without bound. */
 export class Connection {
@@ -68,7 +79,8 @@ export class Connection {
     readonly id: string,
     private readonly socket: WebSocket,
     readonly log: Logger,
-    private readonly maxBufferedBytes: number,
+    /** Bytes that may wait unsent (`limits.maxBufferedBytes`); also the largest frame this peer can get. */
+    readonly maxBufferedBytes: number,
   ) {}
 
   get isOpen(): boolean {
@@ -77,22 +89,45 @@ export class Connection {
 
   send(frame: unknown): boolean {
     if (!this.isOpen) return false;
-    return this.sendText(JSON.stringify(frame));
+    const text = JSON.stringify(frame);
+    const outcome = this.sendText(text);
+    const id =
+      (frame as { type?: unknown; id?: unknown }).type === "res" ? (frame as { id: unknown }).id : undefined;
+    if (outcome === "too-large" && typeof id === "string") {
+      // An answer that can never be sent is answered with why, or its caller would wait forever.
+      const error = new SwitchboardError(
+        "PAYLOAD_TOO_LARGE",
+        `the answer (${Buffer.byteLength(text)} bytes) is larger than this connection's send buffer (limits.maxBufferedBytes = ${this.maxBufferedBytes}); ask for less`,
+        { details: { limit: this.maxBufferedBytes } },
+      );
+      this.sendText(JSON.stringify({ type: "res", id, ok: false, error: error.toWire() }));
+    }
+    return outcome === "sent";
   }
 
   /**
    * Sends an already serialised frame, as a text frame also when given its UTF-8 bytes (a frame
    * assembled from cached parts is copied once, not flattened and encoded).
+   *
+   * A frame larger than the whole send buffer is refused ("too-large") and the peer stays: it says
+   * nothing about how fast the peer reads. A frame that does not fit beside what is still unsent
+   * means the peer reads too slowly, and it is disconnected ("closed").
    */
-  sendText(text: string | Buffer): boolean {
-    if (!this.isOpen) return false;
-    if (this.socket.bufferedAmount + text.length > this.maxBufferedBytes) {
+  sendText(text: string | Buffer): SendOutcome {
+    if (!this.isOpen) return "closed";
+    const buffered = this.socket.bufferedAmount;
+    const bytes = bytesWithin(text, this.maxBufferedBytes - buffered);
+    if (bytes > this.maxBufferedBytes) {
       this.log.warn(
-        { buffered: this.socket.bufferedAmount },
-        "peer too slow: unsent buffer above limit, disconnecting",
+        { bytes, limit: this.maxBufferedBytes },
+        "frame larger than the whole send buffer (limits.maxBufferedBytes) not sent",
       );
+      return "too-large";
+    }
+    if (buffered + bytes > this.maxBufferedBytes) {
+      this.log.warn({ buffered }, "peer too slow: unsent buffer above limit, disconnecting");
       this.close(CloseCodes.tryAgainLater, "send buffer limit exceeded");
-      return false;
+      return "closed";
     }
     // Frames sent in the same tick leave in one write: cork the TCP socket until the next tick.
     const tcp = (this.socket as unknown as { _socket?: { cork(): void; uncork(): void } })._socket;
@@ -106,7 +141,7 @@ export class Connection {
     }
     if (typeof text === "string") this.socket.send(text);
     else this.socket.send(text, TEXT_FRAME);
-    return true;
+    return "sent";
   }
 
   close(code: number, reason: string): void {

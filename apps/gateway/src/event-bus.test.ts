@@ -1,6 +1,6 @@
 import { createMemoryStore, type MetaStore } from "@switchboard/core";
 import { describe, expect, it, vi } from "vitest";
-import { type BusEvent, EventBus, SEQ_RESERVED_KEY } from "./event-bus";
+import { type BusEvent, DEFAULT_REPLAY_BYTES, EventBus, eventBytes, SEQ_RESERVED_KEY } from "./event-bus";
 
 function collect(bus: EventBus): BusEvent[] {
   const seen: BusEvent[] = [];
@@ -109,7 +109,7 @@ describe("EventBus seq reservation", () => {
 
 describe("EventBus replay window", () => {
   it("names the first seq it can still replay: past the ring's capacity, and above a restart", async () => {
-    const bus = new EventBus(4);
+    const bus = new EventBus({ events: 4 });
     expect(bus.replayableFrom()).toBe(1);
     publishMany(bus, 4);
     expect(bus.replayableFrom()).toBe(1);
@@ -148,5 +148,82 @@ describe("EventBus replay window", () => {
     // The second is killed (no mark): the third must not trust the first's mark for it.
     const third = await EventBus.open(meta, { block: 100 });
     expect(third.replayableFrom()).toBeGreaterThan(second.currentSeq);
+  });
+});
+
+describe("EventBus replay window bytes", () => {
+  /** What one worker can stream: text deltas just under the frame limit, as fast as it likes. */
+  function streamDeltas(bus: EventBus, count: number, text: string): void {
+    for (let i = 0; i < count; i++) {
+      bus.publish(
+        "run.progress",
+        { runId: "r", sessionKey: "agent:main:main", kind: "text-delta", text },
+        { sessionKey: "agent:main:main", agentId: "main" },
+      );
+    }
+  }
+
+  it("keeps frame-sized events within its byte budget by default, however many arrive", async () => {
+    const bus = await EventBus.open(createMemoryStore().meta, { block: 100_000 });
+    const start = bus.currentSeq;
+    const delta = "d".repeat(900_000);
+    // 300 deltas: 270 MB of text, far under the 16 384-event count that used to be the only bound.
+    streamDeltas(bus, 300, delta);
+    const kept = bus.replay(start, () => true);
+    expect(kept.length).toBeLessThan(300);
+    expect(kept.length).toBeGreaterThanOrEqual(Math.floor(DEFAULT_REPLAY_BYTES / 1_000_000));
+    expect(bus.window).toEqual({ events: kept.length, bytes: expect.any(Number) });
+    expect(bus.window.bytes).toBeLessThanOrEqual(DEFAULT_REPLAY_BYTES);
+    // The newest are the ones kept, and the oldest kept is the first replayable seq.
+    expect(kept.at(-1)!.seq).toBe(bus.currentSeq);
+    expect(bus.replayableFrom()).toBe(kept[0]!.seq);
+  });
+
+  it("evicts the oldest first, and a cursor before them learns it missed events; small events keep the count bound", () => {
+    const bus = new EventBus({ events: 1_000, bytes: 10_000 });
+    publishMany(bus, 5);
+    const cursor = bus.currentSeq;
+    expect(bus.replayableFrom()).toBe(1);
+    streamDeltas(bus, 6, "x".repeat(2_000));
+    // Six events of ~2 KB in a 10 KB window: what went first left, and the count was never reached.
+    expect(bus.window.bytes).toBeLessThanOrEqual(10_000);
+    expect(bus.window.events).toBeLessThan(11);
+    // Every event up to and past the cursor is gone: resuming from it has lost some (the `missed`
+    // answer of events.subscribe, whose rule is `after + 1 < replayableFrom()`).
+    expect(bus.replayableFrom()).toBeGreaterThan(cursor + 1);
+    const replayed = bus.replay(cursor, () => true).map((event) => event.seq);
+    expect(replayed[0]).toBe(bus.replayableFrom());
+    expect(replayed.at(-1)).toBe(bus.currentSeq);
+
+    // An event bigger than the whole budget is delivered live but not kept: the window starts after it.
+    const seen = collect(bus);
+    streamDeltas(bus, 1, "y".repeat(20_000));
+    expect(seen).toHaveLength(1);
+    expect(bus.window).toEqual({ events: 0, bytes: 0 });
+    expect(bus.replayableFrom()).toBe(bus.currentSeq + 1);
+
+    const counted = new EventBus({ events: 3, bytes: 10_000_000 });
+    publishMany(counted, 10);
+    expect(counted.window.events).toBe(3);
+    expect(counted.replayableFrom()).toBe(8);
+  });
+
+  it("counts an event's text, so accounting follows what it holds", () => {
+    const small = eventBytes({ event: "run.progress", payload: { text: "a" } });
+    const large = eventBytes({ event: "run.progress", payload: { text: "a".repeat(100_001) } });
+    expect(large - small).toBe(100_000);
+  });
+
+  it("bounds events held while the reservation is down by the same budget", async () => {
+    const gated = gatedMeta();
+    const opening = EventBus.open(gated.meta, { block: 2, window: { bytes: 10_000 } });
+    await vi.waitFor(() => expect(gated.writes).toHaveLength(1));
+    gated.release();
+    const bus = await opening;
+    streamDeltas(bus, 2, "x");
+    // The ceiling is reached and its extension never lands: the rest wait, bounded.
+    streamDeltas(bus, 50, "x".repeat(2_000));
+    expect(bus.pendingCount).toBeLessThanOrEqual(5);
+    bus.stop();
   });
 });

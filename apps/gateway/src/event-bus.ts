@@ -20,6 +20,45 @@ export const SEQ_STOPPED_KEY = "events.seq.stopped";
 export const DEFAULT_SEQ_BLOCK = 1_000_000;
 /** Events held while the reservation cannot be extended (storage failing) before the oldest are dropped. */
 const MAX_PENDING = 65_536;
+/** Events the replay window keeps at most (protocol.md: at least the last 10 000). */
+export const DEFAULT_REPLAY_EVENTS = 16_384;
+/** Bytes the replay window keeps at most (`gateway.limits.maxReplayBytes`). */
+export const DEFAULT_REPLAY_BYTES = 64 * 1024 * 1024;
+/** What a held direct frame is counted as (its bytes are the sender's; this is the closure). */
+const DIRECT_BYTES = 64;
+
+/** How many events, and how many of their bytes, the replay window keeps; the oldest leave first. */
+export interface ReplayWindow {
+  events?: number;
+  bytes?: number;
+}
+
+/**
+ * About the bytes an event holds: its strings' lengths plus a little per field. Cheaper than
+ * serialising it (a payload is a flat object of strings and numbers, a frame-sized string is one
+ * `length` read), and close to its JSON size, which is what the window's budget is stated in.
+ */
+export function eventBytes(event: Omit<BusEvent, "seq">): number {
+  return (
+    48 +
+    event.event.length +
+    (event.sessionKey?.length ?? 0) +
+    (event.agentId?.length ?? 0) +
+    (event.connectionId?.length ?? 0) +
+    valueBytes(event.payload)
+  );
+}
+
+function valueBytes(value: unknown): number {
+  if (typeof value === "string") return value.length + 2;
+  if (typeof value !== "object" || value === null) return 8;
+  let bytes = 2;
+  if (Array.isArray(value)) for (const item of value) bytes += valueBytes(item) + 1;
+  else
+    for (const [key, item] of Object.entries(value as Record<string, unknown>))
+      bytes += key.length + 4 + valueBytes(item);
+  return bytes;
+}
 const RETRY_DELAY_MS = 1_000;
 
 export interface SeqReservation {
@@ -33,19 +72,28 @@ export interface SeqReservation {
 }
 
 type Pending =
-  | { kind: "publish"; entry: Omit<BusEvent, "seq"> }
-  | { kind: "direct"; send: (seq: number) => void };
+  | { kind: "publish"; entry: Omit<BusEvent, "seq">; bytes: number }
+  | { kind: "direct"; send: (seq: number) => void; bytes: number };
 
 /**
  * Global event sequence with a bounded replay window. `seq` never goes back or repeats, whatever a
  * crash interrupts: numbers are handed out only below a durably reserved ceiling, and a restart
  * starts above it. Should the ceiling be reached before its extension is durable, events wait (in
  * order) rather than take unreserved numbers.
+ *
+ * The window is bounded by bytes as well as by count: events are as big as a peer makes them (a
+ * text delta, a reply), and a count alone let one worker's frame-sized events hold gigabytes.
  */
 export class EventBus implements EventLog {
-  private readonly ring: BusEvent[];
+  private readonly ring: (BusEvent | undefined)[];
+  /** Each slot's `eventBytes`. */
+  private readonly ringBytes: Uint32Array;
   private ringStart = 0;
   private ringSize = 0;
+  private heldBytes = 0;
+  private pendingBytes = 0;
+  private readonly capacity: number;
+  private readonly maxBytes: number;
   private seq: number;
   private readonly subscribers = new Set<EventSubscriber>();
   private readonly pending: Pending[] = [];
@@ -56,12 +104,15 @@ export class EventBus implements EventLog {
   private firstReplayable: number;
 
   constructor(
-    private readonly capacity = 16_384,
+    window: ReplayWindow = {},
     initialSeq = 0,
     private readonly reservation?: SeqReservation,
     firstReplayable = initialSeq + 1,
   ) {
-    this.ring = new Array(capacity);
+    this.capacity = window.events ?? DEFAULT_REPLAY_EVENTS;
+    this.maxBytes = window.bytes ?? DEFAULT_REPLAY_BYTES;
+    this.ring = new Array(this.capacity);
+    this.ringBytes = new Uint32Array(this.capacity);
     this.seq = initialSeq;
     this.firstReplayable = firstReplayable;
   }
@@ -73,7 +124,7 @@ export class EventBus implements EventLog {
   static async open(
     meta: MetaStore,
     options: {
-      capacity?: number;
+      window?: ReplayWindow;
       block?: number;
       onError?: (error: unknown, pending: number) => void;
     } = {},
@@ -95,7 +146,7 @@ export class EventBus implements EventLog {
       ...(stopped > 0 ? [meta.set(SEQ_STOPPED_KEY, "0")] : []),
     ]);
     const bus = new EventBus(
-      options.capacity ?? 16_384,
+      options.window,
       last,
       {
         reservedUpTo,
@@ -131,6 +182,11 @@ export class EventBus implements EventLog {
     return this.pending.length;
   }
 
+  /** What the replay window holds now: events, and their `eventBytes`. */
+  get window(): { events: number; bytes: number } {
+    return { events: this.ringSize, bytes: this.heldBytes };
+  }
+
   /**
    * Calls `send` with a fresh seq for a frame sent directly to one peer (outside the replay window),
    * in order with published events: at once, unless numbering waits for a reservation.
@@ -140,13 +196,14 @@ export class EventBus implements EventLog {
       send(this.seq);
       return;
     }
-    this.hold({ kind: "direct", send });
+    this.hold({ kind: "direct", send, bytes: DIRECT_BYTES });
   }
 
   publish<E extends EventName>(event: E, payload: EventPayload<E>, scope: EventScope = {}): void {
     const entry = { event, payload: payload as Record<string, unknown>, ...scope };
-    if (this.pending.length === 0 && this.take()) this.emit(entry, this.seq);
-    else this.hold({ kind: "publish", entry });
+    const bytes = eventBytes(entry);
+    if (this.pending.length === 0 && this.take()) this.emit(entry, this.seq, bytes);
+    else this.hold({ kind: "publish", entry, bytes });
   }
 
   /** Events with `seq > after` still in the window, oldest first. */
@@ -190,29 +247,44 @@ export class EventBus implements EventLog {
     return true;
   }
 
-  private emit(fields: Omit<BusEvent, "seq">, seq: number): void {
+  private emit(fields: Omit<BusEvent, "seq">, seq: number, bytes: number): void {
     const entry = fields as BusEvent;
     entry.seq = seq;
+    if (this.ringSize === this.capacity) this.evictOldest();
     const index = (this.ringStart + this.ringSize) % this.capacity;
-    if (this.ringSize < this.capacity) this.ringSize += 1;
-    else {
-      // The slot to write holds the oldest event: it is gone, with everything numbered below it.
-      this.firstReplayable = this.ring[index]!.seq + 1;
-      this.ringStart = (this.ringStart + 1) % this.capacity;
-    }
     this.ring[index] = entry;
+    this.ringBytes[index] = bytes;
+    this.ringSize += 1;
+    this.heldBytes += bytes;
+    // An event bigger than the whole budget goes too: the window then starts after it.
+    while (this.heldBytes > this.maxBytes && this.ringSize > 0) this.evictOldest();
     for (const subscriber of this.subscribers) {
       if (subscriber.accepts(entry)) subscriber.deliver(entry);
     }
   }
 
+  /** The oldest event leaves the window, and with it everything numbered below it. */
+  private evictOldest(): void {
+    const index = this.ringStart;
+    this.firstReplayable = this.ring[index]!.seq + 1;
+    this.heldBytes -= this.ringBytes[index]!;
+    // Cleared, not left for a later overwrite: a byte eviction frees the slot's event now.
+    this.ring[index] = undefined;
+    this.ringStart = (index + 1) % this.capacity;
+    this.ringSize -= 1;
+  }
+
   private hold(item: Pending): void {
-    if (this.pending.length >= MAX_PENDING) {
+    this.pending.push(item);
+    this.pendingBytes += item.bytes;
+    while (
+      this.pending.length > MAX_PENDING ||
+      (this.pendingBytes > this.maxBytes && this.pending.length > 1)
+    ) {
       // Storage has refused the reservation for a long time: bounded memory beats a crash.
-      this.pending.shift();
+      this.pendingBytes -= this.pending.shift()!.bytes;
       this.dropped += 1;
     }
-    this.pending.push(item);
     this.extend();
   }
 
@@ -241,7 +313,8 @@ export class EventBus implements EventLog {
   private drain(): void {
     while (this.pending.length > 0 && this.take()) {
       const item = this.pending.shift()!;
-      if (item.kind === "publish") this.emit(item.entry, this.seq);
+      this.pendingBytes -= item.bytes;
+      if (item.kind === "publish") this.emit(item.entry, this.seq, item.bytes);
       else item.send(this.seq);
     }
   }

@@ -216,6 +216,7 @@ export class Gateway {
             eventsLog.error({ err: error, event }, "could not publish an event to the cluster's log"),
           )
         : await EventBus.open(store.meta, {
+            window: { bytes: config.gateway.limits.maxReplayBytes },
             onError: (error, pending) =>
               eventsLog.error({ err: error, pending }, "could not reserve event seq numbers; events wait"),
           });

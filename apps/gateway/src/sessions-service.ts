@@ -27,7 +27,7 @@ import {
 import type { Logger } from "pino";
 import type { AuditService } from "./audit-service";
 import type { EventLog } from "./ports/event-log";
-import type { RecentMessagesCache } from "./ports/recent-messages";
+import { type RecentMessagesCache, RUN_HISTORY_MAX_BYTES } from "./ports/recent-messages";
 import type { SessionLocks } from "./ports/session-locks";
 
 /**
@@ -469,7 +469,7 @@ export class SessionsService {
     if (cached) return cached.slice(-limit);
     const read = await this.store.transcripts.read(entry.sessionId, {
       limit: this.recent.depth,
-      maxBytes: 256 * 1024,
+      maxBytes: RUN_HISTORY_MAX_BYTES,
       filter: (item) => item.type === "message",
     });
     this.recent.fill(entry.sessionId, read.entries, read.truncated);

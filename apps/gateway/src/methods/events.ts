@@ -27,10 +27,42 @@ function eventFilter(
  */
 const heldDuringReplay = new WeakMap<Connection, BusEvent[]>();
 
-function send(connection: Connection, event: BusEvent): void {
+function frameOf(event: BusEvent): string {
+  return JSON.stringify({ type: "event", event: event.event, seq: event.seq, payload: event.payload });
+}
+
+function send(connection: Connection, event: BusEvent, text?: string): void {
   if (event.seq <= connection.lastEventSeq) return;
   connection.lastEventSeq = event.seq;
-  connection.send({ type: "event", event: event.event, seq: event.seq, payload: event.payload });
+  connection.sendText(text ?? frameOf(event));
+}
+
+/**
+ * Sends the newest replayed events that fit in half the connection's send buffer (the rest is left
+ * for live events), and returns the seq below which it sent nothing (0: it sent all). A window
+ * bigger than one connection's buffer would otherwise be sent whole, and a client resuming after a
+ * burst of big events would be dropped as a slow reader on every reconnect instead of being told
+ * what it missed.
+ */
+function sendReplay(connection: Connection, events: BusEvent[]): number {
+  const budget = connection.maxBufferedBytes / 2;
+  const frames: Array<{ event: BusEvent; text: string }> = [];
+  let total = 0;
+  for (let index = events.length - 1; index >= 0; index--) {
+    const event = events[index]!;
+    if (event.seq <= connection.lastEventSeq) break;
+    const text = frameOf(event);
+    total += Buffer.byteLength(text);
+    if (total > budget) {
+      for (let kept = frames.length - 1; kept >= 0; kept--)
+        send(connection, frames[kept]!.event, frames[kept]!.text);
+      return event.seq + 1;
+    }
+    frames.push({ event, text });
+  }
+  for (let kept = frames.length - 1; kept >= 0; kept--)
+    send(connection, frames[kept]!.event, frames[kept]!.text);
+  return 0;
 }
 
 /** Live events, with replay from a cursor. */
@@ -101,23 +133,24 @@ export function eventMethods({
         // nothing at or below it is sent again, replayed or live.
         if (params.after <= seq) connection.lastEventSeq = Math.max(connection.lastEventSeq, params.after);
         const replayed = bus.replay(params.after, accepts);
+        let cut = 0;
         if (Array.isArray(replayed)) {
           // Replayed synchronously: no live event can interleave, so order and uniqueness hold.
-          for (const event of replayed) send(connection, event);
+          cut = sendReplay(connection, replayed);
         } else {
           // The replay covers up to `seq` (the position at the call); what arrives live meanwhile
           // is above it and waits until the replay is out.
           const held = heldDuringReplay.get(connection) ?? [];
           heldDuringReplay.set(connection, held);
           try {
-            for (const event of await replayed) send(connection, event);
+            cut = sendReplay(connection, await replayed);
           } finally {
             heldDuringReplay.delete(connection);
             for (const event of held) send(connection, event);
           }
         }
         // Read after the replay: a prune during it makes this later, never hides what it removed.
-        const before = await bus.replayableFrom();
+        const before = Math.max(await bus.replayableFrom(), cut);
         if (params.after + 1 < before && params.after < seq) missed = { after: params.after, before };
       } else {
         connection.lastEventSeq = Math.max(connection.lastEventSeq, seq);

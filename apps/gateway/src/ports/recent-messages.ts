@@ -1,6 +1,13 @@
 import type { TranscriptEntry } from "@switchboard/core";
 
 /**
+ * Bytes of history JSON a `run.assigned` carries at most, whichever way its entries were read
+ * (this cache or a tail read): the newest messages that fit, the newest clipped when it alone does
+ * not. Far under the default send buffer, so a session's history never makes its run unsendable.
+ */
+export const RUN_HISTORY_MAX_BYTES = 256 * 1024;
+
+/**
  * Each hot session's newest message entries (what `run.assigned.history` needs), kept beside the
  * store so a run's start does not re-read the transcript. A cache only this process fills: another
  * gateway appending to the same session would make it stale, so a shared store needs another one.

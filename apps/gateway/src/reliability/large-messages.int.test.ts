@@ -1,7 +1,17 @@
-import { MAX_INPUT_MESSAGE_BYTES } from "@switchboard/core";
+import { type HistoryMessage, MAX_INPUT_MESSAGE_BYTES } from "@switchboard/core";
 import { afterEach, describe, expect, it } from "vitest";
+import { RUN_HISTORY_MAX_BYTES } from "../ports/recent-messages";
 import { behaviour } from "../testing/behaviour";
-import { startTestGateway, type TestGateway, TestWorker } from "../testing/test-gateway";
+import {
+  type RunContext,
+  startTestGateway,
+  type TestGateway,
+  TestWorker,
+  testStoreKind,
+  type WorkerHandler,
+} from "../testing/test-gateway";
+import type { TestPeer } from "../testing/test-peer";
+import { until } from "../testing/until";
 
 /** Issue 10, item 9: a message over the history page cap is never silently unreadable. */
 const WORKER = "worker-token-0123456789";
@@ -80,5 +90,129 @@ describe("large messages", () => {
     expect(multibyte.error?.code).toBe("INVALID_REQUEST");
     const listed = await op.call<{ sessions: unknown[] }>("sessions.list", { limit: 5 });
     expect(listed.sessions).toHaveLength(0);
+  });
+});
+
+/**
+ * A session whose recent messages are large used to make every `run.assigned` bigger than the
+ * worker's whole send buffer: the gateway dropped the (fast) worker as a slow reader, and every
+ * other run it held ended "worker disconnected".
+ */
+describe("runs of a session with a large history", () => {
+  const utf8 = (value: unknown) => Buffer.byteLength(JSON.stringify(value));
+  const historyOf = (run: RunContext["run"] | undefined) => run!.history as HistoryMessage[];
+
+  /** A worker whose runs named `slow` wait for `release`; `big` runs reply 400 kB. */
+  function slowOrBig(): { handler: WorkerHandler; release(): void } {
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const handler: WorkerHandler = async ({ run }) => {
+      if (run.input.message === "slow") {
+        await released;
+        return "slow done";
+      }
+      return run.input.message.startsWith("big") ? "R".repeat(400_000) : "small reply";
+    };
+    return { handler, release };
+  }
+
+  async function ask(op: TestPeer, sessionKey: string, message: string) {
+    const { runId } = await op.call<{ runId: string }>("agent", { sessionKey, message, timeoutSeconds: 30 });
+    return runId;
+  }
+
+  const waitFor = (op: TestPeer, runId: string) =>
+    op.call<{ status: string; reply?: string; error?: string }>("agent.wait", { runId, timeoutMs: 20_000 });
+
+  it("sends a tiny run its history within the budget, on the cached and the uncached path; the worker and its other runs go on", async () => {
+    // A 2 MiB send buffer: four 400 kB inputs with their 400 kB replies are 3.2 MB of recent history.
+    const config = {
+      auth: { tokens: [{ name: "worker", token: WORKER, role: "agent" as const }] },
+      gateway: { limits: { maxBufferedBytes: 2 * 1024 * 1024 } },
+    };
+    gw = await startTestGateway(config, { store: testStoreKind() });
+    let op = await gw.operator();
+    const first = slowOrBig();
+    worker = await TestWorker.start(gw.url, WORKER, ["main"], first.handler, { concurrency: 4 });
+    for (let i = 0; i < 4; i++)
+      expect(await waitFor(op, await ask(op, "main", `big ${i} ${"x".repeat(400_000)}`))).toMatchObject({
+        status: "ok",
+      });
+
+    // The same worker holds a run of another session meanwhile.
+    const other = await ask(op, "agent:main:other", "slow");
+    await until(() => worker!.runs.some((run) => run.runId === other), "the other session's run assigned");
+    const tiny = await ask(op, "main", "hi");
+    expect(await waitFor(op, tiny)).toMatchObject({ status: "ok", reply: "small reply" });
+    // The newest message (a 400 kB reply) alone is over the budget: a clipped copy, with its size.
+    const clipped = historyOf(worker.runs.find((run) => run.runId === tiny));
+    expect(utf8(clipped)).toBeLessThanOrEqual(RUN_HISTORY_MAX_BYTES);
+    expect(clipped).toHaveLength(1);
+    expect(clipped[0]!.role).toBe("assistant");
+    expect(clipped[0]!.clipped?.bytes).toBeGreaterThan(400_000);
+    expect((clipped[0]!.content[0] as { text: string }).text).toMatch(/^R{100000,}$/);
+
+    first.release();
+    expect(await waitFor(op, other)).toMatchObject({ status: "ok", reply: "slow done" });
+    expect(worker.peer.closed).toBeUndefined();
+
+    // Next: the small newest messages whole, the big ones before them dropped (no holes).
+    const next = await ask(op, "main", "hi again");
+    expect(await waitFor(op, next)).toMatchObject({ status: "ok" });
+    const recent = historyOf(worker.runs.find((run) => run.runId === next));
+    expect(recent.map((message) => (message.content[0] as { text: string }).text)).toEqual([
+      "hi",
+      "small reply",
+    ]);
+    expect(await waitFor(op, await ask(op, "main", "big again"))).toMatchObject({ status: "ok" });
+
+    // A restarted gateway has no cached messages: the run reads the transcript's tail instead.
+    worker.close();
+    await gw.restart();
+    op = await gw.operator();
+    const second = slowOrBig();
+    worker = await TestWorker.start(gw.url, WORKER, ["main"], second.handler, { concurrency: 4 });
+    const held = await ask(op, "agent:main:other", "slow");
+    await until(() => worker!.runs.some((run) => run.runId === held), "the other session's run assigned");
+    const uncached = await ask(op, "main", "hi after restart");
+    expect(await waitFor(op, uncached)).toMatchObject({ status: "ok", reply: "small reply" });
+    const read = historyOf(worker.runs.find((run) => run.runId === uncached));
+    expect(utf8(read)).toBeLessThanOrEqual(RUN_HISTORY_MAX_BYTES);
+    expect(read).toHaveLength(1);
+    expect(read[0]!.clipped?.bytes).toBeGreaterThan(400_000);
+    second.release();
+    expect(await waitFor(op, held)).toMatchObject({ status: "ok" });
+    expect(worker.peer.closed).toBeUndefined();
+  }, 60_000);
+
+  it("ends a run whose run.assigned cannot fit even an empty send buffer, naming the limit; the worker keeps its other runs", async () => {
+    gw = await startTestGateway(
+      {
+        auth: { tokens: [{ name: "worker", token: WORKER, role: "agent" }] },
+        gateway: { limits: { maxBufferedBytes: 65_536 } },
+      },
+      { store: testStoreKind() },
+    );
+    const op = await gw.operator();
+    const slow = slowOrBig();
+    worker = await TestWorker.start(gw.url, WORKER, ["main"], slow.handler, { concurrency: 4 });
+    const other = await ask(op, "agent:main:other", "slow");
+    await until(() => worker!.runs.some((run) => run.runId === other), "the other session's run assigned");
+
+    // Its input alone (100 kB) is more than the worker's whole 64 KiB send buffer.
+    const huge = await ask(op, "main", "y".repeat(100_000));
+    const ended = await waitFor(op, huge);
+    expect(ended.status).toBe("error");
+    expect(ended.error).toContain("run.assigned");
+    expect(ended.error).toContain("limits.maxBufferedBytes = 65536");
+
+    slow.release();
+    expect(await waitFor(op, other)).toMatchObject({ status: "ok", reply: "slow done" });
+    // The session goes on too: its next run gets the big input as a clipped history message.
+    const after = await ask(op, "main", "small");
+    expect(await waitFor(op, after)).toMatchObject({ status: "ok", reply: "small reply" });
+    expect(worker.peer.closed).toBeUndefined();
   });
 });

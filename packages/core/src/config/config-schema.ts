@@ -43,6 +43,11 @@ const GatewayConfigSchema = z.strictObject({
       maxConnectionsPerAddress: intAtLeast(1).default(512),
       /** Requests one connection may have in flight; more are answered RATE_LIMITED (retryable). */
       maxInFlight: intAtLeast(1).default(256),
+      /**
+       * Bytes of recent events the in-process event log keeps for `events.subscribe` replay, besides
+       * its count: the oldest leave first, and a client resuming before them is told it missed events.
+       */
+      maxReplayBytes: intAtLeast(1_048_576).default(67_108_864),
     })
     .prefault({}),
   retention: RetentionConfigSchema.prefault({}),

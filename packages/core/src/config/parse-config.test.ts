@@ -132,6 +132,7 @@ describe("parseConfig", () => {
         maxPreConnectBytes: 16384,
         maxConnectionsPerAddress: 512,
         maxInFlight: 256,
+        maxReplayBytes: 67108864,
       },
       retention: { runsDays: 7, archiveDays: 30 },
     });

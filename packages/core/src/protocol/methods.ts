@@ -318,7 +318,9 @@ export const Methods = {
     params: z.object({
       runId: RunIdParam,
       kind: z.enum(["text-delta", "tool-call", "tool-result"]),
-      text: z.string().optional(),
+      // Published to every subscriber and kept in the replay window: bounded like any text a peer
+      // sends in, so one delta can never be a frame-sized event.
+      text: InputTextSchema.optional(),
       toolCallId: z.string().max(128).optional(),
       name: ToolNameParam.optional(),
       args: ToolArgsSchema.optional(),

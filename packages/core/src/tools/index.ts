@@ -1,3 +1,4 @@
 export * from "./backend-port";
+export * from "./clip-message";
 export * from "./tool-limits";
 export * from "./tool-schemas";
