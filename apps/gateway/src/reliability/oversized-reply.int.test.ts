@@ -42,4 +42,36 @@ describe("a raw worker's reply over the frame limit", () => {
     );
     worker.close();
   });
+
+  it("with a raised maxPayload, a reply past the store's message limit is refused naming reply, not acknowledged", async () => {
+    gw = await startTestGateway(
+      {
+        gateway: { limits: { maxPayload: 4 * 1024 * 1024 } },
+        auth: { tokens: [{ name: "worker", token: WORKER_TOKEN, role: "agent" }] },
+      },
+      { store: "file" },
+    );
+    const worker = await TestPeer.connect(gw.url, { token: WORKER_TOKEN, role: "agent", agents: ["main"] });
+    const operator = await gw.operator();
+    const { runId } = await operator.call<{ runId: string }>("chat.send", {
+      sessionKey: "main",
+      message: "hi",
+    });
+    await worker.waitForEvent((event) => event.event === "run.assigned");
+    // Before: answered {} and reported `ok` while the store refused the reply's entry (it was lost).
+    const refused = await worker.request("run.complete", { runId, reply: "r".repeat(2 * 1024 * 1024) });
+    expect(refused.error?.code).toBe("INVALID_REQUEST");
+    expect(refused.error?.message).toContain("reply: must be at most 1048576 bytes of UTF-8");
+    // The run is still the worker's: a reply that fits completes it, and it is in the transcript.
+    expect((await worker.request("run.complete", { runId, reply: "short" })).ok).toBe(true);
+    expect(await operator.call("agent.wait", { runId, timeoutMs: 5000 })).toMatchObject({
+      status: "ok",
+      reply: "short",
+    });
+    const history = await operator.call<{ messages: Array<{ role: string }> }>("sessions.history", {
+      sessionKey: "main",
+    });
+    expect(history.messages.map((message) => message.role)).toEqual(["user", "assistant"]);
+    worker.close();
+  });
 });

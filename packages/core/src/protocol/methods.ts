@@ -13,7 +13,7 @@ import {
   SimulateResultSchema,
   ToolDefinitionSchema,
 } from "../tools/tool-schemas";
-import { InputTextSchema } from "./input-text";
+import { InputTextSchema, ReplyTextSchema } from "./input-text";
 import { ToolArgsSchema, ToolResultValueSchema } from "./json-depth";
 
 /** `mcp`: a token bound to one session, used by the stdio MCP bridge (only the tool methods, as that session). */
@@ -329,7 +329,7 @@ export const Methods = {
     result: Empty,
   },
   "run.complete": {
-    params: z.object({ runId: RunIdParam, reply: z.string(), usage: UsageSchema.optional() }),
+    params: z.object({ runId: RunIdParam, reply: ReplyTextSchema, usage: UsageSchema.optional() }),
     result: Empty,
   },
   "run.fail": { params: z.object({ runId: RunIdParam, error: z.string().max(10_000) }), result: Empty },

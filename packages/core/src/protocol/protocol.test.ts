@@ -64,3 +64,19 @@ describe("protocol schemas", () => {
     expect(Object.keys(schema.events).sort()).toEqual([...EVENT_NAMES].sort());
   });
 });
+
+describe("run.complete reply", () => {
+  const parse = (reply: string) => Methods["run.complete"].params.safeParse({ runId: "r1", reply });
+  it("takes a reply that fits one stored message", () => {
+    expect(parse("x".repeat(1024 * 1024)).success).toBe(true);
+  });
+  it("refuses one past the store's message limit, naming reply and the limit once", () => {
+    for (const reply of ["x".repeat(1024 * 1024 + 1), "é".repeat(600_000), '"'.repeat(600_000)]) {
+      const result = parse(reply);
+      expect(result.success).toBe(false);
+      expect(result.error!.issues.map((issue) => [issue.path.join("."), issue.message])).toEqual([
+        ["reply", "must be at most 1048576 bytes of UTF-8, counted JSON-encoded as it is stored"],
+      ]);
+    }
+  });
+});
