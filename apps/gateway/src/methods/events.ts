@@ -48,21 +48,22 @@ function sendReplay(connection: Connection, events: BusEvent[]): number {
   const budget = connection.maxBufferedBytes / 2;
   const frames: Array<{ event: BusEvent; text: string }> = [];
   let total = 0;
+  let cut = 0;
   for (let index = events.length - 1; index >= 0; index--) {
     const event = events[index]!;
     if (event.seq <= connection.lastEventSeq) break;
     const text = frameOf(event);
     total += Buffer.byteLength(text);
     if (total > budget) {
-      for (let kept = frames.length - 1; kept >= 0; kept--)
-        send(connection, frames[kept]!.event, frames[kept]!.text);
-      return event.seq + 1;
+      cut = event.seq + 1;
+      break;
     }
     frames.push({ event, text });
   }
+  // Collected newest first; sent oldest first.
   for (let kept = frames.length - 1; kept >= 0; kept--)
     send(connection, frames[kept]!.event, frames[kept]!.text);
-  return 0;
+  return cut;
 }
 
 /** Live events, with replay from a cursor. */

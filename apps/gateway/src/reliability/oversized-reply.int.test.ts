@@ -1,3 +1,4 @@
+import type { ConfigInput } from "@switchboard/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { startTestGateway, type TestGateway } from "../testing/test-gateway";
 import { TestPeer } from "../testing/test-peer";
@@ -9,19 +10,25 @@ afterEach(async () => {
   gw = undefined;
 });
 
+/** A gateway with one raw worker, holding the run of a `chat.send` to main. */
+async function runAssignedToRawWorker(config: ConfigInput, store: "memory" | "file") {
+  gw = await startTestGateway(
+    { ...config, auth: { tokens: [{ name: "worker", token: WORKER_TOKEN, role: "agent" }] } },
+    { store },
+  );
+  const worker = await TestPeer.connect(gw.url, { token: WORKER_TOKEN, role: "agent", agents: ["main"] });
+  const operator = await gw.operator();
+  const { runId } = await operator.call<{ runId: string }>("chat.send", {
+    sessionKey: "main",
+    message: "hi",
+  });
+  await worker.waitForEvent((event) => event.event === "run.assigned");
+  return { worker, operator, runId };
+}
+
 describe("a raw worker's reply over the frame limit", () => {
   it("is refused with its request id and ends the run at once, naming the limit", async () => {
-    gw = await startTestGateway(
-      { auth: { tokens: [{ name: "worker", token: WORKER_TOKEN, role: "agent" }] } },
-      { store: "memory" },
-    );
-    const worker = await TestPeer.connect(gw.url, { token: WORKER_TOKEN, role: "agent", agents: ["main"] });
-    const operator = await gw.operator();
-    const { runId } = await operator.call<{ runId: string }>("chat.send", {
-      sessionKey: "main",
-      message: "hi",
-    });
-    await worker.waitForEvent((event) => event.event === "run.assigned");
+    const { worker, operator, runId } = await runAssignedToRawWorker({}, "memory");
 
     const refused = await worker.request("run.complete", { runId, reply: "x".repeat(1_200_000) });
     expect(refused.error?.code).toBe("PAYLOAD_TOO_LARGE");
@@ -44,20 +51,10 @@ describe("a raw worker's reply over the frame limit", () => {
   });
 
   it("with a raised maxPayload, a reply past the store's message limit is refused naming reply, not acknowledged", async () => {
-    gw = await startTestGateway(
-      {
-        gateway: { limits: { maxPayload: 4 * 1024 * 1024 } },
-        auth: { tokens: [{ name: "worker", token: WORKER_TOKEN, role: "agent" }] },
-      },
-      { store: "file" },
+    const { worker, operator, runId } = await runAssignedToRawWorker(
+      { gateway: { limits: { maxPayload: 4 * 1024 * 1024 } } },
+      "file",
     );
-    const worker = await TestPeer.connect(gw.url, { token: WORKER_TOKEN, role: "agent", agents: ["main"] });
-    const operator = await gw.operator();
-    const { runId } = await operator.call<{ runId: string }>("chat.send", {
-      sessionKey: "main",
-      message: "hi",
-    });
-    await worker.waitForEvent((event) => event.event === "run.assigned");
     // Before: answered {} and reported `ok` while the store refused the reply's entry (it was lost).
     const refused = await worker.request("run.complete", { runId, reply: "r".repeat(2 * 1024 * 1024) });
     expect(refused.error?.code).toBe("INVALID_REQUEST");

@@ -26,22 +26,34 @@ async function connect(options: Parameters<typeof TestPeer.connect>[1]): Promise
   return peer;
 }
 
+/** A gateway (memory store, `limits` set) with an operator and one raw worker for main. */
+async function gatewayWithWorker(limits: { maxReplayBytes?: number } = {}) {
+  gw = await startTestGateway(
+    { auth: { tokens: [{ name: "worker", token: WORKER, role: "agent" }] }, gateway: { limits } },
+    { store: "memory" },
+  );
+  const op = await gw.operator();
+  peers.push(op);
+  const worker = await connect({ token: WORKER, role: "agent", agents: ["main"] });
+  return { op, worker };
+}
+
+/** A run on main, once the worker holds it. */
+async function assignedRun(op: TestPeer, worker: TestPeer): Promise<string> {
+  const { runId } = await op.call<{ runId: string }>("agent", { sessionKey: "main", message: "stream" });
+  await worker.waitForEvent((event) => event.event === "run.assigned");
+  return runId;
+}
+
 describe("a worker flooding run.progress", () => {
   it("keeps the replay window within its byte budget; a client resuming past it hears it missed events", async () => {
-    gw = await startTestGateway(
-      { auth: { tokens: [{ name: "worker", token: WORKER, role: "agent" }] } },
-      { store: "memory" },
-    );
-    const op = await gw.operator();
-    peers.push(op);
-    const worker = await connect({ token: WORKER, role: "agent", agents: ["main"] });
+    const { op, worker } = await gatewayWithWorker();
     // A client following everything, which goes away before the flood and comes back after it.
-    const away = await connect({ token: gw.token, role: "operator" });
+    const away = await connect({ token: gw!.token, role: "operator" });
     const cursor = (await away.call<{ seq: number }>("events.subscribe", {})).seq;
     away.close();
 
-    const { runId } = await op.call<{ runId: string }>("agent", { sessionKey: "main", message: "stream" });
-    await worker.waitForEvent((event) => event.event === "run.assigned");
+    const runId = await assignedRun(op, worker);
 
     // 150 deltas of 500 000 characters: 75 MB, more than the default 64 MiB budget, far under the
     // 16 384-event count (the only bound before, at which this gateway held ~8 GB).
@@ -54,11 +66,11 @@ describe("a worker flooding run.progress", () => {
       );
       expect(answers.every((answer) => answer.ok)).toBe(true);
     }
-    const bus = gw.gateway.bus as EventBus;
+    const bus = gw!.gateway.bus as EventBus;
     expect(bus).toBeInstanceOf(EventBus);
     expect(bus.window.bytes).toBeLessThanOrEqual(DEFAULT_REPLAY_BYTES);
 
-    const back = await connect({ token: gw.token, role: "operator" });
+    const back = await connect({ token: gw!.token, role: "operator" });
     const answer = await back.call<{ seq: number; missed?: { after: number; before: number } }>(
       "events.subscribe",
       { after: cursor },
@@ -80,36 +92,19 @@ describe("a worker flooding run.progress", () => {
   }, 60_000);
 
   it("holds no more than gateway.limits.maxReplayBytes", async () => {
-    gw = await startTestGateway(
-      {
-        auth: { tokens: [{ name: "worker", token: WORKER, role: "agent" }] },
-        gateway: { limits: { maxReplayBytes: 2 * 1024 * 1024 } },
-      },
-      { store: "memory" },
-    );
-    const op = await gw.operator();
-    peers.push(op);
-    const worker = await connect({ token: WORKER, role: "agent", agents: ["main"] });
-    const { runId } = await op.call<{ runId: string }>("agent", { sessionKey: "main", message: "stream" });
-    await worker.waitForEvent((event) => event.event === "run.assigned");
+    const { op, worker } = await gatewayWithWorker({ maxReplayBytes: 2 * 1024 * 1024 });
+    const runId = await assignedRun(op, worker);
     for (let i = 0; i < 10; i++)
       await worker.call("run.progress", { runId, kind: "text-delta", text: "d".repeat(500_000) });
-    const { window } = gw.gateway.bus as EventBus;
+    const { window } = gw!.gateway.bus as EventBus;
     expect(window.bytes).toBeLessThanOrEqual(2 * 1024 * 1024);
     expect(window.events).toBeLessThanOrEqual(4);
   });
 
   it("refuses a text delta over the input text limit, naming the field and the limit", async () => {
-    gw = await startTestGateway(
-      { auth: { tokens: [{ name: "worker", token: WORKER, role: "agent" }] } },
-      { store: "memory" },
-    );
-    const op = await gw.operator();
-    peers.push(op);
-    const worker = await connect({ token: WORKER, role: "agent", agents: ["main"] });
-    const { runId } = await op.call<{ runId: string }>("agent", { sessionKey: "main", message: "stream" });
-    await worker.waitForEvent((event) => event.event === "run.assigned");
-    const before = gw.gateway.bus.currentSeq;
+    const { op, worker } = await gatewayWithWorker();
+    const runId = await assignedRun(op, worker);
+    const before = gw!.gateway.bus.currentSeq;
 
     const refused = await worker.request("run.progress", {
       runId,
@@ -120,7 +115,7 @@ describe("a worker flooding run.progress", () => {
     expect(refused.error?.message).toContain("text");
     expect(refused.error?.message).toContain(`${MAX_INPUT_MESSAGE_BYTES} bytes`);
     // Nothing was published for it; a delta within the limit still goes through.
-    expect(gw.gateway.bus.currentSeq).toBe(before);
+    expect(gw!.gateway.bus.currentSeq).toBe(before);
     expect((await worker.request("run.progress", { runId, kind: "text-delta", text: "ok" })).ok).toBe(true);
   });
 });
