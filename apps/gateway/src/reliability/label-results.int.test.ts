@@ -12,7 +12,8 @@ import type { TestPeer } from "../testing/test-peer";
 const WORKER = "worker-token-0123456789";
 const PUB = "agent:main:discord:group:pub";
 const ALICE = "agent:main:webchat:dm:alice";
-const SECRET = "the launch code is 4242";
+// "zulu": a code no random id (hex) can contain by chance, as "4242" alone sometimes was in a UUID.
+const SECRET = "the launch code is zulu-4242";
 
 type Result = Record<string, unknown> & { status: string };
 
@@ -107,7 +108,7 @@ describe("labels of results carrying another session's data", () => {
       timeoutSeconds: 10,
     });
     expect(result.status).toBe("ok");
-    expect(JSON.stringify(result)).not.toContain("4242");
+    expect(JSON.stringify(result)).not.toContain("zulu-4242");
     expect(result.reply).toBe("");
     expect(result.dataLabel).toBe("CONFIDENTIAL");
     expect(String(result.withheld)).toContain("read-up blocked");
@@ -117,7 +118,7 @@ describe("labels of results carrying another session's data", () => {
       "sessions.history",
       { sessionKey: PUB, includeTools: true, limit: 20 },
     );
-    expect(JSON.stringify(history.messages)).not.toContain("4242");
+    expect(JSON.stringify(history.messages)).not.toContain("zulu-4242");
     const blocked = (await auditKinds()).filter((entry) => entry.kind === "policy.blocked");
     expect(blocked.some((entry) => String(entry.data?.message).includes("read-up blocked"))).toBe(true);
   });
@@ -159,9 +160,9 @@ describe("labels of results carrying another session's data", () => {
       message: "what is the code?",
       timeoutSeconds: 10,
     });
-    // Before, the error text came back whole: `could not comply: the launch code is 4242`.
+    // Before, the error text came back whole: `could not comply: the launch code is zulu-4242`.
     expect(result).toMatchObject({ status: "error", error: "run failed", dataLabel: "CONFIDENTIAL" });
-    expect(JSON.stringify(result)).not.toContain("4242");
+    expect(JSON.stringify(result)).not.toContain("zulu-4242");
     expect(String(result.withheld)).toContain("read-up blocked");
     expect(await status(PUB)).toMatchObject({ taint: "PUBLIC" });
     const history = await op.call<{ messages: unknown[] }>("sessions.history", {
@@ -169,7 +170,7 @@ describe("labels of results carrying another session's data", () => {
       includeTools: true,
       limit: 20,
     });
-    expect(JSON.stringify(history.messages)).not.toContain("4242");
+    expect(JSON.stringify(history.messages)).not.toContain("zulu-4242");
   });
 
   it("within clearance, a failed run's error text raises the caller's taint and carries its label", async () => {
@@ -246,7 +247,7 @@ describe("labels of results carrying another session's data", () => {
       (run) => run.sessionKey === PUB && run.input.context.includes("announce step"),
     );
     expect(announce).toBeDefined();
-    expect(announce!.input.context).not.toContain("4242");
+    expect(announce!.input.context).not.toContain("zulu-4242");
     expect(await status(PUB)).toMatchObject({ taint: "PUBLIC" });
   });
 });
