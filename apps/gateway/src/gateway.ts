@@ -245,6 +245,7 @@ export class Gateway {
         new InProcessRunLanes(),
         new InProcessActiveRuns(),
         new InProcessWorkerRegistry(),
+        config.gateway.limits,
         telemetry.runs,
       );
       if (cluster) {

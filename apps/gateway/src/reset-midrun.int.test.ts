@@ -1,5 +1,11 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { startTestGateway, type TestGateway, TestWorker, testStoreKind } from "./testing/test-gateway";
+import {
+  startTestGateway,
+  stopGateway,
+  type TestGateway,
+  TestWorker,
+  testStoreKind,
+} from "./testing/test-gateway";
 import type { TestPeer } from "./testing/test-peer";
 
 // A reset gives a session a new transcript at taint PUBLIC. A run of the old transcript that already
@@ -16,10 +22,8 @@ let op: TestPeer;
 let worker: TestWorker | undefined;
 
 afterEach(async () => {
-  await gw?.gateway.flows.idle();
-  worker?.close();
+  await stopGateway(gw, worker);
   worker = undefined;
-  await gw?.close();
 });
 
 /** A gateway whose `agent:main:main` has read CONFIDENTIAL data, with a PUBLIC discord chat. */

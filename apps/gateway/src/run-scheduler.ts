@@ -16,7 +16,7 @@ import {
 } from "@switchboard/core";
 import type { Logger } from "pino";
 import type { Connection } from "./connection";
-import type { ActiveRun as ActiveRunOf, ActiveRuns } from "./ports/active-runs";
+import { type ActiveRun as ActiveRunOf, type ActiveRuns, runInputBytes } from "./ports/active-runs";
 import type { EventLog } from "./ports/event-log";
 import type { RunLanes } from "./ports/run-lanes";
 import type { RunWaiters } from "./ports/run-waiters";
@@ -65,6 +65,44 @@ export interface WaitResult {
 }
 
 type ActiveRun = ActiveRunOf<Connection>;
+
+/** How much the runs not ended yet may hold on this instance (`gateway.limits`). */
+export interface RunAdmissionLimits {
+  maxRunsPerSession: number;
+  maxRunInputBytes: number;
+}
+
+/**
+ * Runs a flow starts to finish what an accepted run began: refusing one would lose a reply or an
+ * announce already owed, and their number is bounded by the flows (turns, hops, budgets) instead.
+ */
+/**
+ * Runs whose input nothing reads back once they ended: it is in the session's transcript (or was
+ * built from it, for a summary). Their ended record keeps a short head of it, so the records a
+ * retention window holds stay small however large the inputs were. A spawn's and an announce's
+ * input is kept whole: a retried announce sends it again.
+ */
+const INPUT_DROPPED_AT_END: ReadonlySet<RunRecord["origin"]> = new Set([
+  "chat",
+  "agent",
+  "send",
+  "summarize",
+]);
+/** Characters of such an input an ended record keeps. */
+export const ENDED_INPUT_HEAD = 256;
+
+function endedInput(message: string): string {
+  if (message.length <= ENDED_INPUT_HEAD) return message;
+  let end = ENDED_INPUT_HEAD;
+  // Never end on half of a surrogate pair.
+  const code = message.charCodeAt(end - 1);
+  if (code >= 0xd800 && code <= 0xdbff) end -= 1;
+  // Copied through bytes: a slice of a string may share, and so keep alive, the whole of it.
+  const head = Buffer.from(message.slice(0, end)).toString();
+  return `${head}… [${message.length} characters in all; the transcript keeps the whole input]`;
+}
+
+const FOLLOW_UP_ORIGINS: ReadonlySet<RunRecord["origin"]> = new Set(["reply", "announce", "spawn-announce"]);
 
 /** What the scheduler asks of the cluster (apps/gateway/src/cluster/cluster-runs.ts). */
 export interface ClusterRunHooks {
@@ -137,6 +175,7 @@ export class RunScheduler {
     private readonly active: ActiveRuns<Connection>,
     /** Worker connections, their slots and the lanes starved for one. */
     private readonly workers: WorkerRegistry<Connection>,
+    private readonly limits: RunAdmissionLimits,
     /** Metrics and traces of runs; undefined when telemetry is off. */
     private readonly telemetry?: RunObserver,
   ) {}
@@ -254,12 +293,36 @@ export class RunScheduler {
   private async create(spec: RunSpec): Promise<RunRecord> {
     // Counted from before the session is read: the archiver, which checks this right before its
     // archive write, either sees this creation or archives first, and then the read below sees it.
-    const created = this.active.startCreatingOn(spec.sessionKey);
+    const bytes = runInputBytes(spec);
+    if (!FOLLOW_UP_ORIGINS.has(spec.origin)) this.admit(spec.sessionKey, bytes);
+    const created = this.active.startCreatingOn(spec.sessionKey, bytes);
     try {
       return await this.createOn(await this.sessions.require(spec.sessionKey), spec);
     } finally {
       created();
     }
+  }
+
+  /**
+   * Refuses a run the instance has no room for: RATE_LIMITED, retryable once some runs have ended.
+   * Checked and counted in one synchronous step with `startCreatingOn`, so concurrent sends cannot
+   * all slip under the limit together.
+   */
+  private admit(sessionKey: string, bytes: number): void {
+    const load = this.active.load(sessionKey);
+    const { maxRunsPerSession, maxRunInputBytes } = this.limits;
+    if (load.sessionRuns >= maxRunsPerSession)
+      throw new SwitchboardError(
+        "RATE_LIMITED",
+        `session ${sessionKey} has ${load.sessionRuns} runs not ended yet (gateway.limits.maxRunsPerSession is ${maxRunsPerSession}); retry once some have ended`,
+        { retryable: true, details: { limit: "gateway.limits.maxRunsPerSession", value: maxRunsPerSession } },
+      );
+    if (load.bytes + bytes > maxRunInputBytes)
+      throw new SwitchboardError(
+        "RATE_LIMITED",
+        `runs not ended yet hold ${load.bytes} bytes of input here and this one adds ${bytes} (gateway.limits.maxRunInputBytes is ${maxRunInputBytes}); retry once some have ended`,
+        { retryable: true, details: { limit: "gateway.limits.maxRunInputBytes", value: maxRunInputBytes } },
+      );
   }
 
   private async createOn(entry: SessionEntry, spec: RunSpec): Promise<RunRecord> {
@@ -780,6 +843,7 @@ export class RunScheduler {
     if (outcome.error !== undefined) record.error = outcome.error;
     if (outcome.lost !== undefined) record.lost = outcome.lost;
     if (outcome.usage) record.usage = outcome.usage;
+    if (INPUT_DROPPED_AT_END.has(record.origin)) record.message = endedInput(record.message);
     const active = this.active.get(record.runId);
     if (active?.timer) clearTimeout(active.timer);
     const freedWorker = active?.worker;

@@ -2,7 +2,7 @@ import type { RunRecord } from "@switchboard/core";
 import { describe, expect, it } from "vitest";
 import { InProcessActiveRuns } from "./active-runs";
 
-const record = (runId: string) => ({ runId }) as RunRecord;
+const record = (runId: string) => ({ runId, sessionKey: "s", message: "" }) as RunRecord;
 
 describe("InProcessActiveRuns", () => {
   it("keeps active runs by id and lists a snapshot", () => {
@@ -40,5 +40,29 @@ describe("InProcessActiveRuns", () => {
     expect(seen).toEqual(["r1", "r2"]);
     expect(runs.unsaved("r1")).toBeUndefined();
     expect([...runs.unsavedRecords()]).toEqual([]);
+  });
+
+  it("counts a session's runs and every run's input bytes, from creation until the run leaves", () => {
+    const runs = new InProcessActiveRuns<string>();
+    const run = (runId: string, sessionKey: string, message: string) => ({
+      record: { runId, sessionKey, message } as RunRecord,
+    });
+    const creating = runs.startCreatingOn("s1", 5);
+    expect(runs.load("s1")).toEqual({ sessionRuns: 1, bytes: 5 });
+    const first = run("r1", "s1", "héllo");
+    runs.add(first);
+    runs.add(first);
+    creating();
+    creating();
+    expect(runs.load("s1")).toEqual({ sessionRuns: 1, bytes: 6 });
+    runs.add(run("r2", "s2", "abc"));
+    expect(runs.load("s2")).toEqual({ sessionRuns: 1, bytes: 9 });
+    // Clipped before it leaves: what was counted is what is taken off.
+    first.record.message = "";
+    runs.delete("r1");
+    runs.delete("r1");
+    expect(runs.load("s1")).toEqual({ sessionRuns: 0, bytes: 3 });
+    runs.delete("r2");
+    expect(runs.load("s2")).toEqual({ sessionRuns: 0, bytes: 0 });
   });
 });

@@ -31,10 +31,17 @@ export interface ActiveRuns<W> {
   doneCreating(idempotencyKey: string): void;
   /**
    * A run of the session is being created (from before its session is read until it is in a lane
-   * or the store): the sub-agent archiver must not archive the session meanwhile. Returns the end.
+   * or the store): the sub-agent archiver must not archive the session meanwhile, and its input's
+   * `bytes` count towards `load` already. Returns the end.
    */
-  startCreatingOn(sessionKey: string): () => void;
+  startCreatingOn(sessionKey: string, bytes?: number): () => void;
   creatingOn(sessionKey: string): boolean;
+  /**
+   * What runs not ended yet hold here: the session's runs (active or being created) and the input
+   * bytes of every such run of this process. Admission bounds both (`gateway.limits`), so a flood of
+   * sends with no worker to take them cannot grow the process without bound.
+   */
+  load(sessionKey: string): RunLoad;
   /** An ended run whose final record is not durable yet. */
   keepUnsaved(record: RunRecord): void;
   unsaved(runId: string): RunRecord | undefined;
@@ -43,8 +50,23 @@ export interface ActiveRuns<W> {
   saved(runId: string): void;
 }
 
+export interface RunLoad {
+  sessionRuns: number;
+  bytes: number;
+}
+
+/** What a run's input holds in memory while it waits: its message and context, in UTF-8 bytes. */
+export function runInputBytes(run: Pick<RunRecord, "message" | "context">): number {
+  return Buffer.byteLength(run.message) + (run.context === undefined ? 0 : Buffer.byteLength(run.context));
+}
+
 export class InProcessActiveRuns<W> implements ActiveRuns<W> {
   private readonly active = new Map<string, ActiveRun<W>>();
+  /** Each active run's weight as counted when added (its record may be clipped before it leaves). */
+  private readonly weights = new Map<string, { sessionKey: string; bytes: number }>();
+  private readonly activePerSession = new Map<string, number>();
+  private heldBytes = 0;
+  private creatingBytes = 0;
   private readonly inflight = new Map<string, Promise<RunRecord>>();
   private readonly pending = new Map<string, RunRecord>();
   /** Creations in flight per session key; keys with none hold no memory. */
@@ -55,11 +77,22 @@ export class InProcessActiveRuns<W> implements ActiveRuns<W> {
   }
 
   add(run: ActiveRun<W>): void {
-    this.active.set(run.record.runId, run);
+    const { runId, sessionKey } = run.record;
+    this.active.set(runId, run);
+    if (this.weights.has(runId)) return;
+    const bytes = runInputBytes(run.record);
+    this.weights.set(runId, { sessionKey, bytes });
+    this.heldBytes += bytes;
+    bump(this.activePerSession, sessionKey, 1);
   }
 
   delete(runId: string): void {
     this.active.delete(runId);
+    const weight = this.weights.get(runId);
+    if (!weight) return;
+    this.weights.delete(runId);
+    this.heldBytes -= weight.bytes;
+    bump(this.activePerSession, weight.sessionKey, -1);
   }
 
   all(): ActiveRun<W>[] {
@@ -78,20 +111,29 @@ export class InProcessActiveRuns<W> implements ActiveRuns<W> {
     this.inflight.delete(idempotencyKey);
   }
 
-  startCreatingOn(sessionKey: string): () => void {
-    this.creatingPerSession.set(sessionKey, (this.creatingPerSession.get(sessionKey) ?? 0) + 1);
+  startCreatingOn(sessionKey: string, bytes = 0): () => void {
+    bump(this.creatingPerSession, sessionKey, 1);
+    this.creatingBytes += bytes;
     let done = false;
     return () => {
       if (done) return;
       done = true;
-      const left = (this.creatingPerSession.get(sessionKey) ?? 1) - 1;
-      if (left > 0) this.creatingPerSession.set(sessionKey, left);
-      else this.creatingPerSession.delete(sessionKey);
+      bump(this.creatingPerSession, sessionKey, -1);
+      this.creatingBytes -= bytes;
     };
   }
 
   creatingOn(sessionKey: string): boolean {
     return this.creatingPerSession.has(sessionKey);
+  }
+
+  load(sessionKey: string): RunLoad {
+    // A run counts twice between its `add` and the end of its creation: briefly over, never under.
+    return {
+      sessionRuns:
+        (this.activePerSession.get(sessionKey) ?? 0) + (this.creatingPerSession.get(sessionKey) ?? 0),
+      bytes: this.heldBytes + this.creatingBytes,
+    };
   }
 
   keepUnsaved(record: RunRecord): void {
@@ -109,4 +151,11 @@ export class InProcessActiveRuns<W> implements ActiveRuns<W> {
   saved(runId: string): void {
     this.pending.delete(runId);
   }
+}
+
+/** Adds `delta` to a per-key count; keys at zero hold no memory. */
+function bump(counts: Map<string, number>, key: string, delta: number): void {
+  const count = (counts.get(key) ?? 0) + delta;
+  if (count > 0) counts.set(key, count);
+  else counts.delete(key);
 }

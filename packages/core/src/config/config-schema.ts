@@ -48,6 +48,17 @@ const GatewayConfigSchema = z.strictObject({
        * its count: the oldest leave first, and a client resuming before them is told it missed events.
        */
       maxReplayBytes: intAtLeast(1_048_576).default(67_108_864),
+      /**
+       * Runs of one session not ended yet on this instance (queued, running or being created). A new
+       * send, spawn or summary past it is answered RATE_LIMITED (retryable); a flow's own follow-ups
+       * (reply turns, announces) are never refused.
+       */
+      maxRunsPerSession: intAtLeast(1).default(1_000),
+      /**
+       * UTF-8 bytes of the inputs (message and context) of every run not ended yet on this instance:
+       * what a flood of sends with no worker to take them may hold in memory. Past it, RATE_LIMITED.
+       */
+      maxRunInputBytes: intAtLeast(1_048_576).default(268_435_456),
     })
     .prefault({}),
   retention: RetentionConfigSchema.prefault({}),

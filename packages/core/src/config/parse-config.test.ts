@@ -133,6 +133,8 @@ describe("parseConfig", () => {
         maxConnectionsPerAddress: 512,
         maxInFlight: 256,
         maxReplayBytes: 67108864,
+        maxRunsPerSession: 1000,
+        maxRunInputBytes: 268435456,
       },
       retention: { runsDays: 7, archiveDays: 30 },
     });
