@@ -331,6 +331,7 @@ export class Gateway {
       );
       const storeHealth = new StoreHealthMonitor(store, log.child({ component: "store-health" }));
       const retention = new Retention(store, config, log.child({ component: "retention" }));
+      scheduler.onRunEnded(() => retention.noteEnded());
       // A single process owns every unfinished run in the store, and so does the only live
       // instance of a cluster (what it finds was left by dead processes). Otherwise the other
       // instances' runs are theirs; a dead instance's are ended by the leader's sweep.

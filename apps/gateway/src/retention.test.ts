@@ -7,7 +7,7 @@ import { sampleMessage, sampleRun } from "@switchboard/core/testing";
 import { openFileStore } from "@switchboard/store-fs";
 import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
-import { Retention } from "./retention";
+import { maxEndedRuns, Retention } from "./retention";
 
 const DAY = 86_400_000;
 let store: Store | undefined;
@@ -104,5 +104,58 @@ describe("retention", () => {
     store = await openFileStore({ dataDir: dir!, logger: pino({ level: "silent" }), fsyncMode: "none" });
     expect(await store.runs.get("gone")).toBeUndefined();
     expect(fs.readdirSync(path.join(dir!, "archive"))).toHaveLength(1);
+  });
+
+  it("keeps at most maxEndedRuns ended runs, oldest out first, sparing recent, spawn and pending ones", async () => {
+    const target = await fileStore();
+    const now = Date.now();
+    const config = parseConfig({ gateway: { retention: { maxEndedRuns: 1_000 } } });
+    const ended = (runId: string, endedAt: number, more: Parameters<typeof sampleRun>[0] = {}) =>
+      sampleRun({ runId, status: "ok", createdAt: endedAt - 1_000, endedAt, ...more });
+    // 2 000 ended an hour or less ago (well inside runsDays), newest last.
+    const chats = Array.from({ length: 2_000 }, (_, i) => ended(`chat-${i}`, now - 3_600_000 + i * 1_000));
+    const spawn = ended("spawn", now - 7_200_000, { origin: "spawn" });
+    const followUp = ended("follow-up", now - 7_200_000, { origin: "send", followUp: "pending" });
+    const justNow = Array.from({ length: 10 }, (_, i) => ended(`just-now-${i}`, now - 1_000));
+    await Promise.all([...chats, spawn, followUp, ...justNow].map((run) => target.runs.put(run)));
+    expect(await target.runs.countEnded()).toBe(2_012);
+
+    const retention = new Retention(target, config, pino({ level: "silent" }), () => now);
+    const pass = await retention.runOnce();
+    expect(pass.runs).toBe(1_012);
+    expect(await target.runs.countEnded()).toBe(1_000);
+    expect(await target.runs.get("chat-1011")).toBeUndefined();
+    expect(await target.runs.get("chat-1012")).toBeDefined();
+    for (const kept of ["spawn", "follow-up", "just-now-0", "chat-1999"])
+      expect(await target.runs.get(kept)).toBeDefined();
+  });
+
+  it("starts a pass by itself once a tenth of the cap has ended since the last one", async () => {
+    const target = await fileStore();
+    const now = Date.now();
+    const config = parseConfig({ gateway: { retention: { maxEndedRuns: 1_000 } } });
+    const runs = Array.from({ length: 1_150 }, (_, i) =>
+      sampleRun({ status: "ok", createdAt: now - 600_000, endedAt: now - 300_000 + i }),
+    );
+    await Promise.all(runs.map((run) => target.runs.put(run)));
+    const retention = new Retention(target, config, pino({ level: "silent" }), () => now);
+    for (let i = 0; i < 99; i++) retention.noteEnded();
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(await target.runs.countEnded()).toBe(1_150);
+    retention.noteEnded();
+    await retention.runOnce();
+    expect(await target.runs.countEnded()).toBe(1_000);
+    expect(retention.totals.runs).toBe(150);
+  });
+
+  it("has no count cap on PostgreSQL unless one is configured, and 200 000 on the file store", () => {
+    expect(maxEndedRuns(parseConfig({}))).toBe(200_000);
+    const postgres = { store: { kind: "postgres", url: "postgres://127.0.0.1/test" } } as const;
+    expect(maxEndedRuns(parseConfig(postgres))).toBeNull();
+    expect(maxEndedRuns(parseConfig({ ...postgres, gateway: { retention: { maxEndedRuns: 5_000 } } }))).toBe(
+      5_000,
+    );
+    expect(maxEndedRuns(parseConfig({ gateway: { retention: { maxEndedRuns: null } } }))).toBeNull();
+    expect(() => parseConfig({ gateway: { retention: { maxEndedRuns: 10 } } })).toThrow(/maxEndedRuns/);
   });
 });

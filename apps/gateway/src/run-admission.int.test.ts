@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import * as harness from "./testing/test-gateway";
 import type { TestPeer } from "./testing/test-peer";
 
@@ -103,12 +103,15 @@ describe("runs waiting for a worker", () => {
       async ({ run }) => `got ${run.input.message.length}`,
     );
     const big = `${"é".repeat(100)}${"y".repeat(300_000)}`;
+    // Each end is counted towards retention's count cap (gateway.retention.maxEndedRuns).
+    const noted = vi.spyOn(gw.gateway.retention, "noteEnded");
     const { runId } = await op.call<{ runId: string }>("chat.send", { sessionKey: CHAT(1), message: big });
     const ended = await op.call<{ status: string; reply?: string }>("agent.wait", {
       runId,
       timeoutMs: 10_000,
     });
     expect(ended).toMatchObject({ status: "ok", reply: "got 300100" });
+    await vi.waitFor(() => expect(noted).toHaveBeenCalledTimes(1));
     const record = await gw.gateway.store.runs.get(runId);
     expect(record!.message.length).toBeLessThan(400);
     expect(record!.message.startsWith("é".repeat(100))).toBe(true);

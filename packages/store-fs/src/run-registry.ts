@@ -46,6 +46,8 @@ export class FileRunRegistry implements RunRegistryStore {
 
   /** Runs queued or running, per session key: the archive's check without a walk of every run. */
   private readonly activeBySession = new Map<string, number>();
+  /** Runs queued or running in all: the ended ones are the rest (`countEnded`). */
+  private activeTotal = 0;
 
   private constructor(
     private readonly journal: JournaledMap<RunRecord>,
@@ -63,6 +65,7 @@ export class FileRunRegistry implements RunRegistryStore {
   }
 
   private countActive(sessionKey: string, delta: number): void {
+    this.activeTotal += delta;
     const count = (this.activeBySession.get(sessionKey) ?? 0) + delta;
     if (count > 0) this.activeBySession.set(sessionKey, count);
     else this.activeBySession.delete(sessionKey);
@@ -182,6 +185,10 @@ export class FileRunRegistry implements RunRegistryStore {
 
   count(): number {
     return this.journal.size;
+  }
+
+  async countEnded(): Promise<number> {
+    return this.journal.size - this.activeTotal;
   }
 
   compact(): Promise<void> {

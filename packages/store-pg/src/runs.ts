@@ -174,13 +174,22 @@ export function createRunRegistry(
            SELECT run_id FROM ${table}
            WHERE ended_at IS NOT NULL AND status IN ('ok', 'error', 'timeout') AND NOT pending_announce
              AND ended_at < $1 AND NOT (run_id = ANY($2::text[]))
+             AND row->>'followUp' IS DISTINCT FROM 'pending' AND NOT (row->>'origin' = ANY($4::text[]))
            ORDER BY ended_at, run_id LIMIT $3
            FOR UPDATE SKIP LOCKED
          ), gone AS (DELETE FROM ${table} WHERE run_id IN (SELECT run_id FROM doomed) RETURNING 1)
          SELECT count(*) AS count FROM gone`,
-        [options.endedBefore, [...(options.keep ?? [])], options.limit],
+        [options.endedBefore, [...(options.keep ?? [])], options.limit, [...(options.exceptOrigins ?? [])]],
       );
       return toNumber(gone.rows[0]?.count);
+    },
+
+    async countEnded() {
+      const counted = await db.query<{ count: string }>(
+        "counting ended runs",
+        `SELECT count(*) AS count FROM ${table} WHERE ended_at IS NOT NULL AND status IN ('ok', 'error', 'timeout')`,
+      );
+      return toNumber(counted.rows[0]?.count);
     },
   };
 }

@@ -30,6 +30,7 @@ export {
   SubagentModelSchema,
 } from "./model-config";
 export {
+  DEFAULT_MAX_ENDED_RUNS_FS,
   PostgresSchemaNameSchema,
   PostgresUrlSchema,
   RetentionConfigSchema,

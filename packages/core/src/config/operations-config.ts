@@ -75,4 +75,13 @@ export const RetentionConfigSchema = z.strictObject({
   runsDays: intRange(1, 36_500).default(7),
   /** null keeps archived transcripts for ever. */
   archiveDays: intAtLeast(1).nullable().default(30),
+  /**
+   * Ended runs kept at most: past it the oldest go first, whatever their age (never one ended in the
+   * last minute, nor a spawn's, nor one whose announce or follow-up is pending). Absent: 200 000 on the
+   * file store, which holds every run record in memory, and no cap on PostgreSQL; null: no cap.
+   */
+  maxEndedRuns: intAtLeast(1_000).nullable().optional(),
 });
+
+/** `maxEndedRuns` when the config leaves it out, by store kind (see `RetentionConfigSchema`). */
+export const DEFAULT_MAX_ENDED_RUNS_FS = 200_000;

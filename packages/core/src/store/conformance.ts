@@ -1176,6 +1176,30 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
         );
       });
     });
+
+    it("counts ended runs, and never prunes a pending follow-up or a run of an excepted origin", async () => {
+      await withStore(async (store) => {
+        expect(await store.runs.countEnded()).toBe(0);
+        const runs = [
+          sampleRun({ runId: "chat", status: "ok", endedAt: 10, origin: "chat" }),
+          sampleRun({ runId: "spawn", status: "error", endedAt: 20, origin: "spawn" }),
+          sampleRun({ runId: "follow", status: "ok", endedAt: 30, origin: "send", followUp: "pending" }),
+          sampleRun({ runId: "done", status: "timeout", endedAt: 40, origin: "send", followUp: "done" }),
+          sampleRun({ runId: "running", status: "running" }),
+          sampleRun({ runId: "queued", status: "queued" }),
+        ];
+        for (const run of runs) await store.runs.put(run);
+        expect(await store.runs.countEnded()).toBe(4);
+        const pruned = await store.runs.prune({ endedBefore: 1_000, limit: 100, exceptOrigins: ["spawn"] });
+        expect(pruned).toBe(2);
+        const left = (await store.runs.list({})).map((run) => run.runId).sort();
+        expect(left).toEqual(["follow", "queued", "running", "spawn"]);
+        expect(await store.runs.countEnded()).toBe(2);
+        // A run that ends counts from its end on.
+        await store.runs.put({ ...runs[4]!, status: "ok", endedAt: 50 });
+        expect(await store.runs.countEnded()).toBe(3);
+      });
+    });
   });
 
   describe("archiving an idle session", () => {

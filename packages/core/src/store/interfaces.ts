@@ -182,16 +182,20 @@ export interface RunRegistryStore {
   list(query: RunListQuery): Promise<RunRecord[]>;
   /**
    * Retention: delete at most `limit` ended runs (ok, error, timeout) whose `endedAt` is before
-   * `endedBefore`, oldest first, except runs whose spawn announce is still pending and the runs named
-   * in `keep`; resolves to how many went (their idempotency keys are free again).
+   * `endedBefore`, oldest first, except runs whose spawn announce or send follow-up is still pending,
+   * runs of `exceptOrigins` and the runs named in `keep`; resolves to how many went (their
+   * idempotency keys are free again).
    */
   prune(options: RunPruneOptions): Promise<number>;
+  /** How many ended runs (ok, error, timeout) the registry holds: retention's count cap. */
+  countEnded(): Promise<number>;
 }
 
 export interface RunPruneOptions {
   endedBefore: number;
   limit: number;
   keep?: ReadonlySet<string>;
+  exceptOrigins?: readonly RunOrigin[];
 }
 
 export interface AuditStore {

@@ -304,6 +304,12 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store {
       for (const run of doomed) runRows.delete(run.runId);
       return doomed.length;
     },
+    async countEnded() {
+      assertOpen();
+      let ended = 0;
+      for (const run of runRows.values()) if (TERMINAL_RUN_STATUSES.includes(run.status)) ended++;
+      return ended;
+    },
   };
 
   const audit: AuditStore = {

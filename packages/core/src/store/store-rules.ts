@@ -384,6 +384,8 @@ export function runPrunable(run: RunRecord, options: RunPruneOptions): boolean {
     run.endedAt !== undefined &&
     run.endedAt < options.endedBefore &&
     run.spawn?.announce.status !== "pending" &&
+    run.followUp !== "pending" &&
+    !options.exceptOrigins?.includes(run.origin) &&
     !options.keep?.has(run.runId)
   );
 }
