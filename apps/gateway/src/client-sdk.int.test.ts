@@ -255,4 +255,33 @@ describe("@switchboard/client against the real gateway", () => {
       connected: false,
     });
   });
+
+  it("streams a delta larger than one run.progress may carry in pieces, its text intact", async () => {
+    // Before session 21 the SDK sent it whole: the gateway refused the progress call (text over
+    // 512 KiB, or a frame over maxPayload) and the worker only logged a warning. Multibyte text, a
+    // surrogate pair at every cut, and one delta past the 1 MiB frame limit on its own.
+    const text = `${"é".repeat(200_000)}${"😀".repeat(100_000)}${"x".repeat(300_000)}`;
+    const op = await open();
+    const progress: Array<{ runId: string; text?: string }> = [];
+    op.on("run.progress", (event) => void progress.push(event.payload));
+    await op.subscribe({ sessionKey: "agent:main:main" });
+    for (const progressIntervalMs of [50, 0]) {
+      const worker = await serve(
+        { url: sdk.gw.url, token: WORKER_TOKEN },
+        ["main"],
+        async (_run, ctx) => {
+          await ctx.progress("text-delta", { text });
+          return { reply: "streamed" };
+        },
+        { progressIntervalMs },
+      );
+      const { runId } = await op.chat.send({ sessionKey: "main", message: "stream" });
+      expect(await op.agent.wait({ runId, timeoutMs: 10_000 })).toMatchObject({ status: "ok" });
+      const mine = () => progress.filter((event) => event.runId === runId).map((event) => event.text ?? "");
+      await until(() => mine().join("").length === text.length || undefined, "every piece");
+      expect(mine().join("")).toBe(text);
+      expect(mine().length).toBeGreaterThan(4);
+      await worker.stop();
+    }
+  });
 });
