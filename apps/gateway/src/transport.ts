@@ -17,6 +17,7 @@ import type { Logger } from "pino";
 import { WebSocketServer } from "ws";
 import { Connection, type ConnectionIdentity } from "./connection";
 import type { HttpRoute } from "./http/http-route";
+import { isLoopbackAddress, rebindingProblem } from "./http/rebinding";
 import { ConnectionCaps, peerAddress, SOCKET_SLACK } from "./transport/connection-caps";
 import { defaultMaxConnections, RESERVED_FILES, readOpenFileLimit } from "./transport/fd-limit";
 import { warnThrottle } from "./transport/warn-throttle";
@@ -213,6 +214,20 @@ export async function startTransport(options: {
     server: http,
     maxPayload: limits.maxPayload * 4 + 65_536,
     perMessageDeflate: false,
+    // On loopback, an upgrade from a web page of another site (or a name re-pointed at 127.0.0.1) is
+    // refused before it takes a connection slot: every local peer shares one per-address cap, so a
+    // page opening sockets in a loop could otherwise lock local agents out. Clients that are not
+    // browsers send no Origin; the web UI is same-origin.
+    verifyClient: ({ req }, done) => {
+      if (!isLoopbackAddress(req.socket.localAddress)) return done(true);
+      const problem = rebindingProblem(req.headers.host, req.headers.origin);
+      if (!problem) return done(true);
+      warnRefused(
+        { address: peerAddress(req.socket), origin: req.headers.origin },
+        `websocket upgrade refused: ${problem}`,
+      );
+      done(false, 403, problem);
+    },
   });
 
   // ws re-emits the HTTP server's errors (e.g. EADDRINUSE); the listen promise below reports those.

@@ -3,7 +3,7 @@ import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { SwitchboardError, type ToolDefinition } from "@switchboard/core";
 import { toolDefinitions } from "@switchboard/tools";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { isLoopbackAddress, rebindingProblem } from "./mcp-routes";
+import { isLoopbackAddress, rebindingProblem } from "../http/rebinding";
 import { createMcpServer, historyUri, type SessionToolPort } from "./mcp-server";
 
 /** A scripted port: the tests pin how the MCP server turns tool results into MCP answers. */
