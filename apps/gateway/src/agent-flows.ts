@@ -303,12 +303,17 @@ export class AgentFlows {
     if (result.status === "ok") {
       // The reply is the target's data: it reaches the caller only within its clearance, and taking
       // it in raises the caller's taint (labels-and-policy.md, no read-up).
-      const taken = await this.takeIn(caller, targetEntry.key, `reply from ${targetEntry.key}`);
+      const taken = await this.takeIn(
+        caller,
+        targetEntry.key,
+        `reply from ${targetEntry.key}`,
+        result.reply ?? "",
+      );
       return {
         status: "ok",
         runId: record.runId,
         sessionKey: shownKey,
-        reply: taken.withheld ? "" : (result.reply ?? ""),
+        reply: taken.withheld ? "" : (taken.text ?? ""),
         delivery,
         dataLabel: taken.level,
         ...(taken.withheld ? { withheld: taken.withheld } : {}),
@@ -353,9 +358,9 @@ export class AgentFlows {
     fallback: string,
   ): Promise<{ error: string; dataLabel?: Level; withheld?: string }> {
     if (!error) return { error: fallback };
-    const taken = await this.takeIn(caller, fromKey, `error from ${fromKey}`);
+    const taken = await this.takeIn(caller, fromKey, `error from ${fromKey}`, error);
     return {
-      error: taken.withheld ? fallback : error,
+      error: taken.withheld ? fallback : (taken.text ?? error),
       dataLabel: taken.level,
       ...(taken.withheld ? { withheld: taken.withheld } : {}),
     };
@@ -381,18 +386,25 @@ export class AgentFlows {
     caller: ToolCaller,
     fromKey: string,
     reason: string,
-  ): Promise<{ level: Level; withheld?: string }> {
+    text?: string,
+  ): Promise<{ level: Level; withheld?: string; text?: string }> {
     const callerEntry = await this.sessions.require(caller.sessionKey);
     const from = await this.sessions.get(fromKey);
     if (!from) return { level: callerEntry.taint, withheld: `${fromKey} no longer exists` };
-    if (from.key === callerEntry.key) return { level: from.taint };
+    if (from.key === callerEntry.key) return { level: from.taint, ...(text !== undefined ? { text } : {}) };
+    const context = this.takeInContext(callerEntry, this.policy.facts(from));
+    // The text handed over is that session's data: PRE_HISTORY redact rules rewrite it as they
+    // would its history.
     const decision = await this.policy.enforce(
-      this.takeInContext(callerEntry, this.policy.facts(from)),
+      text !== undefined && this.policy.engine.redactsOn("PRE_HISTORY")
+        ? { ...context, texts: [text] }
+        : context,
       caller.operator,
     );
     if (decision.action === "BLOCK") return { level: from.taint, withheld: `withheld: ${decision.message}` };
     await this.sessions.raiseTaint(callerEntry.key, from.taint, reason, from.key);
-    return { level: from.taint };
+    const handed = decision.texts?.[0] ?? text;
+    return { level: from.taint, ...(handed !== undefined ? { text: handed } : {}) };
   }
 
   /** Writes a message from one session into another: raises the target's taint and starts a run. */

@@ -56,6 +56,53 @@ export function toHistoryMessage(entry: TranscriptEntry): HistoryMessage {
   };
 }
 
+/** Fields of a content part that name rather than carry data: never rewritten. */
+const STRUCTURAL_FIELDS = new Set(["type", "id", "name", "toolCallId"]);
+
+/** `value` with every string leaf passed through `rewrite`, in a fixed walk order (keys are kept). */
+function mapStrings(value: unknown, rewrite: (text: string) => string): unknown {
+  if (typeof value === "string") return rewrite(value);
+  if (Array.isArray(value)) return value.map((item) => mapStrings(item, rewrite));
+  if (value !== null && typeof value === "object") {
+    const out: Record<string, unknown> = {};
+    for (const [key, item] of Object.entries(value)) out[key] = mapStrings(item, rewrite);
+    return out;
+  }
+  return value;
+}
+
+/** `messages`' content with every data string passed through `rewrite` (text, tool args, results). */
+function mapHistoryStrings(
+  messages: readonly HistoryMessage[],
+  rewrite: (text: string) => string,
+): HistoryMessage[] {
+  return messages.map((message) => ({
+    ...message,
+    content: message.content.map((part) => {
+      const out: Record<string, unknown> = {};
+      for (const [key, item] of Object.entries(part))
+        out[key] = STRUCTURAL_FIELDS.has(key) ? item : mapStrings(item, rewrite);
+      return out;
+    }),
+  }));
+}
+
+/** Every data string of `messages`, in walk order: what PRE_HISTORY redact rules rewrite. */
+function historyTexts(messages: readonly HistoryMessage[]): string[] {
+  const texts: string[] = [];
+  mapHistoryStrings(messages, (text) => {
+    texts.push(text);
+    return text;
+  });
+  return texts;
+}
+
+/** `messages` with their data strings replaced by `texts`, in `historyTexts` order. */
+function withHistoryTexts(messages: readonly HistoryMessage[], texts: readonly string[]): HistoryMessage[] {
+  let next = 0;
+  return mapHistoryStrings(messages, () => texts[next++] ?? "");
+}
+
 const isMessage = (includeTools: boolean) => (entry: TranscriptEntry) =>
   entry.type === "message" && (includeTools || entry.message?.role !== "toolResult");
 
@@ -182,10 +229,16 @@ export class SessionToolsBackend implements ToolBackend {
     };
   }
 
+  /**
+   * Rows with their last `messageLimit` messages. `viewer`: the session reading them (a tool call),
+   * whose PRE_HISTORY redact rules rewrite the previews; absent for an operator's own listing.
+   */
   async rowsWithMessages(
     entries: SessionEntry[],
     callerKey: string | undefined,
     messageLimit: number,
+    viewer?: SessionEntry,
+    actor?: string,
   ): Promise<SessionRow[]> {
     return Promise.all(
       entries.map(async (entry) => {
@@ -200,6 +253,15 @@ export class SessionToolsBackend implements ToolBackend {
           row.messages = read.entries
             .filter((message) => canFlowTo(message.label, entry.taint))
             .map(toHistoryMessage);
+          if (viewer && viewer.key !== entry.key && this.policy.engine.redactsOn("PRE_HISTORY")) {
+            // Previews are a read of that session: its redact rules rewrite them as they would its
+            // history. Discovery already decided the row may be shown, so only the texts change.
+            const decision = await this.policy.enforce(
+              { ...this.historyContext(viewer, entry, true), texts: historyTexts(row.messages) },
+              actor,
+            );
+            row.messages = decision.texts ? withHistoryTexts(row.messages, decision.texts) : [];
+          }
         }
         return row;
       }),
@@ -243,7 +305,13 @@ export class SessionToolsBackend implements ToolBackend {
         ? maxLevel(...result.entries.map((entry) => entry.taint))
         : undefined;
     return {
-      sessions: await this.rowsWithMessages(result.entries, callerEntry.key, query.messageLimit),
+      sessions: await this.rowsWithMessages(
+        result.entries,
+        callerEntry.key,
+        query.messageLimit,
+        callerEntry,
+        caller.operator,
+      ),
       hidden: result.hidden,
       ...(dataLabel ? { dataLabel } : {}),
     };
@@ -270,12 +338,17 @@ export class SessionToolsBackend implements ToolBackend {
     // the taint the decision saw. What is handed over is labelled by what it holds, and a label that
     // rose is decided again on it (no read-up, however the reads interleave).
     const level = maxLevel(target.taint, ...read.entries.map((entry) => entry.label));
-    if (level !== target.taint && readHook) {
+    let messages = read.entries.map(toHistoryMessage);
+    const redacting = readHook !== undefined && this.policy.engine.redactsOn("PRE_HISTORY");
+    if ((level !== target.taint || redacting) && readHook) {
+      // Decided again on what was read: a label that rose, and the texts redact rules rewrite.
+      const context = this.historyContext(callerEntry, { ...target, taint: level });
       const again = await this.policy.enforce(
-        this.historyContext(callerEntry, { ...target, taint: level }),
+        redacting ? { ...context, texts: historyTexts(messages) } : context,
         caller.operator,
       );
       if (again.action === "BLOCK") return { status: "forbidden", error: again.message };
+      if (again.texts) messages = withHistoryTexts(messages, again.texts);
     }
     if (target.key !== callerEntry.key) {
       await this.sessions.raiseTaint(callerEntry.key, level, `read history of ${target.key}`, target.key);
@@ -284,7 +357,7 @@ export class SessionToolsBackend implements ToolBackend {
       status: "ok",
       sessionKey: displayKey(target.key, callerEntry.key, this.sessions.mainKey),
       sessionId: target.sessionId,
-      messages: read.entries.map(toHistoryMessage),
+      messages,
       truncated: read.truncated,
       dataLabel: level,
       ...(read.nextBefore !== undefined ? { nextBefore: read.nextBefore } : {}),
@@ -564,10 +637,15 @@ export class SessionToolsBackend implements ToolBackend {
     });
     const result = await this.scheduler.wait(record.runId, 120_000, caller.signal);
     if (result.status === "ok") {
-      const taken = await this.flows.takeIn(caller, target.key, `summary of ${target.key}`);
+      const taken = await this.flows.takeIn(
+        caller,
+        target.key,
+        `summary of ${target.key}`,
+        result.reply ?? "",
+      );
       return {
         status: "ok",
-        summary: taken.withheld ? "" : (result.reply ?? ""),
+        summary: taken.withheld ? "" : (taken.text ?? ""),
         dataLabel: taken.level,
         ...(taken.withheld ? { withheld: taken.withheld } : {}),
       };

@@ -97,6 +97,11 @@ export const PolicyContextSchema = z.object({
   recipient: RecipientFactsSchema.optional(),
   dataLabel: LevelSchema.optional(),
   text: z.string().optional(),
+  /**
+   * PRE_HISTORY: the texts a read hands over (each text part of each message, a reply, a summary),
+   * rewritten one by one by matching redact rules. Not a condition field: rules decide on the read.
+   */
+  texts: z.array(z.string()).optional(),
   facts: PolicyFactsSchema.optional(),
 });
 export type PolicyContext = z.infer<typeof PolicyContextSchema>;

@@ -381,6 +381,36 @@ describe("user rules", () => {
     expect(blocked.text).toBeUndefined();
   });
 
+  it("PRE_HISTORY redact rules rewrite each text a read hands over and count them all", () => {
+    const engine = createPolicyEngine({
+      rules: [
+        { id: "keys", hook: "PRE_HISTORY", action: "redact", redact: { patterns: ["sk-[A-Za-z0-9]{20,}"] } },
+        { id: "quiet", hook: "PRE_HISTORY", action: "deny", when: { "target.channel": "vault" } },
+      ],
+    });
+    expect(engine.redactsOn("PRE_HISTORY")).toBe(true);
+    expect(engine.redactsOn("PRE_SEND")).toBe(false);
+    const read = (channel: string, texts: string[]) =>
+      engine.evaluate({
+        hook: "PRE_HISTORY",
+        caller: sessionFacts(MAIN),
+        target: sessionFacts("agent:main:discord:group:dev", { channel }),
+        texts,
+      });
+    const decision = read("discord", [`key ${SECRET}`, "plain", `${OTHER_SECRET} and ${SECRET}`]);
+    expect(decision).toMatchObject({
+      action: "REDACT",
+      ruleId: "keys",
+      texts: ["key [REDACTED]", "plain", "[REDACTED] and [REDACTED]"],
+      redactions: 3,
+    });
+    expect(read("discord", ["plain"])).toMatchObject({ action: "ALLOW", texts: ["plain"], redactions: 0 });
+    // Blocked: nothing is handed over.
+    const blocked = read("vault", [SECRET]);
+    expect(blocked.action).toBe("BLOCK");
+    expect(blocked.texts).toBeUndefined();
+  });
+
   it("runs by descending priority, first matching allow/deny decides, ties keep config order", () => {
     const rules: PolicyRuleInput[] = [
       { id: "low-deny", hook: "PRE_SEND", priority: 1, action: "deny" },

@@ -56,7 +56,9 @@ export interface PolicyDecision {
   evaluated?: RuleEvaluation[];
   /** The text to deliver, rewritten by redact rules (only when the context had `text` and not blocked). */
   text?: string;
-  /** Total replacements (only when the context had `text`). */
+  /** The texts to hand over, each rewritten (only when the context had `texts` and not blocked). */
+  texts?: string[];
+  /** Total replacements (only when the context had `text` or `texts`). */
   redactions?: number;
 }
 
@@ -98,6 +100,8 @@ export interface PolicyEngine {
   discovery(caller: SessionFacts): DiscoveryFilter;
   /** The validated user rules, in evaluation order per hook. */
   readonly rules: readonly PolicyRule[];
+  /** Whether a user rule may rewrite text on `hook` (callers skip gathering texts otherwise). */
+  redactsOn(hook: Hook): boolean;
 }
 
 interface CompiledRule {
@@ -152,6 +156,7 @@ export function createPolicyEngine(options: PolicyEngineOptions = {}): PolicyEng
     const start = now();
     const hasText = typeof ctx.text === "string";
     let text = ctx.text;
+    let texts = ctx.texts === undefined ? undefined : [...ctx.texts];
     let redactions = 0;
     let firstRedactor: string | undefined;
     const redactors: string[] = [];
@@ -187,6 +192,10 @@ export function createPolicyEngine(options: PolicyEngineOptions = {}): PolicyEng
       if (evaluated) decision.evaluated = evaluated;
       if (hasText) {
         if (!blocked) decision.text = text;
+        decision.redactions = redactions;
+      }
+      if (texts !== undefined) {
+        if (!blocked) decision.texts = texts;
         decision.redactions = redactions;
       }
       return decision;
@@ -232,10 +241,18 @@ export function createPolicyEngine(options: PolicyEngineOptions = {}): PolicyEng
       let count = 0;
       try {
         matched = conditions.every((condition) => condition.test(readPath(ctx, condition.path)));
+        const replacement = rule.redact?.replacement ?? DEFAULT_REDACTION;
         if (matched && rule.action === "redact" && text !== undefined) {
-          const result = redactText(text, patterns, rule.redact?.replacement ?? DEFAULT_REDACTION);
+          const result = redactText(text, patterns, replacement);
           text = result.text;
           count = result.count;
+        }
+        if (matched && rule.action === "redact" && texts !== undefined) {
+          texts = texts.map((one) => {
+            const result = redactText(one, patterns, replacement);
+            count += result.count;
+            return result.text;
+          });
         }
       } catch (error) {
         evaluated?.push({
@@ -287,7 +304,8 @@ export function createPolicyEngine(options: PolicyEngineOptions = {}): PolicyEng
       caller,
     );
 
-  return { evaluate, discovery, rules: ordered };
+  const redacting = new Set(ordered.filter((rule) => rule.action === "redact").map((rule) => rule.hook));
+  return { evaluate, discovery, rules: ordered, redactsOn: (hook) => redacting.has(hook) };
 }
 
 export interface HookDecision extends PolicyDecision {

@@ -89,12 +89,8 @@ describe("validatePolicyRules", () => {
     [{ id: "r13", hook: "PRE_SEND", action: "deny", extra: 1 }, 'rule "r13")'],
     [{ hook: "PRE_SEND", action: "deny" }, "policy.rules[0].id"],
     [
-      { id: "r14", hook: "PRE_HISTORY", action: "redact", redact: { patterns: ["sk-[A-Z]+"] } },
-      'rule "r14").hook: a redact rule needs a hook that carries text (PRE_SEND, PRE_SPAWN, PRE_OUTPUT): on PRE_HISTORY it would rewrite nothing',
-    ],
-    [
       { id: "r15", hook: "PRE_TOOL_CALL", action: "redact", redact: { patterns: ["sk-[A-Z]+"] } },
-      'rule "r15").hook: a redact rule needs a hook that carries text',
+      'rule "r15").hook: a redact rule needs a hook that carries text (PRE_SEND, PRE_SPAWN, PRE_OUTPUT, PRE_HISTORY): on PRE_TOOL_CALL it would rewrite nothing',
     ],
   ])("rejects %j with the rule and the reason", (rule, message) => {
     expect(rejection([rule]).message).toContain(message);

@@ -94,10 +94,11 @@ export const DEFAULT_REDACTION = "[REDACTED]";
 
 /**
  * Hooks whose step carries text that redaction rewrites: a message into a session, a spawn's task,
- * text out to a channel. History reads and tool calls carry none (decisions.md: history reads are not
- * rewritten), so a redact rule there was accepted and then silently did nothing.
+ * text out to a channel, and what a read of another session hands over (history, list previews,
+ * a reply, a summary). A tool call's arguments are not rewritten, so a redact rule on PRE_TOOL_CALL
+ * would be accepted and then silently do nothing: it is refused.
  */
-export const TEXT_HOOKS: readonly Hook[] = ["PRE_SEND", "PRE_SPAWN", "PRE_OUTPUT"];
+export const TEXT_HOOKS: readonly Hook[] = ["PRE_SEND", "PRE_SPAWN", "PRE_OUTPUT", "PRE_HISTORY"];
 
 /** Why `source` is not a usable regular expression, or undefined (RE2 syntax, see `safe-regex.ts`). */
 const regexProblem = safeRegexProblem;
