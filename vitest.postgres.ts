@@ -33,6 +33,7 @@ export const GATEWAY_PROTOCOL_SUITE = [
   "src/reliability/spawn-loop.int.test.ts",
   "src/reliability/unicode-keys.int.test.ts",
   "src/events-missed.int.test.ts",
+  "src/history-redaction.int.test.ts",
 ];
 
 /**
