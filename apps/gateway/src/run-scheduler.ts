@@ -257,6 +257,18 @@ export class RunScheduler {
     return this.active.get(runId);
   }
 
+  /**
+   * Aborted when the run ends here (its worker answered, it timed out, its session was reset): a
+   * tool call it made stops waiting with it, instead of holding a send's wait for up to ten minutes
+   * past the run. Undefined: the run is not active here.
+   */
+  endSignal(runId: string): AbortSignal | undefined {
+    const active = this.active.get(runId);
+    if (!active) return undefined;
+    active.ending ??= new AbortController();
+    return active.ending.signal;
+  }
+
   /** The freshest record of a run: held here, ended here but not yet durable, else the store's. */
   async latestRecord(runId: string): Promise<RunRecord | undefined> {
     return this.active.get(runId)?.record ?? this.active.unsaved(runId) ?? (await this.store.runs.get(runId));
@@ -846,6 +858,9 @@ export class RunScheduler {
     if (INPUT_DROPPED_AT_END.has(record.origin)) record.message = endedInput(record.message);
     const active = this.active.get(record.runId);
     if (active?.timer) clearTimeout(active.timer);
+    active?.ending?.abort(
+      new SwitchboardError("CONFLICT", `run ${record.runId} ended (${status}) while this call was in flight`),
+    );
     const freedWorker = active?.worker;
     if (freedWorker) this.workers.release(freedWorker, record.runId);
     const laneKey = laneKeyOf(record);

@@ -113,6 +113,40 @@ describe("runs and agent-to-agent flows off the usual paths (file store)", () =>
     expect(worker.runs.filter(replyStep)).toHaveLength(1);
   });
 
+  it("a tool call still waiting when its run ends stops with the run instead of waiting out its own timeout", async () => {
+    // Before session 21 a run that timed out (or was reset) left its worker's sessions_send waiting
+    // up to ten minutes for a reply nobody would take in.
+    gw = await edge.start(config({ session: { agentToAgent: { maxPingPongTurns: 0 } } }), { store: "file" });
+    const op = await gw.operator();
+    await op.call("sessions.create", { key: "agent:research:main" });
+    let answered: { result: Result; afterMs: number } | undefined;
+    // Only `main` is served: the send's target run waits queued, and the send waits on it.
+    await startWorker(
+      async ({ invokeTool }) => {
+        const started = Date.now();
+        const result = (await invokeTool("sessions_send", {
+          sessionKey: "agent:research:main",
+          message: "anyone there?",
+          timeoutSeconds: 600,
+        }).catch((error: Error & { code?: string }) => ({ status: "refused", code: error.code }))) as Result;
+        answered = { result, afterMs: Date.now() - started };
+        return "done";
+      },
+      ["main"],
+    );
+    const { runId } = await op.call<{ runId: string }>("agent", {
+      sessionKey: "agent:main:main",
+      message: "ask research",
+      timeoutSeconds: 1,
+    });
+    expect(await op.call("agent.wait", { runId, timeoutMs: 5_000 })).toMatchObject({ status: "timeout" });
+    await until(() => answered, "the send's answer", 5_000);
+    expect(answered!.afterMs).toBeLessThan(5_000);
+    expect(answered!.result.status).not.toBe("ok");
+    // The send itself goes on: its run is answered once research has a worker.
+    await startWorker(behaviour(), ["research"]);
+  });
+
   it("keeps FIFO order in a lane when a worker slot frees while an earlier run of the lane is being accepted", async () => {
     gw = await edge.start(
       {

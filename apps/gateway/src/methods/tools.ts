@@ -7,7 +7,7 @@ import { InflightToolCalls } from "./inflight-tool-calls";
  * Tool calls made over the protocol: by a worker for its run, an operator acting `as` a session, or
  * the stdio MCP bridge (role mcp) as the session its token is bound to. A call given a
  * `toolCallId` can be stopped by `tools.cancel` on the same connection, and stops when the
- * connection closes.
+ * connection closes or the run it was made for ends.
  */
 export function toolMethods({
   access,
@@ -15,7 +15,8 @@ export function toolMethods({
   toolCalls,
   sessions,
   audit,
-}: Pick<MethodDeps, "access" | "tools" | "toolCalls" | "sessions" | "audit">): Handlers<
+  scheduler,
+}: Pick<MethodDeps, "access" | "tools" | "toolCalls" | "sessions" | "audit" | "scheduler">): Handlers<
   "tools.list" | "tools.invoke" | "tools.cancel"
 > {
   const mcp = new McpSessionTools({ sessions, tools, toolCalls, audit });
@@ -37,6 +38,9 @@ export function toolMethods({
           return await mcp.call(binding, params.tool, params.args, { transport: "websocket", ...signal });
         }
         const { caller, entry } = await access.toolCaller(connection, params);
+        // A run's call also stops when the run ends.
+        const ended = caller.runId === undefined ? undefined : scheduler.endSignal(caller.runId);
+        if (ended) signal.signal = AbortSignal.any([signal.signal, ended]);
         return await toolCalls.invoke(
           { ...caller, ...signal },
           entry,

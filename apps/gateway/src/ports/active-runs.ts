@@ -12,6 +12,8 @@ export interface ActiveRun<W> {
    * its answer for this.
    */
   endSettled?: Promise<void>;
+  /** Aborted when the run ends: its tool calls still in flight stop with it (made on first ask). */
+  ending?: AbortController;
 }
 
 /**
