@@ -73,6 +73,14 @@ describe("runs waiting for a worker", () => {
     expect(accepted.ok).toBe(true);
   });
 
+  it("are bounded in number across sessions: a send spraying new sessions is refused past maxRuns", async () => {
+    await start({ maxRuns: 4 });
+    for (let n = 1; n <= 4; n++) expect((await send(CHAT(n), "hi")).ok).toBe(true);
+    const refused = await send(CHAT(5), "hi");
+    expect(refused.error).toMatchObject({ code: "RATE_LIMITED", retryable: true });
+    expect(refused.error?.message).toContain("gateway.limits.maxRuns ");
+  });
+
   it("are bounded in input bytes across sessions, and a retried idempotent send is still answered", async () => {
     await start({ maxRunInputBytes: 1_048_576 });
     const big = "x".repeat(400_000);

@@ -69,6 +69,7 @@ type ActiveRun = ActiveRunOf<Connection>;
 /** How much the runs not ended yet may hold on this instance (`gateway.limits`). */
 export interface RunAdmissionLimits {
   maxRunsPerSession: number;
+  maxRuns: number;
   maxRunInputBytes: number;
 }
 
@@ -322,12 +323,18 @@ export class RunScheduler {
    */
   private admit(sessionKey: string, bytes: number): void {
     const load = this.active.load(sessionKey);
-    const { maxRunsPerSession, maxRunInputBytes } = this.limits;
+    const { maxRunsPerSession, maxRuns, maxRunInputBytes } = this.limits;
     if (load.sessionRuns >= maxRunsPerSession)
       throw new SwitchboardError(
         "RATE_LIMITED",
         `session ${sessionKey} has ${load.sessionRuns} runs not ended yet (gateway.limits.maxRunsPerSession is ${maxRunsPerSession}); retry once some have ended`,
         { retryable: true, details: { limit: "gateway.limits.maxRunsPerSession", value: maxRunsPerSession } },
+      );
+    if (load.runs >= maxRuns)
+      throw new SwitchboardError(
+        "RATE_LIMITED",
+        `${load.runs} runs are not ended yet here (gateway.limits.maxRuns is ${maxRuns}); retry once some have ended`,
+        { retryable: true, details: { limit: "gateway.limits.maxRuns", value: maxRuns } },
       );
     if (load.bytes + bytes > maxRunInputBytes)
       throw new SwitchboardError(

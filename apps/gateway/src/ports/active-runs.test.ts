@@ -48,21 +48,21 @@ describe("InProcessActiveRuns", () => {
       record: { runId, sessionKey, message } as RunRecord,
     });
     const creating = runs.startCreatingOn("s1", 5);
-    expect(runs.load("s1")).toEqual({ sessionRuns: 1, bytes: 5 });
+    expect(runs.load("s1")).toEqual({ sessionRuns: 1, runs: 1, bytes: 5 });
     const first = run("r1", "s1", "héllo");
     runs.add(first);
     runs.add(first);
     creating();
     creating();
-    expect(runs.load("s1")).toEqual({ sessionRuns: 1, bytes: 6 });
+    expect(runs.load("s1")).toEqual({ sessionRuns: 1, runs: 1, bytes: 6 });
     runs.add(run("r2", "s2", "abc"));
-    expect(runs.load("s2")).toEqual({ sessionRuns: 1, bytes: 9 });
+    expect(runs.load("s2")).toEqual({ sessionRuns: 1, runs: 2, bytes: 9 });
     // Clipped before it leaves: what was counted is what is taken off.
     first.record.message = "";
     runs.delete("r1");
     runs.delete("r1");
-    expect(runs.load("s1")).toEqual({ sessionRuns: 0, bytes: 3 });
+    expect(runs.load("s1")).toEqual({ sessionRuns: 0, runs: 1, bytes: 3 });
     runs.delete("r2");
-    expect(runs.load("s2")).toEqual({ sessionRuns: 0, bytes: 0 });
+    expect(runs.load("s2")).toEqual({ sessionRuns: 0, runs: 0, bytes: 0 });
   });
 });

@@ -39,8 +39,8 @@ export interface ActiveRuns<W> {
   startCreatingOn(sessionKey: string, bytes?: number): () => void;
   creatingOn(sessionKey: string): boolean;
   /**
-   * What runs not ended yet hold here: the session's runs (active or being created) and the input
-   * bytes of every such run of this process. Admission bounds both (`gateway.limits`), so a flood of
+   * What runs not ended yet hold here: the session's runs and all runs (active or being created),
+   * and the input bytes of every such run of this process. Admission bounds both (`gateway.limits`), so a flood of
    * sends with no worker to take them cannot grow the process without bound.
    */
   load(sessionKey: string): RunLoad;
@@ -54,6 +54,8 @@ export interface ActiveRuns<W> {
 
 export interface RunLoad {
   sessionRuns: number;
+  /** Runs of every session, active or being created. */
+  runs: number;
   bytes: number;
 }
 
@@ -69,6 +71,7 @@ export class InProcessActiveRuns<W> implements ActiveRuns<W> {
   private readonly activePerSession = new Map<string, number>();
   private heldBytes = 0;
   private creatingBytes = 0;
+  private creatingCount = 0;
   private readonly inflight = new Map<string, Promise<RunRecord>>();
   private readonly pending = new Map<string, RunRecord>();
   /** Creations in flight per session key; keys with none hold no memory. */
@@ -116,12 +119,14 @@ export class InProcessActiveRuns<W> implements ActiveRuns<W> {
   startCreatingOn(sessionKey: string, bytes = 0): () => void {
     bump(this.creatingPerSession, sessionKey, 1);
     this.creatingBytes += bytes;
+    this.creatingCount++;
     let done = false;
     return () => {
       if (done) return;
       done = true;
       bump(this.creatingPerSession, sessionKey, -1);
       this.creatingBytes -= bytes;
+      this.creatingCount--;
     };
   }
 
@@ -134,6 +139,7 @@ export class InProcessActiveRuns<W> implements ActiveRuns<W> {
     return {
       sessionRuns:
         (this.activePerSession.get(sessionKey) ?? 0) + (this.creatingPerSession.get(sessionKey) ?? 0),
+      runs: this.weights.size + this.creatingCount,
       bytes: this.heldBytes + this.creatingBytes,
     };
   }

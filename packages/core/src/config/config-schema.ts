@@ -55,6 +55,12 @@ const GatewayConfigSchema = z.strictObject({
        */
       maxRunsPerSession: intAtLeast(1).default(1_000),
       /**
+       * Runs not ended yet on this instance, all sessions together: each holds a record and its
+       * bookkeeping (~2 KB) however small its input, so a client spraying sends over many sessions
+       * is bounded too. Past it, RATE_LIMITED (follow-ups are never refused).
+       */
+      maxRuns: intAtLeast(1).default(100_000),
+      /**
        * UTF-8 bytes of the inputs (message and context) of every run not ended yet on this instance:
        * what a flood of sends with no worker to take them may hold in memory. Past it, RATE_LIMITED.
        */

@@ -134,6 +134,7 @@ describe("parseConfig", () => {
         maxInFlight: 256,
         maxReplayBytes: 67108864,
         maxRunsPerSession: 1000,
+        maxRuns: 100000,
         maxRunInputBytes: 268435456,
       },
       retention: { runsDays: 7, archiveDays: 30 },
