@@ -23,6 +23,7 @@ import {
   SwitchboardError,
   type TranscriptEntry,
   type TranscriptEntryInput,
+  type Versioned,
 } from "@switchboard/core";
 import type { Logger } from "pino";
 import type { AuditService } from "./audit-service";
@@ -66,6 +67,18 @@ interface KeyFacts {
 const KEY_FACTS_LIMIT = 50_000;
 
 /** The sessions index, transcripts and label state, with every read-modify-write serialised per key. */
+/** Compare-and-set rounds of one row write before its CONFLICT reaches the caller. */
+const MAX_REWRITE_ATTEMPTS = 8;
+
+/** A compare-and-set refused because the row changed since it was read (see `rewrite`). */
+function isVersionConflict(error: unknown): boolean {
+  return (
+    error instanceof SwitchboardError &&
+    error.code === "CONFLICT" &&
+    typeof (error.details as { expectedVersion?: unknown } | undefined)?.expectedVersion === "number"
+  );
+}
+
 export class SessionsService {
   private readonly keyFacts = new Map<string, KeyFacts>();
   /** Row touches not settled yet, per key (all of them issued so far). */
@@ -297,12 +310,32 @@ export class SessionsService {
     change: (entry: SessionEntry) => SessionEntry | undefined,
     reason: string,
   ): Promise<SessionEntry> {
-    return this.withLock(key, async () => {
-      const entry = await this.require(key);
-      const next = change({ ...entry });
-      if (!next) return entry;
-      return this.write(entry, next, reason);
-    });
+    return this.withLock(key, () =>
+      this.rewrite(key, async ({ row: entry, version }) => {
+        const next = change({ ...entry });
+        if (!next) return entry;
+        return this.write(entry, next, reason, version);
+      }),
+    );
+  }
+
+  /**
+   * A read-modify-write of the key's row as a compare-and-set: `step` gets the row with its
+   * version and writes with that version expected. The key's lock orders this process's writes;
+   * another gateway instance on the same database shares no lock, so a write of theirs between the
+   * read and the write makes the store refuse ours (CONFLICT) and `step` runs again on the new row.
+   * Before session 21 the last writer won with a stale row: a taint could go down, a reset be undone.
+   */
+  private async rewrite<T>(key: string, step: (read: Versioned<SessionEntry>) => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      const read = await this.store.sessions.getVersioned(key);
+      if (!read) throw new SwitchboardError("NOT_FOUND", `session not found: ${key}`, { details: { key } });
+      try {
+        return await step(read);
+      } catch (error) {
+        if (!isVersionConflict(error) || attempt >= MAX_REWRITE_ATTEMPTS) throw error;
+      }
+    }
   }
 
   /**
@@ -342,10 +375,15 @@ export class SessionsService {
     });
   }
 
-  /** Writes a changed row (caller holds the key's lock) and tells subscribers. */
-  private async write(entry: SessionEntry, next: SessionEntry, reason: string): Promise<SessionEntry> {
+  /** Writes a changed row read at `version` (caller holds the key's lock) and tells subscribers. */
+  private async write(
+    entry: SessionEntry,
+    next: SessionEntry,
+    reason: string,
+    version: number,
+  ): Promise<SessionEntry> {
     next.updatedAt = Math.max(Date.now(), entry.updatedAt);
-    await this.store.sessions.put(next);
+    await this.store.sessions.put(next, { expectedVersion: version });
     this.bus.publish(
       "session.updated",
       { key: next.key, sessionId: next.sessionId, reason },
@@ -370,27 +408,28 @@ export class SessionsService {
     // or above `level` needs nothing.
     const current = await this.store.sessions.get(key);
     if (current && !escalateTaint(current.taint, level, { at: 0, reason, source }).event) return undefined;
-    return this.withLock(key, async () => {
-      const entry = await this.require(key);
-      const escalation = escalateTaint(entry.taint, level, { at: Date.now(), reason, source });
-      if (!escalation.event) return undefined;
-      const { from, to } = escalation.event;
-      // The transcript's taint entry, the row and the audit record are one unit in the store: all
-      // of them or none, also across a crash.
-      const row = { ...entry, taint: to, updatedAt: Math.max(Date.now(), entry.updatedAt) };
-      const taintEntry = { type: "taint" as const, label: to, taint: { from, to, reason, source } };
-      await this.audit.commitTaintRise(
-        { kind: "taint", sessionKey: key, data: { from, to, reason, source } },
-        { row, entry: taintEntry },
-        this.store,
-      );
-      this.bus.publish(
-        "session.taint",
-        { key, from, to, reason },
-        { sessionKey: key, agentId: entry.agentId },
-      );
-      return { from, to };
-    });
+    return this.withLock(key, () =>
+      this.rewrite(key, async ({ row: entry, version }) => {
+        const escalation = escalateTaint(entry.taint, level, { at: Date.now(), reason, source });
+        if (!escalation.event) return undefined;
+        const { from, to } = escalation.event;
+        // The transcript's taint entry, the row and the audit record are one unit in the store: all
+        // of them or none, also across a crash.
+        const row = { ...entry, taint: to, updatedAt: Math.max(Date.now(), entry.updatedAt) };
+        const taintEntry = { type: "taint" as const, label: to, taint: { from, to, reason, source } };
+        await this.audit.commitTaintRise(
+          { kind: "taint", sessionKey: key, data: { from, to, reason, source } },
+          { row, entry: taintEntry, expectedVersion: version },
+          this.store,
+        );
+        this.bus.publish(
+          "session.taint",
+          { key, from, to, reason },
+          { sessionKey: key, agentId: entry.agentId },
+        );
+        return { from, to };
+      }),
+    );
   }
 
   /**
@@ -483,12 +522,14 @@ export class SessionsService {
    */
   async reset(key: string): Promise<SessionEntry> {
     return this.withLock(key, async () => {
-      const entry = await this.require(key);
-      const now = Date.now();
-      const next: SessionEntry = { ...entry, sessionId: randomUUID(), taint: "PUBLIC", updatedAt: now };
-      delete next.totalTokens;
-      delete next.contextTokens;
-      const { archiveError } = await resetSessionTranscript(this.store, entry.sessionId, next, now);
+      const { entry, next, archiveError } = await this.rewrite(key, async ({ row: entry, version }) => {
+        const now = Date.now();
+        const next: SessionEntry = { ...entry, sessionId: randomUUID(), taint: "PUBLIC", updatedAt: now };
+        delete next.totalTokens;
+        delete next.contextTokens;
+        const reset = await resetSessionTranscript(this.store, entry.sessionId, next, now, version);
+        return { entry, next, ...reset };
+      });
       if (archiveError) {
         this.log.error(
           { err: archiveError, sessionId: entry.sessionId },
@@ -506,9 +547,11 @@ export class SessionsService {
 
   async delete(key: string, mode: "archive" | "remove" = "archive"): Promise<void> {
     await this.withLock(key, async () => {
-      const entry = await this.require(key);
       // Crash-atomic like `reset`: the row goes first, so a kill can only leave an unreferenced transcript.
-      const { archiveError } = await deleteSession(this.store, entry, mode);
+      const { entry, archiveError } = await this.rewrite(key, async ({ row: entry, version }) => ({
+        entry,
+        ...(await deleteSession(this.store, entry, mode, version)),
+      }));
       if (archiveError) {
         this.log.error(
           { err: archiveError, sessionId: entry.sessionId },

@@ -25,6 +25,8 @@ const config = parseConfig({
     defaults: { subagents: { maxChildren: 3 }, sandbox: { sessionToolsVisibility: "all" } },
   },
   tools: { agentToAgent: { enabled: true, allow: ["*"] } },
+  // Labelled channels for the taint tests (no other test uses them).
+  labels: { channels: { vault: "CONFIDENTIAL", intranet: "INTERNAL", discord: "PUBLIC" } },
   // Small enough for the cluster tests to reach across instances.
   session: { agentToAgent: { budgetPerMinute: 4 } },
 });

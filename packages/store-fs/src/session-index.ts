@@ -223,6 +223,11 @@ export class FileSessionIndex implements SessionIndexStore {
     return row;
   }
 
+  /** CONFLICT unless the row's version is `expected` (undefined: no check), as `put` checks it. */
+  checkVersion(key: string, expected: number | undefined): void {
+    this.versions.check(key, this.journal.get(key) !== undefined, expected);
+  }
+
   /** `put` of a row from `prepare`. */
   async putChecked(row: SessionEntry, options: WriteOptions = {}): Promise<number> {
     const previous = this.journal.get(row.key);

@@ -59,6 +59,7 @@ export function commitTaintRise(parts: TaintRiseParts, rise: TaintRise): Promise
     // Everything that needs no disk is checked before the audit record is queued (synchronously:
     // records chained after this one may be appended right after this call returns).
     checked = validateTaintRise(rise, audit.lastIndex);
+    sessions.checkVersion(checked.row.key, rise.expectedVersion);
     row = sessions.prepare(checked.row);
     prepareTranscriptAppend([checked.entry], { lastSeq: 0, maxEntryBytes: parts.maxEntryBytes });
   } catch (error) {

@@ -178,6 +178,16 @@ export function sessionUpsertSql(q: (table: string) => string): string {
     ON CONFLICT (key) DO UPDATE SET ${UPDATES}, version = ${version} RETURNING version`;
 }
 
+/**
+ * Replace a whole row if its version is still the one read (values: `sessionColumnValues`, then the
+ * expected version); no row back means another write came first.
+ */
+export function sessionUpdateIfSql(q: (table: string) => string): string {
+  const version = `nextval('${q("row_versions").replaceAll("'", "''")}')`;
+  return `UPDATE ${q("sessions")} SET ${SETS}, version = ${version}
+    WHERE key = $1 AND version = $${COLUMNS.length + 1} RETURNING version`;
+}
+
 /** `inOrder` orders writes per key (shared with the taint-rise commit). */
 export function createSessionIndex(
   db: Db,
@@ -344,12 +354,7 @@ export function createSessionIndex(
       if (hit) return toNumber(hit.version);
       throw versionConflict("session", row.key, 0, await versionOf(row.key));
     }
-    const updated = await db.query<{ version: string }>(
-      action,
-      `UPDATE ${table} SET ${SETS}, version = ${version}
-         WHERE key = $1 AND version = $${values.length + 1} RETURNING version`,
-      [...values, expected],
-    );
+    const updated = await db.query<{ version: string }>(action, sessionUpdateIfSql(q), [...values, expected]);
     const hit = updated.rows[0];
     if (hit) return toNumber(hit.version);
     throw versionConflict("session", row.key, expected, await versionOf(row.key));

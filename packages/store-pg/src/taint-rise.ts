@@ -14,9 +14,9 @@ import { type AuditLog, auditIndexTaken } from "./audit";
 import type { Db } from "./db";
 import { isUniqueViolation } from "./errors";
 import type { KeyedSerializer } from "./serial";
-import { sessionColumnValues, sessionUpsertSql } from "./sessions";
+import { sessionColumnValues, sessionUpdateIfSql, sessionUpsertSql } from "./sessions";
 import { appendSql, appendValues, withAssignedSeqs } from "./transcripts";
-import { toNumber } from "./versions";
+import { toNumber, versionConflict } from "./versions";
 
 export interface TaintRiseQueues {
   sessions: KeyedSerializer;
@@ -65,7 +65,7 @@ export function createTaintRiseCommit(
           [record],
           lastIndex === null || lastIndex === undefined ? undefined : toNumber(lastIndex),
         );
-        const result = await writeRise(client, q, row, prepared);
+        const result = await writeRise(client, q, row, prepared, input.expectedVersion);
         try {
           await client.query(`INSERT INTO ${audit} (idx, record) VALUES ($1, $2)`, [
             record.index,
@@ -92,6 +92,7 @@ async function writeRise(
   q: (table: string) => string,
   row: SessionEntry,
   prepared: PreparedRise,
+  expectedVersion: number | undefined,
 ): Promise<TaintRiseResult> {
   const appended = await client.query<{ seq: string }>(
     appendSql(q),
@@ -100,7 +101,19 @@ async function writeRise(
   if (appended.rows.length === 0) {
     throw new SwitchboardError("NOT_FOUND", `no transcript for sessionId ${row.sessionId}`);
   }
-  const written = await client.query<{ version: string }>(sessionUpsertSql(q), sessionColumnValues(row));
+  const values = sessionColumnValues(row);
+  const written =
+    expectedVersion === undefined
+      ? await client.query<{ version: string }>(sessionUpsertSql(q), values)
+      : await client.query<{ version: string }>(sessionUpdateIfSql(q), [...values, expectedVersion]);
+  if (written.rows.length === 0) {
+    // Another instance wrote the row since it was read: the transaction rolls back, the caller reads again.
+    const now = await client.query<{ version: string }>(
+      `SELECT version FROM ${q("sessions")} WHERE key = $1`,
+      [row.key],
+    );
+    throw versionConflict("session", row.key, expectedVersion!, toNumber(now.rows[0]?.version));
+  }
   return {
     entry: withAssignedSeqs(prepared.entries, appended.rows)[0]!,
     version: toNumber(written.rows[0]?.version),
@@ -122,5 +135,11 @@ export async function writeTaintRiseIn(
 ): Promise<TaintRiseResult> {
   // The record's place is its own chain's: only its shape is checked here.
   const { row, entry } = validateTaintRise({ ...rise, audit }, undefined);
-  return writeRise(client, q, row, prepareTranscriptAppend([entry], { lastSeq: 0, maxEntryBytes }));
+  return writeRise(
+    client,
+    q,
+    row,
+    prepareTranscriptAppend([entry], { lastSeq: 0, maxEntryBytes }),
+    rise.expectedVersion,
+  );
 }

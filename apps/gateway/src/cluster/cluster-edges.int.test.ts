@@ -51,6 +51,58 @@ const sleep = (ms: number) => new Promise((done) => setTimeout(done, ms));
 type WaitAnswer = { status: string; reply?: string };
 
 describe.skipIf(cluster.skip)("gateway instances on one database, off the usual paths", () => {
+  it("writes of one session's row from two instances at once lose nothing: no taint goes down, no reset or delete is undone", async () => {
+    // Before session 21 each instance wrote the whole row it had read (an in-process lock only): of
+    // two concurrent rises the lower could land last (19/60 sessions read CONFIDENTIAL data and
+    // ended INTERNAL), and a patch on B could put back the row a reset or delete on A had replaced.
+    const {
+      instances: [a, b],
+    } = await startCluster(2);
+    const opA = await operator(a!);
+    const opB = await operator(b!);
+    const worker = await TestWorker.start(a!.url, WORKER_TOKEN, ["main"], () => "ok");
+    const VAULT = "agent:main:vault:dm:cfo";
+    const INTRA = "agent:main:intranet:dm:bob";
+    for (const [key, message] of [
+      [VAULT, "the secret"],
+      [INTRA, "the internal memo"],
+    ] as const) {
+      await opA.call("sessions.create", { key });
+      const { runId } = await opA.call<{ runId: string }>("chat.send", { sessionKey: key, message });
+      await opA.call("agent.wait", { runId, timeoutMs: 10_000 });
+    }
+    const taintOf = async (key: string) =>
+      (await opA.call<{ taint: string }>("sessions.status", { sessionKey: key })).taint;
+    expect([await taintOf(VAULT), await taintOf(INTRA)]).toEqual(["CONFIDENTIAL", "INTERNAL"]);
+    for (let i = 0; i < 20; i++) {
+      const reader = `agent:main:cron:reader-${i}`;
+      await opA.call("sessions.create", { key: reader });
+      await Promise.all([
+        opA.call("tools.invoke", { tool: "sessions_history", args: { sessionKey: VAULT }, as: reader }),
+        opB.call("tools.invoke", { tool: "sessions_history", args: { sessionKey: INTRA }, as: reader }),
+        opB.call("sessions.patch", { key: reader, label: `reader ${i}` }),
+      ]);
+      expect(await taintOf(reader)).toBe("CONFIDENTIAL");
+    }
+    for (const mode of ["reset", "delete"] as const) {
+      for (let i = 0; i < 10; i++) {
+        const key = `agent:main:cron:${mode}-${i}`;
+        await opA.call("sessions.create", { key });
+        await Promise.all([
+          opA.call(`sessions.${mode}`, { key }),
+          (async () => {
+            for (let k = 0; k < 6; k++) await opB.request("sessions.patch", { key, label: `label ${k}` });
+          })(),
+        ]);
+        const history = await opA.request("sessions.history", { sessionKey: key });
+        // Reset: the row points at the new, live transcript. Delete: the session stays gone.
+        if (mode === "reset") expect(history.ok).toBe(true);
+        else expect(history.error?.code).toBe("NOT_FOUND");
+      }
+    }
+    worker.close();
+  });
+
   it("answers a wait on another instance soon after the run ended when its run.ended event could not be published", async () => {
     const {
       schema,

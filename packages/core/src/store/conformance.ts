@@ -1432,6 +1432,30 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
       });
     });
 
+    it("refuses a rise whose expected row version is stale (another write came first), leaving nothing behind", async () => {
+      await withStore(async (store) => {
+        const { row, rise } = await risingSession(store, 2);
+        const read = await store.sessions.getVersioned(row.key);
+        // Another writer (another gateway instance) changes the row after it was read.
+        await store.sessions.put({ ...read!.row, label: "renamed" });
+        await expect(store.commitTaintRise({ ...rise, expectedVersion: read!.version })).rejects.toEqual(
+          code("CONFLICT"),
+        );
+        await expectUnchanged(store, row, 2);
+        const again = await store.sessions.getVersioned(row.key);
+        const result = await store.commitTaintRise({
+          ...rise,
+          row: { ...again!.row, taint: "CONFIDENTIAL" },
+          expectedVersion: again!.version,
+        });
+        const stored = await store.sessions.getVersioned(row.key);
+        expect(stored).toEqual({
+          row: expect.objectContaining({ taint: "CONFIDENTIAL", label: "renamed" }),
+          version: result.version,
+        });
+      });
+    });
+
     it("refuses a bad entry, row or transcript before writing anything", async () => {
       await withStore(async (store) => {
         const { row, rise } = await risingSession(store, 1);

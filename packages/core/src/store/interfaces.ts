@@ -234,6 +234,11 @@ export interface TaintRise {
   entry: TranscriptEntryInput;
   /** The rise's audit record, already chained: it must follow the log's last record. */
   audit: AuditRecord;
+  /**
+   * Compare-and-set on the row, as for `SessionIndexStore.put`: CONFLICT, and nothing of the rise
+   * written, when the row's version is another (another gateway instance wrote it meanwhile).
+   */
+  expectedVersion?: number;
 }
 
 export interface TaintRiseResult {

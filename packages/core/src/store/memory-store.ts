@@ -367,6 +367,7 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): Store {
       assertOpen();
       // Every check first, then every change in one synchronous step: all or none.
       const { row, entry, audit: record } = validateTaintRise(rise, auditRecords.at(-1)?.index);
+      sessionVersions.check(row.key, sessionRows.has(row.key), rise.expectedVersion);
       const transcript = getTranscript(row.sessionId);
       const final = prepareTranscriptAppend([entry], {
         lastSeq: transcript.entries.at(-1)?.seq ?? 0,

@@ -21,9 +21,17 @@ export async function resetSessionTranscript(
   previousSessionId: string,
   next: SessionEntry,
   createdAt: number,
+  /** The row's version when read: another write since refuses the switch (CONFLICT). */
+  expectedVersion?: number,
 ): Promise<{ archiveError?: unknown }> {
   await store.transcripts.create({ sessionId: next.sessionId, key: next.key, createdAt });
-  await store.sessions.put(next);
+  try {
+    await store.sessions.put(next, expectedVersion === undefined ? {} : { expectedVersion });
+  } catch (error) {
+    // Not switched: the fresh transcript belongs to no row (the file store archives such at open).
+    await store.transcripts.archive(next.sessionId, "reset").catch(() => undefined);
+    throw error;
+  }
   try {
     await store.transcripts.archive(previousSessionId, "reset");
     return {};
@@ -40,8 +48,10 @@ export async function deleteSession(
   store: Store,
   entry: Pick<SessionEntry, "key" | "sessionId">,
   mode: "archive" | "remove" = "archive",
+  /** The row's version when read: another write since refuses the delete (CONFLICT). */
+  expectedVersion?: number,
 ): Promise<{ archiveError?: unknown }> {
-  await store.sessions.delete(entry.key);
+  await store.sessions.delete(entry.key, expectedVersion === undefined ? {} : { expectedVersion });
   try {
     if (mode === "remove") await store.transcripts.remove(entry.sessionId);
     else await store.transcripts.archive(entry.sessionId, "delete");
