@@ -103,6 +103,9 @@ function endedInput(message: string): string {
   return `${head}… [${message.length} characters in all; the transcript keeps the whole input]`;
 }
 
+/** How a run of a session reset while it ran ends (on the instance of the reset, or at its answer). */
+export const RESET_WHILE_RUNNING = "the session was reset while this run was going";
+
 const FOLLOW_UP_ORIGINS: ReadonlySet<RunRecord["origin"]> = new Set(["reply", "announce", "spawn-announce"]);
 
 /** What the scheduler asks of the cluster (apps/gateway/src/cluster/cluster-runs.ts). */
@@ -840,6 +843,15 @@ export class RunScheduler {
     // it failed, the run has ended `error` and this is refused).
     await this.inputsPending.get(runId)?.catch(() => undefined);
     const record = this.requireHeldBy(runId, connection);
+    if (this.cluster) {
+      // A reset on another instance ends only that instance's runs: one held here learns of it now,
+      // before its reply could be taken in at the new transcript's (lower) taint.
+      const entry = await this.sessions.get(record.sessionKey);
+      if (entry && entry.sessionId !== record.sessionId) {
+        await this.finish(record, "error", { error: RESET_WHILE_RUNNING });
+        return;
+      }
+    }
     await this.finish(record, "ok", { reply, ...(usage ? { usage } : {}) });
   }
 

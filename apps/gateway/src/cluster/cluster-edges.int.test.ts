@@ -51,6 +51,59 @@ const sleep = (ms: number) => new Promise((done) => setTimeout(done, ms));
 type WaitAnswer = { status: string; reply?: string };
 
 describe.skipIf(cluster.skip)("gateway instances on one database, off the usual paths", () => {
+  it("a reset on one instance ends a run of the old transcript held by another: its reply never reaches a PUBLIC caller", async () => {
+    // Before session 21 the reset ended only the runs of the instance that took it: the run held by
+    // B ended `ok`, and a PUBLIC session's waiting send took its CONFIDENTIAL reply in at the reset
+    // transcript's PUBLIC taint.
+    const {
+      instances: [a, b],
+    } = await startCluster(2);
+    const op = await operator(a!);
+    const TARGET = "agent:main:main";
+    const VAULT = "agent:main:vault:dm:cfo";
+    const LOBBY = "agent:main:discord:group:dev";
+    await op.call("sessions.create", { key: VAULT });
+    await op.call("chat.send", { sessionKey: VAULT, message: "Q3 revenue miss: -38% (embargoed)" });
+    await op.call("sessions.create", { key: TARGET });
+    await op.call("tools.invoke", { tool: "sessions_history", args: { sessionKey: VAULT }, as: TARGET });
+    await op.call("sessions.create", { key: LOBBY });
+    expect((await op.call<{ taint: string }>("sessions.status", { sessionKey: TARGET })).taint).toBe(
+      "CONFIDENTIAL",
+    );
+    let release!: () => void;
+    const gate = new Promise<void>((done) => {
+      release = done;
+    });
+    let started = false;
+    let sent: Record<string, unknown> | undefined;
+    // The only worker is on B: every run is held there.
+    const worker = await TestWorker.start(b!.url, WORKER_TOKEN, ["main"], async ({ run, invokeTool }) => {
+      if (run.input.context.includes("reply step")) return "REPLY_SKIP";
+      if (run.sessionKey === TARGET) {
+        started = true;
+        await gate;
+        return "the embargoed figure is -38%";
+      }
+      if (run.sessionKey === LOBBY && run.input.message === "ask") {
+        sent = await invokeTool("sessions_send", { sessionKey: TARGET, message: "Q3?", timeoutSeconds: 20 });
+        return "done";
+      }
+      return "ok";
+    });
+    const { runId } = await op.call<{ runId: string }>("agent", { sessionKey: LOBBY, message: "ask" });
+    for (let i = 0; i < 200 && !started; i++) await sleep(25);
+    expect(started).toBe(true);
+    await op.call("sessions.reset", { key: TARGET });
+    release();
+    expect(await op.call<WaitAnswer>("agent.wait", { runId, timeoutMs: 20_000 })).toMatchObject({
+      status: "ok",
+    });
+    expect(sent).toMatchObject({ status: "error", error: expect.stringContaining("reset") });
+    expect(JSON.stringify(sent)).not.toContain("-38%");
+    expect((await op.call<{ taint: string }>("sessions.status", { sessionKey: LOBBY })).taint).toBe("PUBLIC");
+    worker.close();
+  });
+
   it("writes of one session's row from two instances at once lose nothing: no taint goes down, no reset or delete is undone", async () => {
     // Before session 21 each instance wrote the whole row it had read (an in-process lock only): of
     // two concurrent rises the lower could land last (19/60 sessions read CONFIDENTIAL data and

@@ -11,6 +11,7 @@ import {
   SwitchboardError,
 } from "@switchboard/core";
 import { capHistory } from "@switchboard/tools";
+import { RESET_WHILE_RUNNING } from "../run-scheduler";
 import { toHistoryMessage } from "../session-tools-backend";
 import type { MethodDeps } from "./deps";
 import type { Handlers } from "./handler";
@@ -189,7 +190,7 @@ export function sessionMethods({
       const key = await sessions.resolveInput(params.key, undefined, "key");
       const entry = await sessions.reset(key);
       // Runs of the old transcript end here: they read under the old taint, which the reset dropped.
-      await scheduler.endRunsBefore(key, entry.sessionId, "the session was reset while this run was going");
+      await scheduler.endRunsBefore(key, entry.sessionId, RESET_WHILE_RUNNING);
       await audit.append({
         kind: "session.reset",
         actor: connection.identity!.tokenName,
