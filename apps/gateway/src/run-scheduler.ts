@@ -1146,6 +1146,23 @@ export class RunScheduler {
   }
 
   /**
+   * What `session_status` shows of a session's runs: the one executing and how many wait. Several
+   * instances: a run held by another instance, and runs in the cluster's queue, are read from the
+   * store (this process knows only its own).
+   */
+  async runsOf(sessionKey: string): Promise<{ running?: RunRecord; queued: number }> {
+    const running = this.activeRunFor(sessionKey);
+    const queued = this.queuedFor(sessionKey);
+    if (!this.cluster) return { ...(running ? { running } : {}), queued };
+    const stored = await this.store.runs.list({ sessionKey, statuses: ["running", "queued"], limit: 200 });
+    const elsewhere = running ?? stored.find((run) => run.status === "running");
+    return {
+      ...(elsewhere ? { running: elsewhere } : {}),
+      queued: Math.max(queued, stored.filter((run) => run.status === "queued").length),
+    };
+  }
+
+  /**
    * Ends `error` the runs executing here for `sessionKey` that belong to an earlier transcript than
    * `sessionId` (a reset began a new one). What they read was under the old taint, and the new
    * transcript starts PUBLIC, so letting them go on would launder it. The worker's later

@@ -414,8 +414,7 @@ export class SessionToolsBackend implements ToolBackend {
     callerKey: string | undefined,
     viewer?: SessionEntry,
   ): Promise<SessionStatusResult> {
-    const active = this.scheduler.activeRunFor(target.key);
-    const queuedRuns = this.scheduler.queuedFor(target.key);
+    const { running: active, queued: queuedRuns } = await this.scheduler.runsOf(target.key);
     const children = (
       await this.store.sessions.list(
         { spawnedBy: target.key, limit: 50, includeArchived: true },
@@ -424,7 +423,7 @@ export class SessionToolsBackend implements ToolBackend {
     ).entries;
     const childRows = await Promise.all(
       children.map(async (child) => {
-        const running = this.scheduler.activeRunFor(child.key);
+        const { running } = await this.scheduler.runsOf(child.key);
         return {
           key: child.key,
           status: running ? "running" : child.archivedAt ? "archived" : "idle",

@@ -104,6 +104,35 @@ describe.skipIf(cluster.skip)("gateway instances on one database, off the usual 
     worker.close();
   });
 
+  it("session status on one instance shows a run held by another", async () => {
+    const {
+      instances: [a, b],
+    } = await startCluster(2);
+    const opA = await operator(a!);
+    let release!: () => void;
+    const gate = new Promise<void>((done) => {
+      release = done;
+    });
+    const worker = await TestWorker.start(b!.url, WORKER_TOKEN, ["main"], async () => {
+      await gate;
+      return "done";
+    });
+    const key = "agent:main:cron:held-on-b";
+    await opA.call("sessions.create", { key });
+    const { runId } = await opA.call<{ runId: string }>("chat.send", { sessionKey: key, message: "work" });
+    let status: { activeRun?: { runId: string } } = {};
+    for (let i = 0; i < 200 && !status.activeRun; i++) {
+      status = await opA.call("sessions.status", { sessionKey: key });
+      if (!status.activeRun) await sleep(25);
+    }
+    expect(status.activeRun?.runId).toBe(runId);
+    release();
+    expect(await opA.call<WaitAnswer>("agent.wait", { runId, timeoutMs: 10_000 })).toMatchObject({
+      status: "ok",
+    });
+    worker.close();
+  });
+
   it("writes of one session's row from two instances at once lose nothing: no taint goes down, no reset or delete is undone", async () => {
     // Before session 21 each instance wrote the whole row it had read (an in-process lock only): of
     // two concurrent rises the lower could land last (19/60 sessions read CONFIDENTIAL data and
