@@ -22,6 +22,12 @@ import { ConnectionCaps, peerAddress, SOCKET_SLACK } from "./transport/connectio
 import { defaultMaxConnections, RESERVED_FILES, readOpenFileLimit } from "./transport/fd-limit";
 import { warnThrottle } from "./transport/warn-throttle";
 
+/**
+ * Plain HTTP (not upgraded) sockets one address may keep alive between requests; more are closed
+ * after their response. Far below the per-address WebSocket cap, so they can never take its room.
+ */
+const KEEP_ALIVE_PER_ADDRESS = 32;
+
 export interface TransportLimits {
   maxPayload: number;
   maxBufferedBytes: number;
@@ -140,6 +146,7 @@ export async function startTransport(options: {
       connectionsCheckingInterval: Math.min(1000, limits.handshakeTimeoutMs),
     },
     (req: IncomingMessage, res: ServerResponse) => {
+      keepAliveWithinCap(req.socket, res);
       if (
         (req.method === "GET" || req.method === "HEAD") &&
         (req.url === "/healthz" || req.url?.startsWith("/healthz?"))
@@ -191,6 +198,25 @@ export async function startTransport(options: {
       caps.releaseSocket(address);
     });
   });
+  // Plain HTTP sockets kept alive per address. An answered socket is past the handshake deadline,
+  // and a client sending a request every few seconds keeps it open for ever (keep-alive): without
+  // this cap such sockets filled the per-address socket budget every local peer shares and locked
+  // WebSocket clients out. Past the cap a response closes its socket once written.
+  const keptAlive = new Map<string, number>();
+  const countedAlive = new WeakSet<Socket>();
+  function keepAliveWithinCap(socket: Socket, res: ServerResponse): void {
+    const address = peerAddress(socket);
+    if (!countedAlive.has(socket)) {
+      countedAlive.add(socket);
+      keptAlive.set(address, (keptAlive.get(address) ?? 0) + 1);
+      socket.once("close", () => {
+        const left = (keptAlive.get(address) ?? 1) - 1;
+        if (left > 0) keptAlive.set(address, left);
+        else keptAlive.delete(address);
+      });
+    }
+    if ((keptAlive.get(address) ?? 0) > KEEP_ALIVE_PER_ADDRESS) res.shouldKeepAlive = false;
+  }
   // Sockets that reached a request or an upgrade: their deadline no longer applies (a long response
   // such as a stream is not cut; keep-alive idling has Node's keepAliveTimeout).
   const answered = new WeakSet<Socket>();

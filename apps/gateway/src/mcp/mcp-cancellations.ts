@@ -92,3 +92,30 @@ export function cancelledRequestIds(body: unknown): (string | number)[] {
   }
   return ids;
 }
+
+/**
+ * The batch without the requests it cancels itself: the SDK's transport waits for an answer to every
+ * request of a POST, and a request cancelled before it ran gets none, so the response never ended.
+ * A cancelled request needs no answer (MCP), and the cancellation then has nothing left to name.
+ */
+export function withoutSelfCancelled(body: unknown): unknown {
+  if (!Array.isArray(body)) return body;
+  const cancelled = new Set(cancelledRequestIds(body));
+  if (cancelled.size === 0) return body;
+  const requestIds = new Set<unknown>();
+  for (const message of body) {
+    const id = (message as { id?: unknown } | null)?.id;
+    if (typeof message === "object" && message !== null && "method" in message && id !== undefined)
+      requestIds.add(id);
+  }
+  return body.filter((message) => {
+    if (typeof message !== "object" || message === null) return true;
+    const { id, method, params } = message as {
+      id?: unknown;
+      method?: unknown;
+      params?: { requestId?: unknown };
+    };
+    if (method === "notifications/cancelled") return !requestIds.has(params?.requestId);
+    return id === undefined || !cancelled.has(id as string | number);
+  });
+}

@@ -401,6 +401,34 @@ describe("hostile MCP client: bad input", { timeout: 30_000 }, () => {
     expect(answered(answer).status).toBeLessThan(500);
   });
 
+  it("answers a batch that cancels one of its own requests, and ends the stream", async () => {
+    // The SDK's transport waited for an answer to the cancelled request, which never came: the
+    // POST stayed open, with keep-alive comments only, until the client gave up.
+    const cancel = (requestId: number) =>
+      JSON.stringify({ jsonrpc: "2.0", method: "notifications/cancelled", params: { requestId } });
+    const alone = `[${call(1, "agents_list", {})},${cancel(1)}]`;
+    const first = await rawPost("a", alone, {}, { timeoutMs: 6_000 });
+    expect(first).not.toBe("hung");
+    expect(answered(first).status).toBeLessThan(300);
+    const mixed = `[${call(1, "agents_list", {})},${call(2, "session_status", {})},${cancel(1)}]`;
+    const second = answered(await rawPost("a", mixed, {}, { timeoutMs: 6_000 }));
+    expect(frames(second).map((frame) => frame.id)).toEqual([2]);
+  });
+
+  it("refuses a POST past the token's in-flight budget with 429, and frees the budget as answers go out", async () => {
+    // Like the WebSocket path's maxInFlight (256): each message of an open POST counts until its
+    // response is written. Before session 21 POSTs were unbounded, and a token's clients that never
+    // read their answers made the gateway hold gigabytes.
+    const batch = (size: number) =>
+      `[${Array.from({ length: size }, (_, i) => call(i + 1, "agents_list", {})).join(",")}]`;
+    const refused = answered(await rawPost("a", batch(257)));
+    expect(refused.status).toBe(429);
+    expect(JSON.parse(refused.body).error.message).toContain("gateway.limits.maxInFlight");
+    const posts = await Promise.all([rawPost("a", batch(100)), rawPost("a", batch(100))]);
+    for (const post of posts) expect(answered(post).status).toBe(200);
+    expect(answered(await rawPost("a", batch(100))).status).toBe(200);
+  });
+
   it("survives a body cut off mid-way and a flood of cancellations naming no call", async () => {
     const cut = await rawPost(
       "a",

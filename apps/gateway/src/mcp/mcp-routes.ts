@@ -1,9 +1,10 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { isSwitchboardError } from "@switchboard/core";
+import { boundBuffered } from "../http/bound-buffered";
 import type { HttpRoute } from "../http/http-route";
 import { isLoopbackAddress, rebindingProblem } from "../http/rebinding";
 import type { HttpRouteDeps } from "../http/routes";
-import { cancelledRequestIds, McpCancellations } from "./mcp-cancellations";
+import { cancelledRequestIds, McpCancellations, withoutSelfCancelled } from "./mcp-cancellations";
 import { McpSessionTools } from "./mcp-session-tools";
 
 export const MCP_PATH = "/mcp";
@@ -72,6 +73,9 @@ export function mcpRoutes(deps: HttpRouteDeps): HttpRoute[] {
     log.warn({ err: error }, "could not pass an mcp cancellation to the other instances"),
   );
   const maxBody = deps.config.gateway.limits.maxPayload;
+  const { maxInFlight, maxBufferedBytes } = deps.config.gateway.limits;
+  /** JSON-RPC messages of open POSTs per token (see `maxInFlight` below). */
+  const inflight = new Map<string, number>();
   return [
     {
       name: "mcp",
@@ -138,6 +142,38 @@ export function mcpRoutes(deps: HttpRouteDeps): HttpRoute[] {
           return;
         }
 
+        // As on the WebSocket protocol, a token has at most `maxInFlight` requests open at once:
+        // each message of a POST counts until its response is written out or the client goes, so
+        // a client that posts and never reads cannot make the gateway hold answers without bound.
+        const messages = Array.isArray(parsed) ? parsed.length : 1;
+        const open = inflight.get(binding.tokenName) ?? 0;
+        if (open + messages > maxInFlight) {
+          res.writeHead(429, { "content-type": "application/json", "retry-after": "1" });
+          res.end(
+            JSON.stringify({
+              jsonrpc: "2.0",
+              error: {
+                code: -32000,
+                message: `rate limited: ${open} requests of this token are open and this POST adds ${messages} (gateway.limits.maxInFlight is ${maxInFlight}); retry once they are answered`,
+              },
+              id: null,
+            }),
+          );
+          return;
+        }
+        inflight.set(binding.tokenName, open + messages);
+        res.once("close", () => {
+          const left = (inflight.get(binding.tokenName) ?? messages) - messages;
+          if (left > 0) inflight.set(binding.tokenName, left);
+          else inflight.delete(binding.tokenName);
+        });
+        boundBuffered(res, maxBufferedBytes, () =>
+          log.warn(
+            { token: binding.tokenName, limit: maxBufferedBytes },
+            "mcp client not reading its response; closed it (gateway.limits.maxBufferedBytes)",
+          ),
+        );
+
         // A cancellation of a call this instance is running (its POST is still open).
         for (const requestId of cancelledRequestIds(parsed)) {
           if (cancellations.cancel(binding.tokenName, requestId))
@@ -173,7 +209,7 @@ export function mcpRoutes(deps: HttpRouteDeps): HttpRoute[] {
           void server.close().catch(() => undefined);
         });
         await server.connect(transport);
-        await transport.handleRequest(req, res, parsed);
+        await transport.handleRequest(req, res, withoutSelfCancelled(parsed));
       },
     },
   ];
