@@ -8,6 +8,7 @@ import {
 import { SwitchboardError } from "@switchboard/core";
 import { beforeEach, describe, expect, it } from "vitest";
 import { controlledSockets } from "./testing/controlled-sockets";
+import { deferred } from "./testing/deferred";
 import { perTestSdkGateway } from "./testing/sdk-gateway";
 import { testStoreKind } from "./testing/test-gateway";
 import { until, untilState } from "./testing/until";
@@ -38,14 +39,6 @@ beforeEach(async () => {
 });
 
 const open = (options: Partial<ClientOptions> = {}): Promise<SwitchboardClient> => sdk.open(options);
-
-function deferred<T = void>() {
-  let resolve!: (value: T) => void;
-  const promise = new Promise<T>((done) => {
-    resolve = done;
-  });
-  return { promise, resolve };
-}
 
 describe("@switchboard/client against the real gateway", () => {
   it("completes the handshake and makes typed calls; errors keep their protocol codes", async () => {

@@ -1,5 +1,6 @@
-import { afterEach, describe, expect, it } from "vitest";
-import * as harness from "./testing/test-gateway";
+import { describe, expect, it } from "vitest";
+import { perTestGateway } from "./testing/per-test-gateway";
+import { testStoreKind, WORKER_TOKEN } from "./testing/test-gateway";
 import type { TestPeer } from "./testing/test-peer";
 
 // labels-and-policy.md: redact rules rewrite content "before it is delivered or returned". Before
@@ -12,18 +13,15 @@ const SOURCE = "agent:main:discord:group:dev";
 const OTHER = "agent:main:discord:group:ops";
 const READER = "agent:main:main";
 
-// Set by each test's `start`, which starts a gateway and its worker anew.
-let gw: harness.TestGateway;
-let worker: harness.TestWorker;
+const edge = perTestGateway();
 let op: TestPeer;
-afterEach(() => harness.stopGateway(gw, worker));
 
 type History = { status: string; messages: { role: string; content: Record<string, unknown>[] }[] };
 
 async function start() {
-  gw = await harness.startTestGateway(
+  const gw = await edge.start(
     {
-      auth: { tokens: [{ name: "worker", token: harness.WORKER_TOKEN, role: "agent" }] },
+      auth: { tokens: [{ name: "worker", token: WORKER_TOKEN, role: "agent" }] },
       agents: { list: [{ id: "main", default: true }] },
       session: { agentToAgent: { maxPingPongTurns: 0 } },
       policy: {
@@ -37,11 +35,12 @@ async function start() {
         ],
       },
     },
-    { store: harness.testStoreKind() },
+    { store: testStoreKind() },
   );
   op = await gw.operator();
-  worker = await harness.TestWorker.start(gw.url, harness.WORKER_TOKEN, ["main"], ({ run }) =>
-    run.input.message === "what key?" ? `the key is ${SECRET}` : "ok",
+  await edge.startWorker(
+    ({ run }) => (run.input.message === "what key?" ? `the key is ${SECRET}` : "ok"),
+    ["main"],
   );
   for (const key of [SOURCE, OTHER, READER]) await op.call("sessions.create", { key });
   // A user message holding the key, and a tool call whose arguments hold it.

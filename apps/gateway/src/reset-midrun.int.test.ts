@@ -1,34 +1,24 @@
-import { afterEach, describe, expect, it } from "vitest";
-import {
-  startTestGateway,
-  stopGateway,
-  type TestGateway,
-  TestWorker,
-  testStoreKind,
-} from "./testing/test-gateway";
+import { describe, expect, it } from "vitest";
+import { deferred } from "./testing/deferred";
+import { perTestGateway } from "./testing/per-test-gateway";
+import { testStoreKind, WORKER_TOKEN as WORKER } from "./testing/test-gateway";
 import type { TestPeer } from "./testing/test-peer";
+import { until } from "./testing/until";
 
 // A reset gives a session a new transcript at taint PUBLIC. A run of the old transcript that already
 // read CONFIDENTIAL data must not carry on under the new, lower taint: before session 20 its tool
 // calls passed the write-down check at PUBLIC and its reply reached a PUBLIC-clearance caller.
 
-const WORKER = "worker-token-0123456789";
 const TARGET = "agent:main:main";
 const VAULT = "agent:main:vault:dm:cfo";
 const LOBBY = "agent:main:discord:group:dev";
 
-let gw: TestGateway;
+const edge = perTestGateway();
 let op: TestPeer;
-let worker: TestWorker | undefined;
-
-afterEach(async () => {
-  await stopGateway(gw, worker);
-  worker = undefined;
-});
 
 /** A gateway whose `agent:main:main` has read CONFIDENTIAL data, with a PUBLIC discord chat. */
 async function taintedTarget() {
-  gw = await startTestGateway(
+  const gw = await edge.start(
     {
       auth: { tokens: [{ name: "worker", token: WORKER, role: "agent" }] },
       agents: { list: [{ id: "main", default: true }] },
@@ -47,38 +37,26 @@ async function taintedTarget() {
   expect(status.taint).toBe("CONFIDENTIAL");
 }
 
-/** A promise the test opens with `release` (the target's run waits on it). */
-function gated() {
-  let release!: () => void;
-  const gate = new Promise<void>((resolve) => {
-    release = resolve;
-  });
-  return { gate, release };
-}
-
-/** Resolves once `predicate` holds (polled). */
-async function until(predicate: () => boolean) {
-  for (let i = 0; i < 200 && !predicate(); i++) await new Promise((resolve) => setTimeout(resolve, 25));
-  expect(predicate()).toBe(true);
-}
-
 describe("a reset while a run of the session is going", () => {
   it("ends the run: its tool calls and its reply are refused, not judged at the new taint", async () => {
     await taintedTarget();
-    const { gate, release } = gated();
+    const { promise: gate, resolve: release } = deferred();
     let started = false;
     let afterReset: Record<string, unknown> | undefined;
-    worker = await TestWorker.start(gw.url, WORKER, ["main"], async ({ run, invokeTool }) => {
-      if (run.sessionKey !== TARGET) return { ignore: true };
-      started = true;
-      await gate;
-      afterReset = await invokeTool("message", { channel: "discord", to: "dev", text: "leak: -38%" }).catch(
-        (error: Error & { code?: string }) => ({ refused: error.code, message: error.message }),
-      );
-      return "the embargoed figure is -38%";
-    });
+    await edge.startWorker(
+      async ({ run, invokeTool }) => {
+        if (run.sessionKey !== TARGET) return { ignore: true };
+        started = true;
+        await gate;
+        afterReset = await invokeTool("message", { channel: "discord", to: "dev", text: "leak: -38%" }).catch(
+          (error: Error & { code?: string }) => ({ refused: error.code, message: error.message }),
+        );
+        return "the embargoed figure is -38%";
+      },
+      ["main"],
+    );
     const { runId } = await op.call<{ runId: string }>("agent", { sessionKey: TARGET, message: "go" });
-    await until(() => started);
+    await until(() => started, "the target's run");
     const { sessionId } = await op.call<{ sessionId: string }>("sessions.reset", { key: TARGET });
     const ended = await op.call<{ status: string; error?: string; reply?: string }>("agent.wait", {
       runId,
@@ -86,7 +64,7 @@ describe("a reset while a run of the session is going", () => {
     });
     expect(ended).toMatchObject({ status: "error", error: "the session was reset while this run was going" });
     release();
-    await until(() => afterReset !== undefined);
+    await until(() => afterReset !== undefined, "the tool call after the reset");
     expect(afterReset).toMatchObject({ refused: "FORBIDDEN" });
     // Nothing went out, and the new transcript holds nothing of the old run.
     const lobby = await op.call<{ messages: unknown[] }>("sessions.history", { sessionKey: LOBBY });
@@ -101,23 +79,30 @@ describe("a reset while a run of the session is going", () => {
 
   it("a waiting sessions_send from a PUBLIC chat gets the run's error, not the reply", async () => {
     await taintedTarget();
-    const { gate, release } = gated();
+    const { promise: gate, resolve: release } = deferred();
     let started = false;
     let sent: Record<string, unknown> | undefined;
-    worker = await TestWorker.start(gw.url, WORKER, ["main"], async ({ run, invokeTool }) => {
-      if (run.sessionKey === TARGET) {
-        started = true;
-        await gate;
-        return "the embargoed figure is -38%";
-      }
-      if (run.sessionKey === LOBBY) {
-        sent = await invokeTool("sessions_send", { sessionKey: TARGET, message: "Q3?", timeoutSeconds: 10 });
-        return "done";
-      }
-      return { ignore: true };
-    });
+    await edge.startWorker(
+      async ({ run, invokeTool }) => {
+        if (run.sessionKey === TARGET) {
+          started = true;
+          await gate;
+          return "the embargoed figure is -38%";
+        }
+        if (run.sessionKey === LOBBY) {
+          sent = await invokeTool("sessions_send", {
+            sessionKey: TARGET,
+            message: "Q3?",
+            timeoutSeconds: 10,
+          });
+          return "done";
+        }
+        return { ignore: true };
+      },
+      ["main"],
+    );
     const { runId } = await op.call<{ runId: string }>("agent", { sessionKey: LOBBY, message: "ask" });
-    await until(() => started);
+    await until(() => started, "the target's run");
     await op.call("sessions.reset", { key: TARGET });
     release();
     await op.call("agent.wait", { runId, timeoutMs: 10_000 });

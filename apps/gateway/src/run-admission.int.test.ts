@@ -1,5 +1,6 @@
-import { afterEach, describe, expect, it, vi } from "vitest";
-import * as harness from "./testing/test-gateway";
+import { describe, expect, it, vi } from "vitest";
+import { perTestGateway } from "./testing/per-test-gateway";
+import { type TestGateway, testStoreKind, WORKER_TOKEN as WORKER } from "./testing/test-gateway";
 import type { TestPeer } from "./testing/test-peer";
 
 // Before session 21 a client could queue runs without bound while no worker took them: each held
@@ -7,26 +8,20 @@ import type { TestPeer } from "./testing/test-peer";
 // gateway died of heap exhaustion. Runs not ended are now bounded per session and in input bytes,
 // and an ended chat run keeps only the head of its input (the transcript has all of it).
 
-const WORKER = harness.WORKER_TOKEN;
 const CHAT = (n: number) => `agent:main:webchat:dm:user-${n}`;
 
-let gw: harness.TestGateway;
+const edge = perTestGateway();
+let gw: TestGateway;
 let op: TestPeer;
-let worker: harness.TestWorker | undefined;
-
-afterEach(async () => {
-  await harness.stopGateway(gw, worker);
-  worker = undefined;
-});
 
 async function start(limits: Record<string, number>) {
-  gw = await harness.startTestGateway(
+  gw = await edge.start(
     {
       gateway: { limits },
       auth: { tokens: [{ name: "worker", token: WORKER, role: "agent" }] },
       agents: { list: [{ id: "main", default: true }] },
     },
-    { store: harness.testStoreKind() },
+    { store: testStoreKind() },
   );
   op = await gw.operator();
 }
@@ -58,12 +53,7 @@ describe("runs waiting for a worker", () => {
     expect((await send(CHAT(2), "other")).ok).toBe(true);
 
     // A worker drains the queue: the session takes sends again.
-    worker = await harness.TestWorker.start(
-      gw.url,
-      WORKER,
-      ["main"],
-      async ({ run }) => `done: ${run.input.message}`,
-    );
+    await edge.startWorker(async ({ run }) => `done: ${run.input.message}`, ["main"]);
     const deadline = Date.now() + 10_000;
     let accepted = await send(CHAT(1), "after the drain");
     while (!accepted.ok && Date.now() < deadline) {
@@ -104,12 +94,7 @@ describe("runs waiting for a worker", () => {
   it("an ended chat run keeps only the head of its input; the transcript keeps all of it", async () => {
     await start({});
     await op.call("sessions.create", { key: CHAT(1) });
-    worker = await harness.TestWorker.start(
-      gw.url,
-      WORKER,
-      ["main"],
-      async ({ run }) => `got ${run.input.message.length}`,
-    );
+    await edge.startWorker(async ({ run }) => `got ${run.input.message.length}`, ["main"]);
     const big = `${"é".repeat(100)}${"y".repeat(300_000)}`;
     // Each end is counted towards retention's count cap (gateway.retention.maxEndedRuns).
     const noted = vi.spyOn(gw.gateway.retention, "noteEnded");

@@ -1,7 +1,9 @@
 import { adminQuery } from "@switchboard/store-pg/testing";
 import { describe, expect, it } from "vitest";
 import { CLUSTER_WORKER_TOKEN, useClusterProcesses } from "../testing/cluster-processes";
+import { deferred } from "../testing/deferred";
 import { TestWorker } from "../testing/test-gateway";
+import { until } from "../testing/until";
 
 /**
  * Gateway instances on one PostgreSQL schema (the built gateway in child processes, as in
@@ -70,10 +72,7 @@ describe.skipIf(cluster.skip)("gateway instances on one database, off the usual 
     expect((await op.call<{ taint: string }>("sessions.status", { sessionKey: TARGET })).taint).toBe(
       "CONFIDENTIAL",
     );
-    let release!: () => void;
-    const gate = new Promise<void>((done) => {
-      release = done;
-    });
+    const { promise: gate, resolve: release } = deferred();
     let started = false;
     let sent: Record<string, unknown> | undefined;
     // The only worker is on B: every run is held there.
@@ -91,8 +90,7 @@ describe.skipIf(cluster.skip)("gateway instances on one database, off the usual 
       return "ok";
     });
     const { runId } = await op.call<{ runId: string }>("agent", { sessionKey: LOBBY, message: "ask" });
-    for (let i = 0; i < 200 && !started; i++) await sleep(25);
-    expect(started).toBe(true);
+    await until(() => started, "the target's run on B");
     await op.call("sessions.reset", { key: TARGET });
     release();
     expect(await op.call<WaitAnswer>("agent.wait", { runId, timeoutMs: 20_000 })).toMatchObject({
@@ -109,10 +107,7 @@ describe.skipIf(cluster.skip)("gateway instances on one database, off the usual 
       instances: [a, b],
     } = await startCluster(2);
     const opA = await operator(a!);
-    let release!: () => void;
-    const gate = new Promise<void>((done) => {
-      release = done;
-    });
+    const { promise: gate, resolve: release } = deferred();
     const worker = await TestWorker.start(b!.url, WORKER_TOKEN, ["main"], async () => {
       await gate;
       return "done";
@@ -120,12 +115,13 @@ describe.skipIf(cluster.skip)("gateway instances on one database, off the usual 
     const key = "agent:main:cron:held-on-b";
     await opA.call("sessions.create", { key });
     const { runId } = await opA.call<{ runId: string }>("chat.send", { sessionKey: key, message: "work" });
-    let status: { activeRun?: { runId: string } } = {};
-    for (let i = 0; i < 200 && !status.activeRun; i++) {
-      status = await opA.call("sessions.status", { sessionKey: key });
-      if (!status.activeRun) await sleep(25);
-    }
-    expect(status.activeRun?.runId).toBe(runId);
+    const shown = await until(async () => {
+      const status = await opA.call<{ activeRun?: { runId: string } }>("sessions.status", {
+        sessionKey: key,
+      });
+      return status.activeRun;
+    }, "the run held by B in A's status");
+    expect(shown.runId).toBe(runId);
     release();
     expect(await opA.call<WaitAnswer>("agent.wait", { runId, timeoutMs: 10_000 })).toMatchObject({
       status: "ok",

@@ -64,13 +64,6 @@ export class TestWorker {
   }
 }
 
-/** A test's teardown: the flows settle, then its workers and the gateway close (any may be unset). */
-export async function stopGateway(gw: TestGateway | undefined, ...workers: (TestWorker | undefined)[]) {
-  await gw?.gateway.flows.idle();
-  for (const worker of workers) worker?.close();
-  await gw?.close();
-}
-
 export interface TestGateway {
   gateway: Gateway;
   url: string;
