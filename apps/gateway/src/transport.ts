@@ -18,6 +18,7 @@ import { WebSocketServer } from "ws";
 import { Connection, type ConnectionIdentity } from "./connection";
 import type { HttpRoute } from "./http/http-route";
 import { isLoopbackAddress, rebindingProblem } from "./http/rebinding";
+import { KeyedCounts } from "./keyed-counts";
 import { ConnectionCaps, peerAddress, SOCKET_SLACK } from "./transport/connection-caps";
 import { defaultMaxConnections, RESERVED_FILES, readOpenFileLimit } from "./transport/fd-limit";
 import { warnThrottle } from "./transport/warn-throttle";
@@ -202,20 +203,16 @@ export async function startTransport(options: {
   // and a client sending a request every few seconds keeps it open for ever (keep-alive): without
   // this cap such sockets filled the per-address socket budget every local peer shares and locked
   // WebSocket clients out. Past the cap a response closes its socket once written.
-  const keptAlive = new Map<string, number>();
+  const keptAlive = new KeyedCounts();
   const countedAlive = new WeakSet<Socket>();
   function keepAliveWithinCap(socket: Socket, res: ServerResponse): void {
     const address = peerAddress(socket);
     if (!countedAlive.has(socket)) {
       countedAlive.add(socket);
-      keptAlive.set(address, (keptAlive.get(address) ?? 0) + 1);
-      socket.once("close", () => {
-        const left = (keptAlive.get(address) ?? 1) - 1;
-        if (left > 0) keptAlive.set(address, left);
-        else keptAlive.delete(address);
-      });
+      keptAlive.add(address, 1);
+      socket.once("close", () => keptAlive.add(address, -1));
     }
-    if ((keptAlive.get(address) ?? 0) > KEEP_ALIVE_PER_ADDRESS) res.shouldKeepAlive = false;
+    if (keptAlive.get(address) > KEEP_ALIVE_PER_ADDRESS) res.shouldKeepAlive = false;
   }
   // Sockets that reached a request or an upgrade: their deadline no longer applies (a long response
   // such as a stream is not cut; keep-alive idling has Node's keepAliveTimeout).

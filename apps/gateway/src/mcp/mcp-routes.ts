@@ -4,6 +4,7 @@ import { boundBuffered } from "../http/bound-buffered";
 import type { HttpRoute } from "../http/http-route";
 import { isLoopbackAddress, rebindingProblem } from "../http/rebinding";
 import type { HttpRouteDeps } from "../http/routes";
+import { KeyedCounts } from "../keyed-counts";
 import { cancelledRequestIds, McpCancellations, withoutSelfCancelled } from "./mcp-cancellations";
 import { McpSessionTools } from "./mcp-session-tools";
 
@@ -75,7 +76,7 @@ export function mcpRoutes(deps: HttpRouteDeps): HttpRoute[] {
   const maxBody = deps.config.gateway.limits.maxPayload;
   const { maxInFlight, maxBufferedBytes } = deps.config.gateway.limits;
   /** JSON-RPC messages of open POSTs per token (see `maxInFlight` below). */
-  const inflight = new Map<string, number>();
+  const inflight = new KeyedCounts();
   return [
     {
       name: "mcp",
@@ -146,7 +147,7 @@ export function mcpRoutes(deps: HttpRouteDeps): HttpRoute[] {
         // each message of a POST counts until its response is written out or the client goes, so
         // a client that posts and never reads cannot make the gateway hold answers without bound.
         const messages = Array.isArray(parsed) ? parsed.length : 1;
-        const open = inflight.get(binding.tokenName) ?? 0;
+        const open = inflight.get(binding.tokenName);
         if (open + messages > maxInFlight) {
           res.writeHead(429, { "content-type": "application/json", "retry-after": "1" });
           res.end(
@@ -161,12 +162,8 @@ export function mcpRoutes(deps: HttpRouteDeps): HttpRoute[] {
           );
           return;
         }
-        inflight.set(binding.tokenName, open + messages);
-        res.once("close", () => {
-          const left = (inflight.get(binding.tokenName) ?? messages) - messages;
-          if (left > 0) inflight.set(binding.tokenName, left);
-          else inflight.delete(binding.tokenName);
-        });
+        inflight.add(binding.tokenName, messages);
+        res.once("close", () => inflight.add(binding.tokenName, -messages));
         boundBuffered(res, maxBufferedBytes, () =>
           log.warn(
             { token: binding.tokenName, limit: maxBufferedBytes },

@@ -1,4 +1,5 @@
 import type { RunRecord } from "@switchboard/core";
+import { KeyedCounts } from "../keyed-counts";
 
 /** A run that has not ended: its record, the worker holding it and its timeout. */
 export interface ActiveRun<W> {
@@ -68,14 +69,14 @@ export class InProcessActiveRuns<W> implements ActiveRuns<W> {
   private readonly active = new Map<string, ActiveRun<W>>();
   /** Each active run's weight as counted when added (its record may be clipped before it leaves). */
   private readonly weights = new Map<string, { sessionKey: string; bytes: number }>();
-  private readonly activePerSession = new Map<string, number>();
+  private readonly activePerSession = new KeyedCounts();
   private heldBytes = 0;
   private creatingBytes = 0;
   private creatingCount = 0;
   private readonly inflight = new Map<string, Promise<RunRecord>>();
   private readonly pending = new Map<string, RunRecord>();
   /** Creations in flight per session key; keys with none hold no memory. */
-  private readonly creatingPerSession = new Map<string, number>();
+  private readonly creatingPerSession = new KeyedCounts();
 
   get(runId: string): ActiveRun<W> | undefined {
     return this.active.get(runId);
@@ -88,7 +89,7 @@ export class InProcessActiveRuns<W> implements ActiveRuns<W> {
     const bytes = runInputBytes(run.record);
     this.weights.set(runId, { sessionKey, bytes });
     this.heldBytes += bytes;
-    bump(this.activePerSession, sessionKey, 1);
+    this.activePerSession.add(sessionKey, 1);
   }
 
   delete(runId: string): void {
@@ -97,7 +98,7 @@ export class InProcessActiveRuns<W> implements ActiveRuns<W> {
     if (!weight) return;
     this.weights.delete(runId);
     this.heldBytes -= weight.bytes;
-    bump(this.activePerSession, weight.sessionKey, -1);
+    this.activePerSession.add(weight.sessionKey, -1);
   }
 
   all(): ActiveRun<W>[] {
@@ -117,14 +118,14 @@ export class InProcessActiveRuns<W> implements ActiveRuns<W> {
   }
 
   startCreatingOn(sessionKey: string, bytes = 0): () => void {
-    bump(this.creatingPerSession, sessionKey, 1);
+    this.creatingPerSession.add(sessionKey, 1);
     this.creatingBytes += bytes;
     this.creatingCount++;
     let done = false;
     return () => {
       if (done) return;
       done = true;
-      bump(this.creatingPerSession, sessionKey, -1);
+      this.creatingPerSession.add(sessionKey, -1);
       this.creatingBytes -= bytes;
       this.creatingCount--;
     };
@@ -137,8 +138,7 @@ export class InProcessActiveRuns<W> implements ActiveRuns<W> {
   load(sessionKey: string): RunLoad {
     // A run counts twice between its `add` and the end of its creation: briefly over, never under.
     return {
-      sessionRuns:
-        (this.activePerSession.get(sessionKey) ?? 0) + (this.creatingPerSession.get(sessionKey) ?? 0),
+      sessionRuns: this.activePerSession.get(sessionKey) + this.creatingPerSession.get(sessionKey),
       runs: this.weights.size + this.creatingCount,
       bytes: this.heldBytes + this.creatingBytes,
     };
@@ -159,11 +159,4 @@ export class InProcessActiveRuns<W> implements ActiveRuns<W> {
   saved(runId: string): void {
     this.pending.delete(runId);
   }
-}
-
-/** Adds `delta` to a per-key count; keys at zero hold no memory. */
-function bump(counts: Map<string, number>, key: string, delta: number): void {
-  const count = (counts.get(key) ?? 0) + delta;
-  if (count > 0) counts.set(key, count);
-  else counts.delete(key);
 }

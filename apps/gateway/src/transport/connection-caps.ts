@@ -1,4 +1,5 @@
 import type { Socket } from "node:net";
+import { KeyedCounts } from "../keyed-counts";
 
 /**
  * Raw TCP sockets allowed beyond the WebSocket caps: room for peers still in their HTTP upgrade, for
@@ -13,20 +14,13 @@ export function peerAddress(socket: Socket): string {
   return address.startsWith("::ffff:") ? address.slice(7) : address;
 }
 
-function bump(counts: Map<string, number>, key: string, by: number): number {
-  const next = (counts.get(key) ?? 0) + by;
-  if (next <= 0) counts.delete(key);
-  else counts.set(key, next);
-  return next;
-}
-
 /**
  * Counts connections per remote address at two levels: WebSocket peers (the caps a peer is told about
  * with close code 4004) and raw TCP sockets (a backstop against sockets that never upgrade).
  */
 export class ConnectionCaps {
-  private readonly socketsByAddress = new Map<string, number>();
-  private readonly peersByAddress = new Map<string, number>();
+  private readonly socketsByAddress = new KeyedCounts();
+  private readonly peersByAddress = new KeyedCounts();
   private peers = 0;
 
   constructor(
@@ -36,30 +30,29 @@ export class ConnectionCaps {
 
   /** A new TCP socket: false when its address already holds too many (the caller drops it). */
   admitSocket(address: string): boolean {
-    if ((this.socketsByAddress.get(address) ?? 0) >= this.maxConnectionsPerAddress + SOCKET_SLACK)
-      return false;
-    bump(this.socketsByAddress, address, 1);
+    if (this.socketsByAddress.get(address) >= this.maxConnectionsPerAddress + SOCKET_SLACK) return false;
+    this.socketsByAddress.add(address, 1);
     return true;
   }
 
   releaseSocket(address: string): void {
-    bump(this.socketsByAddress, address, -1);
+    this.socketsByAddress.add(address, -1);
   }
 
   /** A new WebSocket peer: the refusal reason (fits a close frame), or undefined once it is counted. */
   admitPeer(address: string): string | undefined {
     if (this.peers >= this.maxConnections)
       return `gateway connection limit reached (limits.maxConnections = ${this.maxConnections})`;
-    if ((this.peersByAddress.get(address) ?? 0) >= this.maxConnectionsPerAddress)
+    if (this.peersByAddress.get(address) >= this.maxConnectionsPerAddress)
       return `too many connections from this address (limits.maxConnectionsPerAddress = ${this.maxConnectionsPerAddress})`;
     this.peers++;
-    bump(this.peersByAddress, address, 1);
+    this.peersByAddress.add(address, 1);
     return undefined;
   }
 
   releasePeer(address: string): void {
     this.peers--;
-    bump(this.peersByAddress, address, -1);
+    this.peersByAddress.add(address, -1);
   }
 
   get peerCount(): number {
