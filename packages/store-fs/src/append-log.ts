@@ -43,6 +43,11 @@ export interface AppendLogOptions {
    * caller's record of the call).
    */
   gather?: "microtasks" | "turn";
+  /**
+   * Nothing is written before this settles; when it rejects, every write queued by then fails
+   * with its error. For a commit-log segment whose predecessor may still have batches in flight.
+   */
+  after?: Promise<void>;
 }
 
 /**
@@ -65,6 +70,9 @@ export class AppendLog {
   /** Set after a failed batch until the file is cut back to `size`. */
   private needsRepair = false;
   private closed = false;
+  private failures = 0;
+  private lastFailure: unknown;
+  private gate: Promise<void> | undefined;
 
   private constructor(
     readonly filePath: string,
@@ -74,6 +82,9 @@ export class AppendLog {
   ) {
     this.size = size;
     this.reservedSize = size;
+    this.gate = options.after;
+    // Seen only by the first batch, if any write ever comes: not an unhandled rejection before.
+    this.gate?.catch(() => undefined);
   }
 
   /** Opens an existing file for appending at `size` (its verified end). */
@@ -138,6 +149,16 @@ export class AppendLog {
     while (this.flushing) await this.flushing;
   }
 
+  /**
+   * Like `drain`, but rejects with the error of a write that failed meanwhile (so once nothing
+   * more is queued: whether every write queued so far was acknowledged).
+   */
+  async settled(): Promise<void> {
+    const failuresBefore = this.failures;
+    await this.drain();
+    if (this.failures !== failuresBefore) throw this.lastFailure;
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     await this.drain();
@@ -154,6 +175,14 @@ export class AppendLog {
       // instead batched as well but delayed batches behind long poll phases.)
       if (this.options.gather === "turn") await new Promise<void>((resolve) => setImmediate(resolve));
       else for (let turn = 0; turn < 3; turn++) await Promise.resolve();
+      if (this.gate) {
+        try {
+          await this.gate;
+        } catch (error) {
+          this.fail([], error, false);
+        }
+        this.gate = undefined;
+      }
       while (this.queue.length > 0) {
         const batch = this.queue;
         this.queue = [];
@@ -182,11 +211,11 @@ export class AppendLog {
     }
   }
 
-  private fail(batch: PendingWrite[], error: unknown): void {
+  private fail(batch: PendingWrite[], error: unknown, written = true): void {
     const failed = [...batch, ...this.queue];
     this.queue = [];
     this.reservedSize = this.size;
-    this.needsRepair = true;
+    if (written) this.needsRepair = true;
     const wrapped = storageError(error, "writing", this.filePath);
     const rejection =
       wrapped instanceof SwitchboardError
@@ -194,6 +223,8 @@ export class AppendLog {
         : new SwitchboardError("UNAVAILABLE", `${this.options.label}: writing ${this.filePath} failed`, {
             cause: error,
           });
+    this.failures++;
+    this.lastFailure = rejection;
     this.options.health?.fail(this.options.label, rejection);
     for (let index = failed.length - 1; index >= 0; index--) failed[index]!.onFail?.();
     for (const item of failed) item.reject(rejection);

@@ -14,8 +14,8 @@ import type { StoreHealthTracker } from "./store-health";
  * appends to many transcripts (group commit across files).
  *
  * A full segment is rotated: the transcripts it touched are fsynced, then it is deleted. On
- * start-up, remaining segments are replayed: entries missing from their transcript (seq greater
- * than the transcript's last) are appended again.
+ * start-up, remaining segments are replayed: entries missing from their transcript or damaged in
+ * it, anywhere (a power cut can lose any page not yet written back), are restored.
  */
 
 export const COMMIT_LOG_FORMAT_VERSION = 1;
@@ -174,7 +174,11 @@ export class CommitLog {
     return new CommitLog(options, await CommitLog.createSegment(options, lastSegmentNumber + 1));
   }
 
-  private static async createSegment(options: CommitLogOptions, number: number): Promise<Segment> {
+  private static async createSegment(
+    options: CommitLogOptions,
+    number: number,
+    after?: Promise<void>,
+  ): Promise<Segment> {
     const header = JSON.stringify({
       type: "commit-log",
       version: COMMIT_LOG_FORMAT_VERSION,
@@ -187,6 +191,7 @@ export class CommitLog {
       // (waking, label checks, building the result): gathered until the end of the loop's turn,
       // both share one commit, one durable round less on the send's path.
       gather: "turn",
+      ...(after ? { after } : {}),
       ...(options.health ? { health: options.health } : {}),
     });
     return { number, log, dirty: new Set() };
@@ -229,9 +234,19 @@ export class CommitLog {
   private rotate(): void {
     if (this.rotating || this.closed) return;
     this.rotating = (async () => {
-      const next = await CommitLog.createSegment(this.options, this.current.number + 1);
       const previous = this.current;
+      // A failed batch rolls its transcripts back to where its appends began, cutting whatever
+      // was appended after them. Within one segment those later appends fail with it (a failed
+      // batch fails the whole queue); in the next segment they could be acknowledged first and
+      // then cut, their seqs handed out again. So the next segment writes nothing before the
+      // previous one's writes from before the switch have settled, and fails its queue with them.
+      let switched!: (settled: Promise<void>) => void;
+      const gate = new Promise<void>((resolve) => {
+        switched = resolve;
+      });
+      const next = await CommitLog.createSegment(this.options, previous.number + 1, gate);
       this.current = next;
+      switched(previous.log.settled());
       await this.checkpoint(previous);
     })()
       .catch((error: unknown) => {

@@ -150,14 +150,20 @@ describe("a really immutable transcript (chattr +i)", () => {
   );
 });
 
+/** A data dir whose sessions index has a snapshot (four rows) and a journal after it (one row). */
+async function compactedIndex(): Promise<string> {
+  const dataDir = await freshDir();
+  const first = await open(dataDir);
+  for (let i = 0; i < 4; i++) await first.sessions.put(sampleSession());
+  await first.compact();
+  await first.sessions.put(sampleSession());
+  await first.close();
+  return dataDir;
+}
+
 describe("the sessions index", () => {
   it("a deleted snapshot refuses the start naming the file and the fix", async () => {
-    const dataDir = await freshDir();
-    const first = await open(dataDir);
-    for (let i = 0; i < 4; i++) await first.sessions.put(sampleSession());
-    await first.compact();
-    await first.sessions.put(sampleSession());
-    await first.close();
+    const dataDir = await compactedIndex();
     const snapshot = fs
       .readdirSync(path.join(dataDir, "sessions"))
       .find((name) => name.startsWith("snapshot-"))!;
@@ -166,6 +172,22 @@ describe("the sessions index", () => {
     expect(error).toBeInstanceOf(SwitchboardError);
     expect(error.message).toContain(snapshot);
     expect(error.message).toMatch(/doctor --repair/);
+  });
+
+  // Before session 22 the start went on with the snapshot's rows only: the rows of the newest
+  // journal vanished and their transcripts were archived as orphans, with doctor saying all was well.
+  it("a snapshot whose journal is gone refuses the start naming the journal and the fix", async () => {
+    const dataDir = await compactedIndex();
+    const dir = path.join(dataDir, "sessions");
+    const journals = fs.readdirSync(dir).filter((name) => name.startsWith("journal-"));
+    expect(journals).toHaveLength(1);
+    fs.rmSync(path.join(dir, journals[0]!));
+    const error = await openFileStore({ dataDir, fsyncMode: "none" }).catch((caught) => caught);
+    expect(error).toBeInstanceOf(SwitchboardError);
+    expect(error.message).toContain(`${journals[0]} is missing`);
+    expect(error.message).toMatch(/doctor --repair/);
+    const report = await checkDataDir(dataDir);
+    expect(report.ok).toBe(false);
   });
 
   it("an index with no files at all beside existing transcripts refuses the start", async () => {

@@ -8,11 +8,11 @@ import {
   type RunRecord,
   type SessionEntry,
 } from "@switchboard/core";
-import { parseCommitRecord } from "./commit-log";
+import { parseCommitRecord, readPendingCommits } from "./commit-log";
 import { type DoctorReport, damagedLines, inspectDataDir } from "./doctor";
 import { openFileStore } from "./file-store";
 import { closeFile, fileSize, openFile, syncData, writeAllAt } from "./fs-io";
-import { generationName, readJournaledState, writeSnapshotFile } from "./journaled-map";
+import { generationName, journalHeader, readJournaledState, writeSnapshotFile } from "./journaled-map";
 import { storeLayout } from "./layout";
 import { findIntactEnd, forEachLineText, parseJsonLine, readFirstLine, scanForward } from "./line-scan";
 import { acquireLock, releaseLock } from "./lock-file";
@@ -37,7 +37,9 @@ const KEY_FIELDS: Record<string, string> = { sessions: "key", runs: "runId", met
  *
  * - damaged journal records are dropped; a lost or damaged snapshot is rebuilt from what is left
  *   (for the sessions index also from the transcripts' headers and taint entries);
- * - transcripts: damaged lines are dropped, a bad header is rewritten from the index row;
+ * - transcripts: damaged lines are dropped, a bad header is rewritten from the index row; in a
+ *   transcript with pending commit-log entries they are dropped only after the open has replayed
+ *   those, which restores acknowledged entries a damaged line may have held;
  * - commit-log segments: damaged records are dropped, so the open replays the intact ones after them;
  * - rows whose transcript is missing get it back from `archive/`, or an empty one;
  * - transcripts no row points at are archived; runs waiting on a transcript that is gone are
@@ -65,6 +67,7 @@ export async function repairDataDir(
 
   const stamp = new Date().toISOString().replace(/[:.]/g, "-");
   const lock = await acquireLock(layout.dataDir, true, logger);
+  let deferred: Set<string>;
   try {
     const indexReadable = await readJournaledState(
       layout.sessions,
@@ -74,13 +77,18 @@ export async function repairDataDir(
       () => true,
       () => false,
     );
-    const transcriptTaints = await repairTranscripts(
+    // First, so the segments can be read to learn which transcripts they restore entries to.
+    await repairCommitLog(layout.commitLog, stamp, actions);
+    const transcripts = await repairTranscripts(
       layout,
       first.contents.rows,
       indexReadable,
       stamp,
       actions,
+      await awaitingReplay(layout.commitLog),
     );
+    const transcriptTaints = transcripts.facts;
+    deferred = transcripts.deferred;
     await repairIndex(layout.sessions, "sessions", stamp, actions, () =>
       rowsFromTranscripts(layout.transcripts, transcriptTaints),
     );
@@ -88,7 +96,6 @@ export async function repairDataDir(
     await repairIndex(layout.runs, "runs", stamp, actions);
     await repairIndex(layout.meta, "meta", stamp, actions);
     await restoreMissingTranscripts(layout, stamp, actions);
-    await repairCommitLog(layout.commitLog, stamp, actions);
   } finally {
     await releaseLock(lock);
   }
@@ -119,10 +126,51 @@ export async function repairDataDir(
         `started an empty transcript for ${row.key} (${store.transcripts.locate(row.sessionId)}): none was found, not even in archive/`,
       );
     }
+    const restored = (await store.stats()).entriesRestored;
+    if (restored > 0)
+      actions.push(`restored ${restored} acknowledged transcript entries from the commit log`);
   } finally {
     await store.close();
   }
+  if (deferred.size > 0) {
+    // The open has replayed the segments (and the close checkpointed them): what is still
+    // damaged now holds nothing the commit log had.
+    const again = await acquireLock(layout.dataDir, true, logger);
+    try {
+      const index = await readJournaledState(
+        layout.sessions,
+        "sessions",
+        (row: SessionEntry) => row.key,
+      ).catch(() => undefined);
+      await repairTranscripts(
+        layout,
+        index?.values ?? new Map(),
+        index !== undefined,
+        // A copy the first pass kept (a header it fixed) must not be overwritten.
+        `${stamp}-after-replay`,
+        actions,
+        await awaitingReplay(layout.commitLog),
+        deferred,
+      );
+    } finally {
+      await releaseLock(again);
+    }
+  }
   return { actions, report: (await inspectDataDir(dataDir)).report };
+}
+
+/**
+ * Transcripts that pending commit-log segments hold entries for: the open restores those, also
+ * where a damaged line now sits, so their damaged lines must wait for it. All of them when the
+ * segments cannot be read.
+ */
+async function awaitingReplay(commitLogDir: string): Promise<Set<string> | "all"> {
+  try {
+    const pending = await readPendingCommits(commitLogDir);
+    return new Set([...pending.entries].filter(([, lines]) => lines.length > 0).map(([id]) => id));
+  } catch {
+    return "all";
+  }
 }
 
 /** Moves a file aside (same directory), keeping it for inspection. */
@@ -155,8 +203,9 @@ interface TranscriptFacts {
 }
 
 /**
- * Fixes headers and drops damaged lines; returns what each intact transcript says about its
- * session (for rebuilding or checking the index).
+ * Fixes headers and drops damaged lines (of `only` transcripts, when given); returns what each
+ * intact transcript says about its session (for rebuilding or checking the index), and the
+ * transcripts whose damaged lines were left for the commit log's replay (`awaiting`).
  */
 async function repairTranscripts(
   layout: ReturnType<typeof storeLayout>,
@@ -164,12 +213,15 @@ async function repairTranscripts(
   indexReadable: boolean,
   stamp: string,
   actions: string[],
-): Promise<Map<string, TranscriptFacts>> {
+  awaiting: Set<string> | "all",
+  only?: Set<string>,
+): Promise<{ facts: Map<string, TranscriptFacts>; deferred: Set<string> }> {
   const rowBySessionId = new Map([...rows.values()].map((row) => [String(row.sessionId).toLowerCase(), row]));
   const facts = new Map<string, TranscriptFacts>();
+  const deferred = new Set<string>();
   for (const name of await fs.promises.readdir(layout.transcripts).catch(() => [] as string[])) {
     const sessionId = sessionIdOfFileName(name);
-    if (sessionId === undefined) continue;
+    if (sessionId === undefined || (only && !only.has(sessionId))) continue;
     const filePath = path.join(layout.transcripts, name);
     const fd = await openFile(filePath, "r");
     let headerLine: Buffer | undefined;
@@ -184,7 +236,11 @@ async function repairTranscripts(
       intactEnd = (await findIntactEnd(fd, dataStart, size, isIntactEntryLine)).end;
       damaged = await damagedLines(fd, dataStart, intactEnd);
       const row = rowBySessionId.get(sessionId);
-      if ("problem" in checked || damaged.length > 0) {
+      // A damaged line may be where an acknowledged entry a segment still holds was: the replay
+      // puts that back (and drops the line) only if the line is still there to be found.
+      const keepDamaged = damaged.length > 0 && (awaiting === "all" || awaiting.has(sessionId));
+      if (keepDamaged) deferred.add(sessionId);
+      if ("problem" in checked || (damaged.length > 0 && !keepDamaged)) {
         const key = "problem" in checked ? row?.key : checked.header.key;
         // Whose it is may be in the index once that is repaired: leave it for the next run.
         if (key === undefined && !indexReadable) continue;
@@ -204,13 +260,13 @@ async function repairTranscripts(
             : checked.header;
         const kept: Buffer[] = [Buffer.from(`${JSON.stringify(header)}\n`)];
         await scanForward(fd, dataStart, intactEnd, (line) => {
-          if (isIntactEntryLine(line)) kept.push(Buffer.from(`${line.toString("utf8")}\n`));
+          if (keepDamaged || isIntactEntryLine(line)) kept.push(Buffer.from(`${line.toString("utf8")}\n`));
           return true;
         });
         await replaceFile(filePath, (out) => writeAllAt(out, kept, 0));
         if ("problem" in checked)
           actions.push(`rewrote the header of ${filePath} from the index row of ${key}`);
-        if (damaged.length > 0) {
+        if (damaged.length > 0 && !keepDamaged) {
           actions.push(
             `dropped ${damaged.length} damaged line(s) from ${filePath} (original kept as ${archived})`,
           );
@@ -222,7 +278,7 @@ async function repairTranscripts(
     const summary = await summarise(filePath);
     if (summary) facts.set(sessionId, summary);
   }
-  return facts;
+  return { facts, deferred };
 }
 
 /** Header, last timestamp and highest taint of an (intact) transcript. */
@@ -342,6 +398,12 @@ async function repairIndex(
     if (file.kind === "journal" && file.generation === generation) continue;
     replaced.push(await moveAside(file.path, stamp));
   }
+  // Journal N first, as a compaction makes it: a snapshot without its journal is refused at open.
+  const journalPath = path.join(dir, generationName("journal", generation));
+  if (!files.some((file) => file.kind === "journal" && file.generation === generation))
+    await replaceFile(journalPath, (fd) =>
+      writeAllAt(fd, [Buffer.from(`${journalHeader(format, generation)}\n`)], 0),
+    );
   const snapshotPath = path.join(dir, generationName("snapshot", generation));
   await replaceFile(snapshotPath, (fd) => writeSnapshotFile(fd, format, generation, [...values.values()]));
   actions.push(

@@ -15,7 +15,7 @@ import { closeFile, errorCode, fileSize, isNotFound, openFile } from "./fs-io";
 import { IncompleteStateError, readJournaledState } from "./journaled-map";
 import { storeLayout } from "./layout";
 import { findIntactEnd, parseJsonLine, readFirstLine, scanForward } from "./line-scan";
-import { isProcessAlive, LOCK_FILE, readLockPid } from "./lock-file";
+import { isLockHolderAlive, LOCK_FILE, readLockHolder } from "./lock-file";
 import { checkTranscriptHeader, isIntactEntryLine } from "./transcript-store";
 
 export type DoctorIssueCode =
@@ -161,7 +161,7 @@ export async function inspectDataDir(
   }
 
   const lockPath = path.join(layout.dataDir, LOCK_FILE);
-  const holder = await readLockPid(lockPath).catch((error: unknown) => {
+  const holder = await readLockHolder(lockPath).catch((error: unknown) => {
     // The gateway's start reads the lock the same way, and stops on the same error.
     issues.push({
       severity: "error",
@@ -174,12 +174,17 @@ export async function inspectDataDir(
   });
   if (holder !== undefined) {
     issues.push(
-      isProcessAlive(holder)
-        ? { severity: "info", code: "live-lock", message: `data dir in use by pid ${holder}`, path: lockPath }
+      isLockHolderAlive(lockPath, holder)
+        ? {
+            severity: "info",
+            code: "live-lock",
+            message: `data dir in use by pid ${holder.pid}`,
+            path: lockPath,
+          }
         : {
             severity: "warning",
             code: "stale-lock",
-            message: `lock left by pid ${holder}, which is not running; the next open takes it over`,
+            message: `lock left by pid ${holder.pid}, which is not running (or is another process now); the next open takes it over`,
             path: lockPath,
           },
     );
@@ -361,15 +366,17 @@ export async function inspectDataDir(
     if (!ACTIVE_RUN_STATUSES.has(run.status)) continue;
     const sessionId = String(run.sessionId).toLowerCase();
     if (transcriptIds.has(sessionId)) continue;
+    // What a kill -9 during a reset or delete leaves: the gateway's start ends such a run `error`
+    // (its session was reset or deleted), so it is no error of the data dir.
     issues.push({
-      severity: "error",
+      severity: "warning",
       code: "orphan-run",
-      message: `run ${run.runId} (${run.status}) is for sessionId ${sessionId} of ${run.sessionKey}, whose transcript is gone (the session was reset or deleted); recovering it stops the gateway's start`,
+      message: `run ${run.runId} (${run.status}) is for sessionId ${sessionId} of ${run.sessionKey}, whose transcript is gone (the session was reset or deleted); the gateway's next start ends it as failed`,
       path: layout.runs,
       runId: run.runId,
       sessionId,
       key: run.sessionKey,
-      fix: `${REPAIR}: it marks the run failed ("session was reset or deleted")`,
+      fix: `nothing to do; or ${REPAIR}: it marks the run failed ("session was reset or deleted")`,
     });
   }
   report.counts.archivedTranscripts = (await listDir(layout.archive)).filter((name) =>

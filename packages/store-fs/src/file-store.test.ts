@@ -5,6 +5,7 @@ import { sampleAuditRecords, sampleMessage, sampleSession } from "@switchboard/c
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { recordingLogger, tempDir } from "../test/helpers";
 import { type FileStore, type FileStoreOptions, openFileStore } from "./file-store";
+import { processIdentity } from "./lock-file";
 
 const cleanups: Array<() => Promise<void>> = [];
 afterEach(async () => {
@@ -152,6 +153,42 @@ describe("single writer lock", () => {
     await expect(attempt).rejects.toMatchObject({
       code: "UNAVAILABLE",
       message: expect.stringContaining(`data dir in use by pid ${holder.pid}`),
+    });
+  });
+
+  // A container restarted after kill -9 runs the gateway as pid 1 again: the lock its last run left
+  // names this process's pid. Before session 22 it was "in use by pid 1 (this process)" for ever.
+  it("takes over a lock naming this process's pid that this process did not take", async () => {
+    const dataDir = await freshDir();
+    await (await openFileStore({ dataDir, fsyncMode: "none" })).close();
+    fs.writeFileSync(
+      path.join(dataDir, "LOCK"),
+      JSON.stringify({ pid: process.pid, identity: "an-earlier-boot:1" }),
+    );
+    const store = await open(dataDir);
+    expect(store.lockInfo.tookOverFromPid).toBe(process.pid);
+  });
+
+  it("takes over a lock whose pid is alive but another process now (a reused pid)", async () => {
+    const dataDir = await freshDir();
+    await (await openFileStore({ dataDir, fsyncMode: "none" })).close();
+    const reused = spawn(process.execPath, ["-e", "setTimeout(() => {}, 30000)"], { stdio: "ignore" });
+    cleanups.push(async () => {
+      reused.kill("SIGKILL");
+    });
+    const identity = processIdentity(reused.pid!);
+    expect(identity).toEqual(expect.any(String));
+    // The same pid, started at another time: the process that wrote the lock is gone.
+    const [boot, started] = identity!.split(":");
+    const earlier = `${boot}:${Number(started) - 1}`;
+    fs.writeFileSync(path.join(dataDir, "LOCK"), JSON.stringify({ pid: reused.pid, identity: earlier }));
+    const store = await open(dataDir);
+    expect(store.lockInfo.tookOverFromPid).toBe(reused.pid);
+    await store.close();
+    // The lock a live holder wrote, with its own identity, is still refused.
+    fs.writeFileSync(path.join(dataDir, "LOCK"), JSON.stringify({ pid: reused.pid, identity }));
+    await expect(openFileStore({ dataDir, fsyncMode: "none" })).rejects.toMatchObject({
+      code: "UNAVAILABLE",
     });
   });
 

@@ -107,6 +107,11 @@ function checkHeader(
  * journals after it. A torn last record of a journal is reported (and skipped), a damaged record
  * before intact ones is an error.
  */
+/** The first line of journal `generation` (without its newline). */
+export function journalHeader(format: string, generation: number): string {
+  return JSON.stringify({ type: "journal", format, version: JOURNAL_FORMAT_VERSION, generation });
+}
+
 export async function readJournaledState<V>(
   dir: string,
   format: string,
@@ -149,19 +154,25 @@ export async function readJournaledState<V>(
   const live = journals.filter(
     (generation) => snapshotGeneration === undefined || generation >= snapshotGeneration,
   );
+  const incomplete = (missing: string) =>
+    new IncompleteStateError(
+      `${format} index is incomplete: ${missing} is missing, so rows recorded in it would be silently lost; ` +
+        `restore it from a backup, or run \`switchboard doctor --repair\` to rebuild the index`,
+      missing,
+    );
+  // Journal N is made before snapshot N and made durable with it (one fsync of the directory): a
+  // snapshot without it lost the journal, whose rows would vanish silently (and their transcripts
+  // be archived as orphans). Before session 22 only a gap before a later journal was caught.
+  if (snapshotGeneration !== undefined && live.length === 0)
+    throw incomplete(path.join(dir, generationName("journal", snapshotGeneration)));
   let expected = snapshotGeneration ?? 1;
   for (const generation of live) {
-    if (generation !== expected) {
-      const missing =
+    if (generation !== expected)
+      throw incomplete(
         snapshotGeneration === undefined && expected === 1
           ? path.join(dir, generationName("snapshot", generation))
-          : path.join(dir, generationName("journal", expected));
-      throw new IncompleteStateError(
-        `${format} index is incomplete: ${missing} is missing, so rows recorded in it would be silently lost; ` +
-          `restore it from a backup, or run \`switchboard doctor --repair\` to rebuild the index`,
-        missing,
+          : path.join(dir, generationName("journal", expected)),
       );
-    }
     expected++;
   }
   const replay: JournalFileState[] = [];
@@ -487,7 +498,7 @@ export class JournaledMap<V> {
   }
 
   private static journalHeader(format: string, generation: number): string {
-    return JSON.stringify({ type: "journal", format, version: JOURNAL_FORMAT_VERSION, generation });
+    return journalHeader(format, generation);
   }
 
   get size(): number {

@@ -22,7 +22,7 @@ export class SyncAppendFile {
     readonly descriptor: number,
     public size: number,
     /** Set when the file could only be opened for reading: appends fail with this error. */
-    private readonly readOnly?: SwitchboardError,
+    readonly readOnly?: SwitchboardError,
   ) {}
 
   append(buffer: Buffer): void {

@@ -35,7 +35,15 @@ import {
   writeAllAt,
   yieldToEventLoop,
 } from "./fs-io";
-import { findIntactEnd, NEWLINE, parseJsonLine, readFirstLine, scanBackward, seqOfLine } from "./line-scan";
+import {
+  findIntactEnd,
+  NEWLINE,
+  parseJsonLine,
+  readFirstLine,
+  scanBackward,
+  scanForward,
+  seqOfLine,
+} from "./line-scan";
 import type { StoreLogger } from "./logger";
 import { storageError, withStorageErrors } from "./storage-errors";
 import type { StoreHealthTracker } from "./store-health";
@@ -274,10 +282,13 @@ export class FileTranscriptStore implements TranscriptStore {
       this.options.health?.ok("transcripts");
       handle.lastSeq = prepared.lastSeq;
       // A failed commit takes the entries back out of the transcript, so an unacknowledged entry
-      // is never served nor followed by new ones. Failed commits undo newest first, synchronously.
+      // is never served nor followed by new ones. Every later append fails with it (the commit
+      // log sees to that, across a rotation too), so the undo can cut everything from `start`.
+      // The oldest failed append's undo wins whatever order they run in: a rotation's next
+      // segment fails its queue only after the previous one's failed batch undid its appends.
       await this.commitLog.commit(id, records, () => {
         handle.file.rollback(start);
-        handle.lastSeq = previousSeq;
+        handle.lastSeq = Math.min(handle.lastSeq, previousSeq);
         handle.cursors.clear();
       });
       this.counters.appendedEntries += prepared.entries.length;
@@ -651,6 +662,19 @@ export class FileTranscriptStore implements TranscriptStore {
     const remembered = handle.cursors.get(before);
     if (remembered !== undefined && remembered <= end) return remembered;
     if (end - handle.dataStart <= SEEK_THRESHOLD_BYTES) return end;
+    return (await this.bisectSeq(handle, before, end)).high;
+  }
+
+  /**
+   * Narrows down where the lines with `seq >= before` begin, by binary search over line starts
+   * in `[dataStart, end)`: every line before `low` has a lower seq, the line at `high` (unless
+   * `end`) does not. Stops at an unreadable probe with what it knows so far.
+   */
+  private async bisectSeq(
+    handle: TranscriptHandle,
+    before: number,
+    end: number,
+  ): Promise<{ low: number; high: number }> {
     let low = handle.dataStart;
     let high = end;
     while (high - low > this.options.readChunkBytes) {
@@ -664,7 +688,7 @@ export class FileTranscriptStore implements TranscriptStore {
       if (seq >= before) high = probe;
       else low = probe;
     }
-    return high;
+    return { low, high };
   }
 
   /** The first line start in `[from, limit)`, if any. */
@@ -733,39 +757,8 @@ export class FileTranscriptStore implements TranscriptStore {
         throw error;
       }
       try {
-        let lastSeq = handle.lastSeq;
-        const missing: string[] = [];
-        for (const line of pending.entries.get(id) ?? []) {
-          const seq = seqOfLine(Buffer.from(line.slice(0, 48), "latin1")) ?? (JSON.parse(line).seq as number);
-          if (seq > lastSeq) {
-            missing.push(line);
-            lastSeq = seq;
-          }
-        }
-        if (missing.length > 0) {
-          try {
-            handle.file.append(Buffer.from(`${missing.join("\n")}\n`));
-          } catch (error) {
-            keepSegments = true;
-            this.options.logger.error(
-              {
-                sessionId: id,
-                error: (error as Error).message,
-              },
-              "cannot restore acknowledged entries into a transcript; keeping the log",
-            );
-            continue;
-          }
-          handle.lastSeq = lastSeq;
-          this.counters.entriesRestored += missing.length;
-          this.options.logger.warn(
-            {
-              sessionId: id,
-            },
-            `restored ${missing.length} acknowledged entries from the commit log`,
-          );
-        }
-        if (this.options.durable) await syncData(handle.fd);
+        const logged = acknowledgedEntries(pending.entries.get(id) ?? []);
+        if (!(await this.restoreEntries(handle, logged))) keepSegments = true;
       } finally {
         handle.release();
       }
@@ -775,6 +768,186 @@ export class FileTranscriptStore implements TranscriptStore {
     if (this.options.durable && pending.segments.length > 0) await syncDirectory(this.options.commitLogDir);
     return pending.lastSegmentNumber;
   }
+
+  /**
+   * Makes a transcript hold every entry a pending segment holds for it, durably. Returns false
+   * when it cannot (the segments must stay).
+   *
+   * Transcripts are not fsynced before their segment's checkpoint, so after a power cut any of
+   * their pages written since may be lost or zeroed, not only the last: every logged entry is
+   * checked where it should be. Entries before the first logged seq were made durable by an
+   * earlier checkpoint, so a binary search skips them; the check compares bytes and parses
+   * nothing on the common paths (a kill, where the page cache kept everything; a lost tail,
+   * where the missing entries are appended as before).
+   */
+  private async restoreEntries(handle: TranscriptHandle, logged: Map<number, Buffer>): Promise<boolean> {
+    const id = handle.sessionId;
+    if (logged.size > 0) {
+      const firstSeq = logged.keys().next().value as number;
+      const from = (await this.bisectSeq(handle, firstSeq, handle.file.size)).low;
+      const intact = new Set<number>();
+      await scanForward(handle.fd, from, handle.file.size, (line) => {
+        const seq = seqOfLine(line);
+        const entry = seq === undefined ? undefined : logged.get(seq);
+        if (entry?.equals(line)) intact.add(seq!);
+        return true;
+      });
+      let lostInside = 0;
+      for (const seq of logged.keys()) if (seq <= handle.lastSeq && !intact.has(seq)) lostInside++;
+      if (lostInside > 0) {
+        if (handle.file.readOnly) return this.cannotRestore(id, handle.file.readOnly);
+        try {
+          await this.rewriteWithEntries(handle, from, logged);
+        } catch (error) {
+          return this.cannotRestore(id, error);
+        }
+        return true;
+      }
+      const missing = [...logged].filter(([seq]) => seq > handle.lastSeq);
+      if (missing.length > 0) {
+        try {
+          handle.file.append(Buffer.concat(missing.flatMap(([, line]) => [line, NEWLINE_BYTE])));
+        } catch (error) {
+          return this.cannotRestore(id, error);
+        }
+        handle.lastSeq = missing.at(-1)![0];
+        this.counters.entriesRestored += missing.length;
+        this.options.logger.warn(
+          {
+            sessionId: id,
+          },
+          `restored ${missing.length} acknowledged entries from the commit log`,
+        );
+      }
+    }
+    if (this.options.durable) await syncData(handle.fd);
+    return true;
+  }
+
+  private cannotRestore(id: string, error: unknown): false {
+    this.options.logger.error(
+      {
+        sessionId: id,
+        error: error instanceof Error ? error.message : String(error),
+      },
+      "cannot restore acknowledged entries into a transcript; keeping the log",
+    );
+    return false;
+  }
+
+  /**
+   * Rewrites a transcript whose logged entries are lost or damaged before its end: its bytes up
+   * to `from` as they are, then its intact entries and the logged ones in seq order (a logged
+   * one wins over the transcript's line of the same seq). A damaged line goes when the logged
+   * entries fill the whole gap it sits in; otherwise it stays where it is for `switchboard
+   * doctor`, since it may hold an entry nothing else has. Written aside and renamed into place,
+   * so a crash leaves the old file and the segments, and the next open does it again. Retires
+   * the handle: the next use opens the new file.
+   */
+  private async rewriteWithEntries(
+    handle: TranscriptHandle,
+    from: number,
+    logged: Map<number, Buffer>,
+  ): Promise<void> {
+    const id = handle.sessionId;
+    const out: Buffer[] = [];
+    const emitted = new Set<number>();
+    let restored = 0;
+    let damagedDropped = 0;
+    let damaged: Buffer[] = [];
+    // The seq of the intact line before a damaged run; unknown when the scan starts on one
+    // after the file's first line.
+    let previous: number | undefined = from === handle.dataStart ? 0 : undefined;
+    const pendingSeqs = [...logged.keys()];
+    let next = 0;
+    const emitLogged = (seq: number) => {
+      emitted.add(seq);
+      out.push(logged.get(seq)!, NEWLINE_BYTE);
+    };
+    const settleGap = (until: number | undefined) => {
+      let filled = previous !== undefined && until !== undefined && until - previous - 1 <= logged.size;
+      for (let seq = (previous ?? 0) + 1; filled && seq < until!; seq++) filled = logged.has(seq);
+      if (filled) damagedDropped += damaged.length;
+      else for (const line of damaged) out.push(line, NEWLINE_BYTE);
+      damaged = [];
+      for (; next < pendingSeqs.length && (until === undefined || pendingSeqs[next]! < until); next++) {
+        const seq = pendingSeqs[next]!;
+        if (emitted.has(seq)) continue;
+        emitLogged(seq);
+        restored++;
+      }
+    };
+    await scanForward(handle.fd, from, handle.file.size, (line) => {
+      const seq = parseEntryLine(line)?.seq;
+      if (seq === undefined) {
+        damaged.push(Buffer.from(line));
+        return true;
+      }
+      settleGap(seq);
+      const entry = logged.get(seq);
+      if (entry === undefined) out.push(Buffer.from(line), NEWLINE_BYTE);
+      else if (!emitted.has(seq)) {
+        if (!entry.equals(line)) restored++;
+        emitLogged(seq);
+      }
+      previous = seq;
+      return true;
+    });
+    settleGap(undefined);
+
+    const target = this.locate(id);
+    const temp = path.join(this.options.tempDir, `${id}.${process.pid}.${++this.tempCounter}.tmp`);
+    try {
+      await withStorageErrors("rewriting", target, async () => {
+        // The durable part before `from` is copied as it is, without reading it into memory.
+        await fs.promises.copyFile(target, temp, fs.constants.COPYFILE_EXCL);
+        const fd = await openFile(temp, "r+");
+        try {
+          await writeAllAt(fd, out, from);
+          await truncateFile(fd, from + out.reduce((sum, buffer) => sum + buffer.length, 0));
+          if (this.options.durable) await syncData(fd);
+        } finally {
+          await closeFile(fd);
+        }
+        await renamePath(temp, target);
+        if (this.options.durable) await syncDirectory(this.options.transcriptsDir);
+      });
+    } finally {
+      await fs.promises.rm(temp, { force: true }).catch(() => undefined);
+      // Its descriptor may be the old file's by now.
+      this.dropHandle(handle);
+    }
+    this.counters.entriesRestored += restored;
+    this.options.logger.warn(
+      {
+        sessionId: id,
+        path: target,
+        restored,
+        damagedDropped,
+      },
+      `rewrote a transcript that had lost acknowledged entries before its end: restored ${restored} from the commit log` +
+        (damagedDropped > 0 ? `, dropped ${damagedDropped} damaged line(s) they replace` : ""),
+    );
+  }
+}
+
+const NEWLINE_BYTE = Buffer.from("\n");
+
+/**
+ * A transcript's commit records (oldest first) as acknowledged entry lines by seq, ascending. A
+ * seq logged again means the entries from it on were taken back (a failed commit whose records
+ * stayed in a previous segment) and appended anew: the later records win.
+ */
+function acknowledgedEntries(lines: readonly string[]): Map<number, Buffer> {
+  const bySeq = new Map<number, Buffer>();
+  let top = 0;
+  for (const line of lines) {
+    const seq = seqOfLine(Buffer.from(line.slice(0, 48), "latin1")) ?? (JSON.parse(line).seq as number);
+    if (seq <= top) for (const known of bySeq.keys()) if (known >= seq) bySeq.delete(known);
+    bySeq.set(seq, Buffer.from(line));
+    top = seq;
+  }
+  return bySeq;
 }
 
 /** A stored entry line as an entry; undefined when the line is damaged. */
