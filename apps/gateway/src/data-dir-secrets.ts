@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { statSync } from "node:fs";
-import { chmod, mkdir, readFile, writeFile } from "node:fs/promises";
+import { chmod, mkdir, open, readFile } from "node:fs/promises";
 import { userInfo } from "node:os";
 import { dirname, join } from "node:path";
 import { MIN_AUDIT_KEY_BYTES, SwitchboardError } from "@switchboard/core";
@@ -105,14 +105,20 @@ export function dataDirProblem(
   });
 }
 
-/** Reads a secret file from the data dir, creating it (mode 0600) on first start. */
+interface ReadOrCreateOptions {
+  /** The file must be there: the error to refuse a missing one with. */
+  mustExist?: (path: string) => SwitchboardError;
+}
+
+/** Reads a secret file from the data dir, creating it (mode 0600, durably) on first start. */
 async function readOrCreate(
   dataDir: string,
   name: string,
   create: () => Buffer,
+  options: ReadOrCreateOptions = {},
 ): Promise<{ value: Buffer; created: boolean }> {
   try {
-    return await readOrCreateRaw(dataDir, name, create);
+    return await readOrCreateRaw(dataDir, name, create, options);
   } catch (error) {
     throw dataDirProblem(error, dataDir, join(dataDir, name)) ?? error;
   }
@@ -122,6 +128,7 @@ async function readOrCreateRaw(
   dataDir: string,
   name: string,
   create: () => Buffer,
+  options: ReadOrCreateOptions,
 ): Promise<{ value: Buffer; created: boolean }> {
   const path = join(dataDir, name);
   try {
@@ -129,17 +136,33 @@ async function readOrCreateRaw(
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
   }
+  if (options.mustExist) throw options.mustExist(path);
   await mkdir(dataDir, { recursive: true, mode: DATA_DIR_MODE });
   const value = create();
+  let file: Awaited<ReturnType<typeof open>>;
   try {
-    await writeFile(path, value, { mode: SECRET_MODE, flag: "wx" });
+    file = await open(path, "wx", SECRET_MODE);
   } catch (error) {
     // Another starter won the race: use what it wrote.
     if ((error as NodeJS.ErrnoException).code === "EEXIST")
       return { value: await readFile(path), created: false };
     throw error;
   }
+  // Durable, name and bytes, before anything depends on it: the first audit records are written
+  // (O_DSYNC) right after, and a power cut must not leave them chained with a key that is gone.
+  try {
+    await file.writeFile(value);
+    await file.sync();
+  } finally {
+    await file.close();
+  }
   await chmod(path, SECRET_MODE);
+  const dir = await open(dataDir, "r");
+  try {
+    await dir.sync();
+  } finally {
+    await dir.close();
+  }
   return { value, created: true };
 }
 
@@ -168,8 +191,13 @@ export function operatorTokenDamage(token: string, path: string): SecretDamage |
   };
 }
 
-export async function auditKey(dataDir: string): Promise<Uint8Array> {
-  const { value } = await readOrCreate(dataDir, "audit.key", () => randomBytes(32));
+export async function auditKey(dataDir: string, options: { chained?: boolean } = {}): Promise<Uint8Array> {
+  const { value } = await readOrCreate(
+    dataDir,
+    "audit.key",
+    () => randomBytes(32),
+    options.chained ? { mustExist: missingAuditKey } : {},
+  );
   // Checked here, not left to the audit chain: its INVALID_REQUEST reads as a usage error (exit 2).
   const damage = auditKeyDamage(value.length, join(dataDir, "audit.key"));
   if (damage) throw new SwitchboardError("UNAVAILABLE", `${damage.problem}; ${damage.fix}`);
@@ -184,6 +212,14 @@ export function auditKeyDamage(length: number, path: string): SecretDamage | und
   };
 }
 
+function missingAuditKey(path: string): SwitchboardError {
+  return new SwitchboardError(
+    "UNAVAILABLE",
+    `the audit key file ${path} is missing, but the audit log holds records chained with it; restore it from a backup. To go on without it, write a new key there yourself (head -c 32 /dev/urandom > ${path}): \`switchboard audit verify\` then fails on the records made before`,
+    { details: { path } },
+  );
+}
+
 /** {@link Secrets} as files in the data dir, created (mode 0600) on first start. */
 export class DataDirSecrets implements Secrets {
   constructor(private readonly dataDir: string) {}
@@ -192,7 +228,7 @@ export class DataDirSecrets implements Secrets {
     return (await operatorToken(this.dataDir)).token;
   }
 
-  auditKey(): Promise<Uint8Array> {
-    return auditKey(this.dataDir);
+  auditKey(options?: { chained?: boolean }): Promise<Uint8Array> {
+    return auditKey(this.dataDir, options);
   }
 }

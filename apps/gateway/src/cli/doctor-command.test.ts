@@ -79,9 +79,10 @@ describe("switchboard doctor", () => {
     await store.close();
 
     const check = await run(["doctor", "--data-dir", dataDir]);
-    expect(check.code).toBe(1);
-    expect(check.stdout).toMatch(new RegExp(`✗ error\\s+orphan-run: run ${queued.runId}`));
-    expect(check.stdout).toMatch(/fix: {2}run `switchboard doctor --repair`/);
+    // The gateway's start would end the run itself: a warning, and `doctor` passes.
+    expect(check.code).toBe(0);
+    expect(check.stdout).toMatch(new RegExp(`warning\\s+orphan-run: run ${queued.runId}`));
+    expect(check.stdout).toMatch(/fix: {2}nothing to do; or run `switchboard doctor --repair`/);
 
     const repaired = await run(["doctor", "--data-dir", dataDir, "--repair"]);
     expect(repaired.code).toBe(0);

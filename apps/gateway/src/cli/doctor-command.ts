@@ -1,4 +1,4 @@
-import { readFile, stat } from "node:fs/promises";
+import { open, readFile, stat } from "node:fs/promises";
 import { isAbsolute, join, resolve } from "node:path";
 import { type LoadedConfig, loadConfig, resolveDataDir } from "@switchboard/config-loader";
 import { type Config, defaultConfig } from "@switchboard/core";
@@ -54,8 +54,20 @@ async function secretFileIssues(dataDir: string): Promise<Issue[]> {
       content = await readFile(path);
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code;
-      // Absent before the first start: nothing to protect yet.
-      if (code === "ENOENT") continue;
+      if (code === "ENOENT") {
+        // Absent before the first start: nothing to protect yet. Absent with records chained with
+        // it: the gateway refuses to make a new one in its place.
+        if (name === "audit.key" && (await auditLogHasRecords(dataDir)))
+          issues.push({
+            severity: "error",
+            code: "missing-audit-key",
+            message:
+              "audit.key is missing, but the audit log holds records chained with it; the gateway refuses to start",
+            path,
+            fix: `restore ${path} from a backup; to go on without it, write a new key there (head -c 32 /dev/urandom > ${path}): the records made before then fail \`switchboard audit verify\``,
+          });
+        continue;
+      }
       issues.push({
         severity: "error",
         code: "unreadable-secret-file",
@@ -87,6 +99,22 @@ async function secretFileIssues(dataDir: string): Promise<Issue[]> {
     }
   }
   return issues;
+}
+
+/** Whether the file store's audit log holds a record (a line after its header). */
+async function auditLogHasRecords(dataDir: string): Promise<boolean> {
+  let file: Awaited<ReturnType<typeof open>> | undefined;
+  try {
+    file = await open(join(dataDir, "audit", "audit.jsonl"), "r");
+    const head = Buffer.alloc(64 * 1024);
+    const { bytesRead } = await file.read(head, 0, head.length, 0);
+    const firstEnd = head.indexOf(10);
+    return firstEnd >= 0 && firstEnd + 1 < bytesRead && head[firstEnd + 1] !== 10;
+  } catch {
+    return false;
+  } finally {
+    await file?.close();
+  }
 }
 
 /** What `up` would trip over once the agents load: scripted rules files that are missing or invalid. */

@@ -5,6 +5,10 @@
 export interface Secrets {
   /** The operator role's token (every operator connection and the CLI authenticate with it). */
   operatorToken(): Promise<string>;
-  /** The key of the audit chain's HMAC; every instance appending to one chain needs the same key. */
-  auditKey(): Promise<Uint8Array>;
+  /**
+   * The key of the audit chain's HMAC; every instance appending to one chain needs the same key.
+   * `chained`: the audit log already holds records, so a key must exist; a missing one is refused,
+   * not made anew (every record after would be chained with a key the earlier ones do not verify with).
+   */
+  auditKey(options?: { chained?: boolean }): Promise<Uint8Array>;
 }
