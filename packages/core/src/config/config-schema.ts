@@ -1,9 +1,11 @@
 import { z } from "zod";
+import { compileGlob } from "../glob";
 import { isInternalKey, tryParseKey } from "../keys/parse-key";
 import { keyProblem } from "../keys/validate-key";
 import { DEFAULT_CLEARANCE, LabelsConfigSchema, LevelSchema } from "../labels/index";
 import { PolicyRulesSchema } from "../policy/rule-schema";
 import { SendPolicySchema } from "../policy/send-policy";
+import { TOOL_NAMES } from "../tools/tool-schemas";
 import { AgentModelConfigSchema, defaultAgentModel, SubagentModelSchema } from "./model-config";
 import {
   RetentionConfigSchema,
@@ -107,6 +109,8 @@ const SessionConfigSchema = z.strictObject({
     .refine((key) => key !== "global" && key !== "unknown", {
       error: '"global" and "unknown" are reserved keys',
     })
+    // Keys refuse such segments (path-like): every `main` reference would fail naming the caller's key.
+    .refine((key) => key !== "." && key !== "..", { error: 'must not be "." or ".."' })
     .default("main"),
   scope: z.enum(["per-sender", "global"]).default("per-sender"),
   sendPolicy: SendPolicySchema.optional(),
@@ -224,7 +228,28 @@ export const ConfigSchema = ConfigShapeSchema.superRefine((config, ctx) => {
   checkAgents(config, ctx);
   checkTokens(config, agentIds, ctx);
   checkAgentToAgent(config, agentIds, ctx);
+  checkSubagentTools(config, ctx);
 });
+
+/**
+ * `tools.subagents.tools` patterns only ever filter the session tools: one matching none of them is
+ * a typo, and a typo in `deny` silently left the tool it meant open.
+ */
+function checkSubagentTools(config: ConfigShape, ctx: RefineContext): void {
+  const lists = config.tools.subagents.tools;
+  for (const list of ["deny", "allow"] as const) {
+    lists[list]?.forEach((pattern, index) => {
+      const matches = compileGlob(pattern, { ignoreCase: true, trimPattern: true, questionMark: "literal" });
+      if (TOOL_NAMES.some((name) => matches(name))) return;
+      const suggestion = closestName(pattern.trim().toLowerCase(), TOOL_NAMES);
+      ctx.addIssue({
+        code: "custom",
+        path: ["tools", "subagents", "tools", list, index],
+        message: `"${pattern}" matches none of the session tools (${suggestion ? `did you mean "${suggestion}"? ` : ""}tools: ${TOOL_NAMES.join(", ")})`,
+      });
+    });
+  }
+}
 export type Config = z.infer<typeof ConfigSchema>;
 /** What a config file may contain (everything optional that has a default). */
 export type ConfigInput = z.input<typeof ConfigSchema>;

@@ -202,6 +202,29 @@ describe("parseConfig", () => {
     });
   });
 
+  // Before session 22 a typo in `deny` was accepted and left the tool it meant open to sub-agents.
+  it("refuses a sub-agent tool pattern that matches none of the session tools", () => {
+    expect(
+      issuesOf({ tools: { subagents: { tools: { allow: ["sessions_*"], deny: ["sesions_send"] } } } }),
+    ).toEqual([
+      {
+        path: "tools.subagents.tools.deny[0]",
+        message: expect.stringMatching(
+          /^"sesions_send" matches none of the session tools \(did you mean "sessions_send"\? tools: sessions_list, /,
+        ),
+      },
+    ]);
+    expect(() =>
+      parseConfig({ tools: { subagents: { tools: { allow: ["Sessions_*", " message "], deny: ["*"] } } } }),
+    ).not.toThrow();
+  });
+
+  it("refuses a path-like main key", () => {
+    expect(issuesOf({ session: { mainKey: ".." } })).toEqual([
+      { path: "session.mainKey", message: 'must not be "." or ".."' },
+    ]);
+  });
+
   it("reports an unknown key without a suggestion when nothing is close", () => {
     expect(issuesOf({ zzzqqq: true })).toEqual([{ path: "zzzqqq", message: "unknown key" }]);
     expect(issuesOf({ agents: { list: [{ id: "main", modle: {} }] } })).toEqual([

@@ -132,6 +132,46 @@ export const LEVEL_CONDITION_FIELDS: ReadonlySet<string> = new Set([
     .map(([field]) => `recipient.${field}`),
 ]);
 
+/** The values a fact of this schema can take, when they are a short closed set (enums, booleans). */
+function closedValues(schema: z.ZodType): readonly unknown[] | undefined {
+  let inner: z.ZodType = schema;
+  while (inner instanceof z.ZodOptional || inner instanceof z.ZodNullable)
+    inner = inner.unwrap() as z.ZodType;
+  if (inner instanceof z.ZodEnum) return inner.options;
+  if (inner instanceof z.ZodBoolean) return [true, false];
+  if (inner instanceof z.ZodLiteral) return [...inner.values];
+  if (inner instanceof z.ZodUnion) {
+    const parts = (inner.options as z.ZodType[]).map(closedValues);
+    return parts.every((part) => part !== undefined) ? parts.flat() : undefined;
+  }
+  return undefined;
+}
+
+/**
+ * Condition fields (other than levels) whose facts take a closed set of values: a condition naming
+ * any other value (`gruop`, the string `"false"`) never matches, so a rule with it is refused.
+ */
+export const CLOSED_CONDITION_FIELDS: ReadonlyMap<string, readonly unknown[]> = new Map(
+  [
+    ...Object.entries(SessionFactsSchema.shape).flatMap(([field, schema]) => [
+      [`caller.${field}`, schema] as const,
+      [`target.${field}`, schema] as const,
+    ]),
+    ...Object.entries(RecipientFactsSchema.shape).map(
+      ([field, schema]) => [`recipient.${field}`, schema] as const,
+    ),
+    ...Object.entries(PolicyFactsSchema.shape).map(([field, schema]) => [`facts.${field}`, schema] as const),
+  ]
+    .filter(([, schema]) => !isLevelSchema(schema as z.ZodType))
+    .flatMap(([field, schema]) => {
+      const values = closedValues(schema as z.ZodType);
+      return values ? [[field, values] as const] : [];
+    }),
+);
+
+/** Channel facts are lower-cased before rules see them: a condition with capitals never matches. */
+export const LOWER_CASE_CONDITION_FIELDS: ReadonlySet<string> = new Set(["caller.channel", "target.channel"]);
+
 const FIELD_SEGMENT = /^[A-Za-z0-9_-]+$/;
 
 /** Why a condition field is not usable, or undefined when it is. */

@@ -113,6 +113,44 @@ describe("validatePolicyRules", () => {
     expect(error.message).toContain('rule "b"');
   });
 
+  // labels-and-policy.md: invalid rules are rejected at load with the rule id and the reason. Before
+  // session 22 these loaded and never applied (or always did).
+  it("rejects conditions that could never match, or always would", () => {
+    const deny = (when: Record<string, unknown>) => [{ id: "dead", hook: "PRE_SEND", action: "deny", when }];
+    expect(rejection(deny({ "target.channel": "Discord" })).message).toContain(
+      'when.target.channel: channels are compared lower-cased: write "discord"',
+    );
+    expect(rejection(deny({ "target.chatType": "gruop" })).message).toContain(
+      'when.target.chatType: must be one of "direct", "group", "channel" (or null)',
+    );
+    expect(rejection(deny({ "caller.sandboxed": "false" })).message).toContain(
+      "when.caller.sandboxed: must be one of true, false (or null)",
+    );
+    expect(rejection(deny({ "facts.origin": { in: ["tol"] } })).message).toContain("when.facts.origin.in[0]");
+    expect(rejection(deny({ "target.kind": { not: "grop" } })).message).toContain("when.target.kind.not");
+    expect(rejection(deny({ "caller.agentId": { in: [] } })).message).toContain(
+      "an empty list never matches",
+    );
+    expect(rejection(deny({ "caller.agentId": { not: [] } })).message).toContain("excludes nothing");
+    expect(rejection(deny({ text: { prefix: "" } })).message).toContain("an empty prefix matches everything");
+    expect(() =>
+      validatePolicyRules(
+        deny({
+          "target.channel": "discord",
+          "target.chatType": { in: ["group", null] },
+          "caller.sandboxed": true,
+        }),
+      ),
+    ).not.toThrow();
+  });
+
+  it("reserves the built-in ids whatever their case", () => {
+    for (const id of ["a2a", "A2A", "Flow.x", "BUDGET"])
+      expect(rejection([{ id, hook: "PRE_SEND", action: "deny" }]).message).toContain(
+        `"${id}" is reserved for a built-in rule`,
+      );
+  });
+
   it("requires an array", () => {
     expect(rejection({}).message).toBe("policy.rules: must be an array of rules");
   });

@@ -2,7 +2,12 @@ import { z } from "zod";
 import { SwitchboardError } from "../errors";
 import { LEVELS, LevelSchema } from "../labels/level";
 import { plainRecord } from "../plain-record";
-import { conditionFieldProblem, LEVEL_CONDITION_FIELDS } from "./context";
+import {
+  CLOSED_CONDITION_FIELDS,
+  conditionFieldProblem,
+  LEVEL_CONDITION_FIELDS,
+  LOWER_CASE_CONDITION_FIELDS,
+} from "./context";
 import { type Hook, HookSchema } from "./hooks";
 import { compileSafeRegex, safeRegexProblem } from "./safe-regex";
 
@@ -124,7 +129,9 @@ export const PolicyRuleSchema = z
     redact: RedactSpecSchema.optional(),
   })
   .superRefine((rule, ctx) => {
-    if (RESERVED_IDS.includes(rule.id) || rule.id.startsWith("flow.")) {
+    // Case-blind: `A2A` beside the built-in `a2a` would read as it in every audit record.
+    const lower = rule.id.toLowerCase();
+    if (RESERVED_IDS.includes(lower) || lower.startsWith("flow.")) {
       ctx.addIssue({ code: "custom", path: ["id"], message: `"${rule.id}" is reserved for a built-in rule` });
     }
     if (rule.action === "redact" && !rule.redact) {
@@ -168,6 +175,8 @@ export const PolicyRuleSchema = z
         const problem = regexProblem(condition.matches);
         if (problem) ctx.addIssue({ code: "custom", path: ["when", field, "matches"], message: problem });
       }
+      for (const [where, problem] of valueProblems(field, condition))
+        ctx.addIssue({ code: "custom", path: ["when", field, ...where], message: problem });
     }
   });
 export type PolicyRule = z.output<typeof PolicyRuleSchema>;
@@ -201,6 +210,61 @@ function levelConditionProblems(condition: Condition): Array<[Array<string | num
   }
   return problems;
 }
+
+/**
+ * Conditions that can never match, or always do, whatever the step: a value outside a closed set
+ * of facts (a chat type `gruop`, the string `"false"` for a boolean), a capital in a channel
+ * (channels are lower-cased before rules see them), and empty operators (`in: []` never matches;
+ * `not: []`, `prefix: ""` and `matches: ""` always do). Before session 22 such rules loaded and
+ * silently did nothing, or everything.
+ */
+function valueProblems(field: string, condition: Condition): Array<[Array<string | number>, string]> {
+  const problems: Array<[Array<string | number>, string]> = [];
+  const closed = CLOSED_CONDITION_FIELDS.get(field);
+  const lowerCase = LOWER_CASE_CONDITION_FIELDS.has(field);
+  const check = (value: unknown, where: Array<string | number>) => {
+    if (value === null) return;
+    if (closed && !closed.includes(value))
+      problems.push([
+        where,
+        `must be one of ${closed.map((option) => JSON.stringify(option)).join(", ")} (or null): nothing else ever matches this field`,
+      ]);
+    else if (lowerCase && typeof value === "string" && value !== value.toLowerCase())
+      problems.push([where, `channels are compared lower-cased: write "${value.toLowerCase()}"`]);
+  };
+  if (condition === null || typeof condition !== "object") {
+    check(condition, []);
+    return problems;
+  }
+  const list = (operator: "in" | "not") => {
+    const value = condition[operator];
+    if (value === undefined) return;
+    if (!Array.isArray(value)) {
+      check(value, [operator]);
+      return;
+    }
+    for (const [index, item] of value.entries()) check(item, [operator, index]);
+  };
+  list("in");
+  list("not");
+  if (Array.isArray(condition.in) && condition.in.length === 0)
+    problems.push([["in"], "an empty list never matches: the rule would never apply"]);
+  if (Array.isArray(condition.not) && condition.not.length === 0)
+    problems.push([["not"], "an empty list excludes nothing: drop it, or name what to exclude"]);
+  if (condition.prefix === "") problems.push([["prefix"], "an empty prefix matches everything"]);
+  if (condition.matches === "") problems.push([["matches"], "an empty pattern matches everything"]);
+  if (
+    lowerCase &&
+    typeof condition.prefix === "string" &&
+    condition.prefix !== condition.prefix.toLowerCase()
+  )
+    problems.push([
+      ["prefix"],
+      `channels are compared lower-cased: write "${condition.prefix.toLowerCase()}"`,
+    ]);
+  return problems;
+}
+
 export type PolicyRuleInput = z.input<typeof PolicyRuleSchema>;
 
 /** A list of rules with unique ids (what `policy.rules` holds). */
