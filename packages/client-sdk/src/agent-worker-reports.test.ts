@@ -1,3 +1,4 @@
+import { SwitchboardError } from "@switchboard/core";
 import { describe, expect, it } from "vitest";
 import { type AgentWorker, type RunHandler, serve } from "./agent-worker";
 import { SwitchboardClient } from "./client";
@@ -169,5 +170,41 @@ describe("AgentWorker: a reply the gateway cannot take", () => {
       /the reply \(6000 bytes\) is too large to deliver: run\.complete must fit the gateway's frame limit \(limits\.maxPayload, 4096 bytes\)/,
     );
     expect(fixture.gateway.requestsFor("run.complete")).toHaveLength(0);
+  });
+});
+
+describe("AgentWorker: a run's end refused for a moment", () => {
+  const fixture = useFakeGateway();
+  const startWorker = useWorker(fixture);
+
+  // Before session 22 the worker sent a run.fail after a retryable refusal (also refused) and gave
+  // up: the run held its session's lane, and the worker's slot, until its deadline (10 min by
+  // default) after a 3 s database outage.
+  it("sends it again after a retryable refusal instead of leaving the run to its deadline", async () => {
+    let refusals = 0;
+    fixture.gateway.handle("run.complete", (params) => {
+      if (refusals < 2) {
+        refusals += 1;
+        throw new SwitchboardError("UNAVAILABLE", "the database is unreachable; retry", { retryable: true });
+      }
+      fixture.gateway.completeRun(params.runId, params.reply);
+      return {};
+    });
+    await startWorker(async () => ({ reply: "done" }));
+    const run = fixture.gateway.startRun(SESSION, "hi");
+    await until(() => run.status === "ok");
+    expect(fixture.gateway.requestsFor("run.complete")).toHaveLength(3);
+    expect(fixture.gateway.requestsFor("run.fail")).toHaveLength(0);
+  });
+
+  it("does not retry a refusal that is not retryable", async () => {
+    fixture.gateway.handle("run.complete", () => {
+      throw new SwitchboardError("FORBIDDEN", "run is not held by this worker");
+    });
+    await startWorker(async () => ({ reply: "done" }));
+    fixture.gateway.startRun(SESSION, "hi");
+    await fixture.gateway.waitForRequest("run.complete");
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    expect(fixture.gateway.requestsFor("run.complete")).toHaveLength(1);
   });
 });

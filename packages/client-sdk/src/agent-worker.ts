@@ -11,6 +11,7 @@ import {
   UsageSchema,
 } from "@switchboard/core";
 import { z } from "zod";
+import { backoffDelay } from "./backoff";
 import { type ConnectionState, SwitchboardClient } from "./client";
 import { describeError } from "./client-errors";
 import type { ClientOptions } from "./client-options";
@@ -97,6 +98,9 @@ const MAX_ERROR_LENGTH = 10_000;
 const DEFAULT_CONCURRENCY = 4;
 /** Report failures after which the gateway no longer holds the run for us: no fallback helps. */
 const RUN_GONE_CODES: ReadonlySet<string> = new Set(["UNAVAILABLE", "FORBIDDEN", "NOT_FOUND"]);
+/** Tries of a run's end refused as retryable: ~1.5 min in all at REPORT_BACKOFF (or the deadline). */
+const REPORT_ATTEMPTS = 20;
+const REPORT_BACKOFF = { initialDelayMs: 250, maxDelayMs: 5_000, jitter: true } as const;
 
 interface ActiveRun {
   readonly run: AssignedRun;
@@ -394,13 +398,15 @@ export class AgentWorker {
         this.logger.warn({ runId, error: describeError(error) }, "could not report the run's text deltas"),
       );
     try {
-      if (outcome.ok)
-        await this.client.run.complete({
-          runId,
-          reply: outcome.reply.reply,
-          ...(outcome.reply.usage ? { usage: outcome.reply.usage } : {}),
-        });
-      else await this.client.run.fail({ runId, error: outcome.error.slice(0, MAX_ERROR_LENGTH) });
+      await this.retryingWhileHeld(active, () =>
+        outcome.ok
+          ? this.client.run.complete({
+              runId,
+              reply: outcome.reply.reply,
+              ...(outcome.reply.usage ? { usage: outcome.reply.usage } : {}),
+            })
+          : this.client.run.fail({ runId, error: outcome.error.slice(0, MAX_ERROR_LENGTH) }),
+      );
     } catch (error) {
       this.logger.warn(
         { runId, error: describeError(error) },
@@ -420,6 +426,36 @@ export class AgentWorker {
               "could not report the run's failure",
             ),
           );
+      }
+    }
+  }
+
+  /**
+   * Sends a run's end, again after a retryable refusal (the gateway's database out for a moment):
+   * given up, the run would hold its session's lane, and this worker's slot, until its deadline.
+   * Stops once the connection drops (the gateway takes the run back), the deadline passes, the
+   * worker stops, or after REPORT_ATTEMPTS tries.
+   */
+  private async retryingWhileHeld(active: ActiveRun, send: () => Promise<unknown>): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await send();
+        return;
+      } catch (error) {
+        const deadline = active.run.deadline;
+        const retry =
+          isSwitchboardError(error) &&
+          error.retryable === true &&
+          attempt + 1 < REPORT_ATTEMPTS &&
+          this.client.state === "open" &&
+          !this.stopping &&
+          (deadline === undefined || Date.now() < deadline);
+        if (!retry) throw error;
+        this.logger.info(
+          { runId: active.run.runId, attempt: attempt + 1, error: describeError(error) },
+          "the gateway could not take the run's end yet; retrying",
+        );
+        await new Promise((resolve) => setTimeout(resolve, backoffDelay(attempt, REPORT_BACKOFF)));
       }
     }
   }
