@@ -79,6 +79,38 @@ describe("protocol hardening", () => {
     expect((await bystander.call("agents.list", {})).agents).toBeDefined();
   });
 
+  // protocol.md: params failing their schema are INVALID_REQUEST naming the field. Before session 22 an
+  // unknown key was dropped: `sessions.patch` with `clearence` answered ok, audited an empty patch
+  // and changed nothing; a `connect` with `concurency` connected at the default.
+  it("refuses a param its method does not take, naming it, and changes nothing", async () => {
+    gw = await startTestGateway({}, { store: STORE });
+    const op = await TestPeer.connect(gw.url, { token: gw.token, role: "operator" });
+    await op.call("sessions.create", { key: "agent:main:main", clearance: "CONFIDENTIAL" });
+    const patched = await op.request("sessions.patch", {
+      key: "agent:main:main",
+      clearence: "PUBLIC",
+    });
+    expect(patched.error).toMatchObject({ code: "INVALID_REQUEST" });
+    expect(patched.error?.message).toContain('"clearence"');
+    expect(await op.call("sessions.status", { sessionKey: "agent:main:main" })).toMatchObject({
+      clearance: "CONFIDENTIAL",
+    });
+    const audit = await op.call<{ entries: Array<{ kind: string }> }>("audit.tail", { limit: 20 });
+    expect(audit.entries.some((entry) => entry.kind === "session.patched")).toBe(false);
+    const typo = await TestPeer.open(gw.url);
+    const connected = await typo.request("connect", {
+      protocol: 1,
+      client: { name: "test", version: "0" },
+      auth: { token: gw.token },
+      role: "operator",
+      concurency: 5,
+    });
+    expect(connected.error).toMatchObject({ code: "INVALID_REQUEST" });
+    expect(connected.error?.message).toContain('"concurency"');
+    typo.close();
+    op.close();
+  });
+
   it("answers a request with 120 000 bad elements with a short error, before and after connect", async () => {
     gw = await startTestGateway({}, { store: STORE });
     const peer = await gw.operator();

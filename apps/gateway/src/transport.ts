@@ -4,12 +4,12 @@ import type { Socket } from "node:net";
 import {
   CloseCodes,
   type ConnectParams,
-  ConnectParamsSchema,
+  ConnectParamsChecked,
   invalidRequestFromZod,
   isMethodName,
   METHOD_ROLES,
   type MethodName,
-  Methods,
+  MethodParamsChecked,
   RequestFrameSchema,
   SwitchboardError,
 } from "@switchboard/core";
@@ -403,7 +403,7 @@ export async function startTransport(options: {
         connection.close(CloseCodes.handshakeTimeout, "connect required");
         return;
       }
-      const params = ConnectParamsSchema.safeParse(frame.params ?? {});
+      const params = ConnectParamsChecked.safeParse(frame.params ?? {});
       if (!params.success) {
         connection.send(errorFrame(frame.id, invalidRequestFromZod(params.error, "params")));
         return;
@@ -449,7 +449,7 @@ export async function startTransport(options: {
       );
       return;
     }
-    const params = Methods[method].params.safeParse(frame.params ?? {});
+    const params = MethodParamsChecked[method].safeParse(frame.params ?? {});
     if (!params.success) {
       connection.send(errorFrame(frame.id, invalidRequestFromZod(params.error, "params")));
       return;

@@ -60,6 +60,8 @@ export const Events = {
     status: z.enum(["ok", "error", "timeout"]),
     reply: z.string().optional(),
     error: z.string().optional(),
+    /** The label the reply or error carries (the session's taint when its worker ended the run). */
+    label: LevelSchema.optional(),
     usage: UsageSchema.optional(),
     /** When the run started (absent for a run that ended before a worker took it) and ended. */
     startedAt: z.number().optional(),

@@ -90,7 +90,18 @@ export type ConnectResult = z.infer<typeof ConnectResultSchema>;
 
 const Empty = z.object({});
 const RunAccepted = z.object({ runId: z.string(), status: z.literal("accepted") });
-const IdempotencyKey = z.string().min(1).max(256);
+/**
+ * Prefixes of the keys the gateway gives its own runs (a send's follow-up steps, spawn announces):
+ * a client naming one could make the run a step later finds as its own, and so inject or suppress it.
+ */
+export const RESERVED_IDEMPOTENCY_PREFIXES = ["a2a:", "announce:"] as const;
+const IdempotencyKey = z
+  .string()
+  .min(1)
+  .max(256)
+  .refine((key) => !RESERVED_IDEMPOTENCY_PREFIXES.some((prefix) => key.startsWith(prefix)), {
+    error: `must not start with ${RESERVED_IDEMPOTENCY_PREFIXES.join(" or ")} (reserved for the gateway's own runs)`,
+  });
 /**
  * An input message: at most `MAX_INPUT_MESSAGE_BYTES` (512 KiB) of UTF-8, under the default frame
  * limit so the error names the field; stores keep and return entries up to `MAX_MESSAGE_BYTES`.
@@ -336,6 +347,23 @@ export const Methods = {
 } as const satisfies Record<string, { params: z.ZodType; result: z.ZodType }>;
 
 export type MethodName = keyof typeof Methods;
+
+function refusingUnknownKeys<T extends z.ZodType>(schema: T): T {
+  return (schema instanceof z.ZodObject ? schema.strict() : schema) as T;
+}
+
+/**
+ * Each method's params as the gateway checks them: a key the schema does not name is refused
+ * (INVALID_REQUEST naming it), where a plain object schema drops it — a `sessions.patch` with
+ * `clearence` answered ok and changed nothing. Tool arguments are another matter: tools.md has
+ * them ignore unknown parameters.
+ */
+export const MethodParamsChecked = Object.fromEntries(
+  Object.entries(Methods).map(([name, method]) => [name, refusingUnknownKeys(method.params)]),
+) as { [M in MethodName]: (typeof Methods)[M]["params"] };
+
+/** `connect`'s params as the gateway checks them (unknown keys refused, as for every method). */
+export const ConnectParamsChecked = refusingUnknownKeys(ConnectParamsSchema);
 export type MethodParams<M extends MethodName> = z.input<(typeof Methods)[M]["params"]>;
 export type MethodResult<M extends MethodName> = z.infer<(typeof Methods)[M]["result"]>;
 export const METHOD_NAMES = Object.keys(Methods) as MethodName[];

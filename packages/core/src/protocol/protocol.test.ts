@@ -43,6 +43,25 @@ describe("protocol schemas", () => {
     expect(result.error?.issues[0]?.path).toEqual(["message"]);
   });
 
+  it("refuses an idempotency key in the gateway's own namespace, naming the field and the rule", () => {
+    for (const method of ["chat.send", "agent"] as const) {
+      const reserved = Methods[method].params.safeParse({
+        sessionKey: "main",
+        message: "hi",
+        idempotencyKey: "a2a:0b9c…:turn:1",
+      });
+      expect(reserved.success).toBe(false);
+      expect(reserved.error?.issues[0]?.path).toEqual(["idempotencyKey"]);
+      expect(reserved.error?.issues[0]?.message).toMatch(/^must not start with a2a: or announce:/);
+      const own = Methods[method].params.safeParse({
+        sessionKey: "main",
+        message: "hi",
+        idempotencyKey: "mine:a2a:1",
+      });
+      expect(own.success).toBe(true);
+    }
+  });
+
   it("takes an optional worker concurrency in connect: a whole number from 1 to 1024", () => {
     const base = { protocol: 1, client: { name: "w", version: "1" }, auth: { token: "t" }, role: "agent" };
     expect(ConnectParamsSchema.safeParse(base).data?.concurrency).toBeUndefined();
