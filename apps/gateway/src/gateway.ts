@@ -189,6 +189,7 @@ export class Gateway {
       // A postgres store makes this instance one of a cluster on that database (several instances
       // act as one gateway); the file store keeps every port in process.
       let clusterRuns: ClusterRuns | undefined;
+      let abandonHeldRuns: (() => void) | undefined;
       if (config.store.kind === "postgres" && !options.store) {
         cluster = await openGatewayCluster(config, {
           instanceId,
@@ -198,6 +199,7 @@ export class Gateway {
             if (!clusterRuns) throw new Error("the gateway is still starting");
             await clusterRuns.lost(runs);
           },
+          onLost: () => abandonHeldRuns?.(),
         });
       }
       const secrets = options.secrets ?? cluster?.secrets ?? new DataDirSecrets(dataDir);
@@ -220,9 +222,11 @@ export class Gateway {
             onError: (error, pending) =>
               eventsLog.error({ err: error, pending }, "could not reserve event seq numbers; events wait"),
           });
+      // A log with records needs the key it was chained with: never a new one made in its place.
+      const auditKey = await secrets.auditKey({ chained: (await store.audit.last()) !== undefined });
       const audit = cluster
-        ? AuditService.forCluster(cluster.audit, store.audit, await secrets.auditKey(), bus)
-        : await AuditService.open(store.audit, store.meta, await secrets.auditKey(), bus);
+        ? AuditService.forCluster(cluster.audit, store.audit, auditKey, bus)
+        : await AuditService.open(store.audit, store.meta, auditKey, bus);
       const sessions = new SessionsService(
         store,
         config,
@@ -251,6 +255,14 @@ export class Gateway {
       if (cluster) {
         const runs = new ClusterRuns(cluster, store, bus, log.child({ component: "cluster-runs" }));
         clusterRuns = runs;
+        abandonHeldRuns = () => {
+          const count = scheduler.abandonHeld();
+          if (count > 0)
+            log.warn(
+              { count },
+              "let go of the runs this instance held: the cluster reassigned or ended them",
+            );
+        };
         scheduler.useCluster(runs);
         await runs.start(scheduler);
       }

@@ -53,54 +53,63 @@ const sleep = (ms: number) => new Promise((done) => setTimeout(done, ms));
 type WaitAnswer = { status: string; reply?: string };
 
 describe.skipIf(cluster.skip)("gateway instances on one database, off the usual paths", () => {
-  it("a reset on one instance ends a run of the old transcript held by another: its reply never reaches a PUBLIC caller", async () => {
-    // Before session 21 the reset ended only the runs of the instance that took it: the run held by
-    // B ended `ok`, and a PUBLIC session's waiting send took its CONFIDENTIAL reply in at the reset
-    // transcript's PUBLIC taint.
-    const {
-      instances: [a, b],
-    } = await startCluster(2);
-    const op = await operator(a!);
-    const TARGET = "agent:main:main";
-    const VAULT = "agent:main:vault:dm:cfo";
-    const LOBBY = "agent:main:discord:group:dev";
-    await op.call("sessions.create", { key: VAULT });
-    await op.call("chat.send", { sessionKey: VAULT, message: "Q3 revenue miss: -38% (embargoed)" });
-    await op.call("sessions.create", { key: TARGET });
-    await op.call("tools.invoke", { tool: "sessions_history", args: { sessionKey: VAULT }, as: TARGET });
-    await op.call("sessions.create", { key: LOBBY });
-    expect((await op.call<{ taint: string }>("sessions.status", { sessionKey: TARGET })).taint).toBe(
-      "CONFIDENTIAL",
-    );
-    const { promise: gate, resolve: release } = deferred();
-    let started = false;
-    let sent: Record<string, unknown> | undefined;
-    // The only worker is on B: every run is held there.
-    const worker = await TestWorker.start(b!.url, WORKER_TOKEN, ["main"], async ({ run, invokeTool }) => {
-      if (run.input.context.includes("reply step")) return "REPLY_SKIP";
-      if (run.sessionKey === TARGET) {
-        started = true;
-        await gate;
-        return "the embargoed figure is -38%";
-      }
-      if (run.sessionKey === LOBBY && run.input.message === "ask") {
-        sent = await invokeTool("sessions_send", { sessionKey: TARGET, message: "Q3?", timeoutSeconds: 20 });
-        return "done";
-      }
-      return "ok";
+  // Before session 21 the reset ended only the runs of the instance that took it: the run held by
+  // B ended `ok`, and a PUBLIC session's waiting send took its CONFIDENTIAL reply in at the reset
+  // transcript's PUBLIC taint. Until session 22 a worker's error text (`run.fail`) still went through.
+  for (const end of ["reply", "error"] as const)
+    it(`a reset on one instance ends a run of the old transcript held by another: its ${end} never reaches a PUBLIC caller`, async () => {
+      const {
+        instances: [a, b],
+      } = await startCluster(2);
+      const op = await operator(a!);
+      const TARGET = "agent:main:main";
+      const VAULT = "agent:main:vault:dm:cfo";
+      const LOBBY = "agent:main:discord:group:dev";
+      await op.call("sessions.create", { key: VAULT });
+      await op.call("chat.send", { sessionKey: VAULT, message: "Q3 revenue miss: -38% (embargoed)" });
+      await op.call("sessions.create", { key: TARGET });
+      await op.call("tools.invoke", { tool: "sessions_history", args: { sessionKey: VAULT }, as: TARGET });
+      await op.call("sessions.create", { key: LOBBY });
+      expect((await op.call<{ taint: string }>("sessions.status", { sessionKey: TARGET })).taint).toBe(
+        "CONFIDENTIAL",
+      );
+      const { promise: gate, resolve: release } = deferred();
+      let started = false;
+      let sent: Record<string, unknown> | undefined;
+      // The only worker is on B: every run is held there.
+      const worker = await TestWorker.start(b!.url, WORKER_TOKEN, ["main"], async ({ run, invokeTool }) => {
+        if (run.input.context.includes("reply step")) return "REPLY_SKIP";
+        if (run.sessionKey === TARGET) {
+          started = true;
+          await gate;
+          return end === "reply"
+            ? "the embargoed figure is -38%"
+            : { fail: "tool crashed while quoting: the embargoed figure is -38%" };
+        }
+        if (run.sessionKey === LOBBY && run.input.message === "ask") {
+          sent = await invokeTool("sessions_send", {
+            sessionKey: TARGET,
+            message: "Q3?",
+            timeoutSeconds: 20,
+          });
+          return "done";
+        }
+        return "ok";
+      });
+      const { runId } = await op.call<{ runId: string }>("agent", { sessionKey: LOBBY, message: "ask" });
+      await until(() => started, "the target's run on B");
+      await op.call("sessions.reset", { key: TARGET });
+      release();
+      expect(await op.call<WaitAnswer>("agent.wait", { runId, timeoutMs: 20_000 })).toMatchObject({
+        status: "ok",
+      });
+      expect(sent).toMatchObject({ status: "error", error: expect.stringContaining("reset") });
+      expect(JSON.stringify(sent)).not.toContain("-38%");
+      expect((await op.call<{ taint: string }>("sessions.status", { sessionKey: LOBBY })).taint).toBe(
+        "PUBLIC",
+      );
+      worker.close();
     });
-    const { runId } = await op.call<{ runId: string }>("agent", { sessionKey: LOBBY, message: "ask" });
-    await until(() => started, "the target's run on B");
-    await op.call("sessions.reset", { key: TARGET });
-    release();
-    expect(await op.call<WaitAnswer>("agent.wait", { runId, timeoutMs: 20_000 })).toMatchObject({
-      status: "ok",
-    });
-    expect(sent).toMatchObject({ status: "error", error: expect.stringContaining("reset") });
-    expect(JSON.stringify(sent)).not.toContain("-38%");
-    expect((await op.call<{ taint: string }>("sessions.status", { sessionKey: LOBBY })).taint).toBe("PUBLIC");
-    worker.close();
-  });
 
   it("session status on one instance shows a run held by another", async () => {
     const {
@@ -225,5 +234,108 @@ describe.skipIf(cluster.skip)("gateway instances on one database, off the usual 
     }
     expect(worker.runs).toHaveLength(2);
     worker.close();
+  }, 60_000);
+
+  // Before session 22 a failed release of an ended run's lane (the database out for a moment) was
+  // only logged: the claim stayed, no sweep takes a live instance's claims, and every later run of
+  // that session waited on every instance until the ended run's timeout.
+  it("frees an ended run's lane once the database takes the release again", async () => {
+    const {
+      schema,
+      instances: [a],
+    } = await startCluster(1);
+    const worker = await TestWorker.start(
+      a!.url,
+      WORKER_TOKEN,
+      ["main"],
+      (context) => `done: ${context.run.input.message}`,
+    );
+    const op = await operator(a!);
+    const sessionKey = "agent:main:cron:release-refused";
+    await op.call("sessions.create", { key: sessionKey });
+    const counter = `"${schema}"."refuse_release_count"`;
+    await adminQuery(
+      `CREATE SEQUENCE ${counter};
+       CREATE FUNCTION "${schema}".refuse_release() RETURNS trigger LANGUAGE plpgsql AS $body$
+       BEGIN
+         IF nextval('${counter}') <= 2 THEN RAISE EXCEPTION 'test: the database refuses this release'; END IF;
+         RETURN OLD;
+       END $body$;
+       CREATE TRIGGER refuse_release BEFORE DELETE ON "${schema}".run_claims
+         FOR EACH ROW EXECUTE FUNCTION "${schema}".refuse_release();`,
+    );
+    const first = await op.call<{ runId: string }>("chat.send", { sessionKey, message: "one" });
+    expect(await op.call<WaitAnswer>("agent.wait", { runId: first.runId, timeoutMs: 10_000 })).toMatchObject({
+      status: "ok",
+    });
+    const second = await op.call<{ runId: string }>("chat.send", { sessionKey, message: "two" });
+    expect(await op.call<WaitAnswer>("agent.wait", { runId: second.runId, timeoutMs: 10_000 })).toMatchObject(
+      {
+        status: "ok",
+        reply: "done: two",
+      },
+    );
+    worker.close();
+  }, 30_000);
+
+  // Before session 22 an instance stopped past its lease went on taking the tool calls of the runs
+  // it held once it ran again, though the cluster had reassigned them: a run's side effects happened
+  // twice (its late end was dropped already).
+  it("lets go of the runs it held once it learns it was declared lost: their tool calls are refused", async () => {
+    const {
+      instances: [a, b],
+    } = await startCluster(2);
+    const TARGET = "agent:relay:cron:target";
+    const { promise: gate, resolve: release } = deferred();
+    const calls: Record<string, unknown> = {};
+    const acting = (where: string, wait: () => Promise<unknown>) =>
+      (async ({ run, invokeTool }) => {
+        if (run.input.message !== "m1") return "REPLY_SKIP";
+        calls[`${where} started`] = true;
+        await wait();
+        calls[where] = await invokeTool("sessions_send", {
+          sessionKey: TARGET,
+          message: `side effect from ${where}`,
+          timeoutSeconds: 0,
+        }).catch((error: Error & { code?: string }) => ({ refused: error.code }));
+        return `${where} done`;
+      }) satisfies Parameters<typeof TestWorker.start>[3];
+    const relay = await TestWorker.start(b!.url, WORKER_TOKEN, ["relay"], () => "noted");
+    const onA = await TestWorker.start(
+      a!.url,
+      WORKER_TOKEN,
+      ["main"],
+      acting("A", () => gate),
+    );
+    const opB = await operator(b!);
+    const key = "agent:main:cron:stale";
+    await opB.call("sessions.create", { key });
+    await opB.call("sessions.create", { key: TARGET });
+    const opA = await operator(a!);
+    const { runId } = await opA.call<{ runId: string }>("chat.send", { sessionKey: key, message: "m1" });
+    await until(() => calls["A started"], "the run on A's worker");
+    const onB = await TestWorker.start(
+      b!.url,
+      WORKER_TOKEN,
+      ["main"],
+      acting("B", async () => undefined),
+    );
+    a!.process.kill("SIGSTOP");
+    await sleep(7_000);
+    a!.process.kill("SIGCONT");
+    // A renews its lease, learns it was lost, and lets its runs go; then its worker acts.
+    await until(() => calls.B, "the reassigned run on B", 10_000);
+    await sleep(3_000);
+    release();
+    await until(() => calls.A, "A's late tool call", 10_000);
+    expect(calls.A).toMatchObject({ refused: expect.any(String) });
+    expect(await opB.call<WaitAnswer>("agent.wait", { runId, timeoutMs: 5_000 })).toMatchObject({
+      status: "ok",
+      reply: "B done",
+    });
+    const target = JSON.stringify(await opB.call("sessions.history", { sessionKey: TARGET }));
+    expect(target).toContain("side effect from B");
+    expect(target).not.toContain("side effect from A");
+    for (const worker of [relay, onA, onB]) worker.close();
   }, 60_000);
 });

@@ -11,6 +11,8 @@ export interface GatewayClusterOptions {
   env?: Record<string, string | undefined>;
   /** Runs of lost instances found by the leader's sweep (bound once the gateway's parts exist). */
   onLostRuns: (runs: { requeued: LostRun[]; failed: LostRun[] }) => Promise<void>;
+  /** This instance learnt it was declared lost: what it still holds must be let go (bound once the gateway's parts exist). */
+  onLost?: () => void;
 }
 
 /**
@@ -35,11 +37,13 @@ export async function openGatewayCluster(config: Config, options: GatewayCluster
     instanceId: options.instanceId,
     logger: log, // the coordination names its component and instance
     onLostRuns: options.onLostRuns,
-    onLost: () =>
+    onLost: () => {
       log.error(
         { instanceId: options.instanceId },
         "this instance was declared lost by the cluster (its lease expired): its runs were ended elsewhere",
-      ),
+      );
+      options.onLost?.();
+    },
     events: {
       onError: (error) => log.warn({ err: error }, "event log reader failed; retrying"),
     },
