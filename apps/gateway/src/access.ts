@@ -4,6 +4,7 @@ import {
   type ConnectParams,
   canonicalizeKey,
   compileGlob,
+  isUuid,
   matchesAnyGlob,
   normalizeAgentId,
   type RunRecord,
@@ -202,10 +203,16 @@ export class Access {
     return matchesAnyGlob(identity.sessionPatterns, sessionKey, KEY_GLOB);
   }
 
-  requireClientSession(connection: Connection, key: string): void {
-    if (!this.clientMaySee(connection, key)) {
-      throw new SwitchboardError("FORBIDDEN", `this connection may not access session ${key}`);
-    }
+  /**
+   * `named`: what the caller gave, when it named the session by its sessionId. A session it may
+   * not access is then one it does not know (NOT_FOUND, as for an unknown id): a refusal would
+   * confirm the id and name the key.
+   */
+  requireClientSession(connection: Connection, key: string, named?: string): void {
+    if (this.clientMaySee(connection, key)) return;
+    if (named !== undefined && named !== key && isUuid(named))
+      throw new SwitchboardError("NOT_FOUND", `session not found: ${named}`);
+    throw new SwitchboardError("FORBIDDEN", `this connection may not access session ${key}`);
   }
 
   async requireRunAccess(connection: Connection, runId: string): Promise<void> {

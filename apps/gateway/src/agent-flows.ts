@@ -8,6 +8,7 @@ import {
   type Level,
   longestArchiveWindowMinutes,
   makeSubagentKey,
+  maxLevel,
   minLevel,
   type PolicyContext,
   type Provenance,
@@ -308,6 +309,7 @@ export class AgentFlows {
         targetEntry.key,
         `reply from ${targetEntry.key}`,
         result.reply ?? "",
+        result.label,
       );
       return {
         status: "ok",
@@ -334,7 +336,7 @@ export class AgentFlows {
         runId: record.runId,
         sessionKey: shownKey,
         delivery,
-        ...(await this.takeInError(caller, targetEntry.key, result.error, "run failed")),
+        ...(await this.takeInError(caller, targetEntry.key, result.error, "run failed", result.label)),
       };
     return {
       status: "timeout",
@@ -356,9 +358,10 @@ export class AgentFlows {
     fromKey: string,
     error: string | undefined,
     fallback: string,
+    atLeast?: Level,
   ): Promise<{ error: string; dataLabel?: Level; withheld?: string }> {
     if (!error) return { error: fallback };
-    const taken = await this.takeIn(caller, fromKey, `error from ${fromKey}`, error);
+    const taken = await this.takeIn(caller, fromKey, `error from ${fromKey}`, error, atLeast);
     return {
       error: taken.withheld ? fallback : (taken.text ?? error),
       dataLabel: taken.level,
@@ -366,12 +369,6 @@ export class AgentFlows {
     };
   }
 
-  /**
-   * Takes data of session `fromKey` (a reply, a summary) into the caller's session, at `fromKey`'s
-   * current taint: above the caller's clearance it is withheld (the decision is audited as a
-   * PRE_HISTORY block), otherwise the caller's taint rises to it. Both sides are read fresh, since
-   * a run may have raised either while the caller waited.
-   */
   /** The read of another session's data a reply or summary is taken in by (see `takeIn`). */
   takeInContext(callerEntry: SessionEntry, from: SessionFacts): PolicyContext {
     return {
@@ -382,29 +379,35 @@ export class AgentFlows {
     };
   }
 
+  /**
+   * Takes data of session `fromKey` (a reply, a summary) into the caller's session, at `fromKey`'s
+   * current taint or `atLeast` (the label the run's end gave it), whichever is higher: a reset since
+   * lowered the session, not what was computed before it. Above the caller's clearance it is
+   * withheld (the decision is audited as a PRE_HISTORY block), otherwise the caller's taint rises to
+   * it. Both sides are read fresh, since a run may have raised either while the caller waited.
+   */
   async takeIn(
     caller: ToolCaller,
     fromKey: string,
     reason: string,
     text?: string,
+    atLeast?: Level,
   ): Promise<{ level: Level; withheld?: string; text?: string }> {
     const callerEntry = await this.sessions.require(caller.sessionKey);
     const from = await this.sessions.get(fromKey);
     if (!from) return { level: callerEntry.taint, withheld: `${fromKey} no longer exists` };
-    if (from.key === callerEntry.key) return { level: from.taint, ...(text !== undefined ? { text } : {}) };
-    const context = this.takeInContext(callerEntry, this.policy.facts(from));
-    // The text handed over is that session's data: PRE_HISTORY redact rules rewrite it as they
-    // would its history.
-    const decision = await this.policy.enforce(
-      text !== undefined && this.policy.engine.redactsOn("PRE_HISTORY")
-        ? { ...context, texts: [text] }
-        : context,
+    const level = atLeast ? maxLevel(from.taint, atLeast) : from.taint;
+    if (from.key === callerEntry.key) return { level, ...(text !== undefined ? { text } : {}) };
+    const decision = await this.judgeRead(
+      callerEntry,
+      { ...this.policy.facts(from), taint: level },
+      text,
       caller.operator,
     );
-    if (decision.action === "BLOCK") return { level: from.taint, withheld: `withheld: ${decision.message}` };
-    await this.sessions.raiseTaint(callerEntry.key, from.taint, reason, from.key);
+    if (decision.action === "BLOCK") return { level, withheld: `withheld: ${decision.message}` };
+    await this.sessions.raiseTaint(callerEntry.key, level, reason, from.key, "clearance");
     const handed = decision.texts?.[0] ?? text;
-    return { level: from.taint, ...(handed !== undefined ? { text: handed } : {}) };
+    return { level, ...(handed !== undefined ? { text: handed } : {}) };
   }
 
   /** Writes a message from one session into another: raises the target's taint and starts a run. */
@@ -433,7 +436,7 @@ export class AgentFlows {
     },
   ): Promise<{ record: RunRecord; existing: boolean; audited?: Promise<void> }> {
     const label = options.label ?? from.taint;
-    await this.sessions.raiseTaint(to.key, label, `message from ${from.key}`, from.key);
+    await this.sessions.raiseTaint(to.key, label, `message from ${from.key}`, from.key, "clearance");
     let audited: Promise<void> | undefined;
     const result = await this.scheduler.enqueue({
       sessionKey: to.key,
@@ -610,7 +613,10 @@ export class AgentFlows {
     const first = await this.waitEnd(primary.runId);
     if (first.status !== "ok" || !first.reply?.trim()) return;
     const roundOneReply = first.reply;
+    // Each reply keeps the label its run's end gave it (a reset since lowers its session, not it).
+    const roundOneLabel = first.label;
     let latest = roundOneReply;
+    let latestLabel = roundOneLabel;
     let latestFrom = targetKey;
     const turns = this.config.session.agentToAgent.maxPingPongTurns;
     const requester = await this.sessions.get(requesterKey);
@@ -629,17 +635,11 @@ export class AgentFlows {
           `Turn ${turn} of ${turns}.`,
           `If you want to stop the ping-pong, reply exactly "${REPLY_SKIP}".`,
         ].join("\n");
-        const decision = await this.policy.enforce({
-          hook: "PRE_SEND",
-          caller: this.policy.facts(other),
-          target: this.policy.facts(speaker),
-          text: latest,
-          facts: { origin: "gateway", chainId: position.chainId, hop: position.hop },
-        });
-        if (decision.action === "BLOCK") break;
-        const text = decision.text ?? latest;
+        const passed = await this.passReply(other, speaker, latest, latestLabel, position);
+        if (!passed) break;
         const step = await this.stepEnd(primary, `turn:${turn}`, async (key) => {
-          const { record } = await this.deliverMessage(other, speaker, text, {
+          const { record } = await this.deliverMessage(other, speaker, passed.text, {
+            label: passed.label,
             origin: "reply",
             provenance: {
               kind: "agent",
@@ -659,29 +659,86 @@ export class AgentFlows {
         const reply = step.reply?.trim() ?? "";
         if (step.status !== "ok" || reply === "" || reply === REPLY_SKIP) break;
         latest = step.reply!;
+        latestLabel = step.label ?? (await this.sessions.get(speakerKey))?.taint;
         latestFrom = speakerKey;
       }
     }
+    // What the announce run is given is labelled at the most its replies carry.
+    let announceLabel = roundOneLabel;
     if (latestFrom !== targetKey) {
       // The announce runs in the target with the latest reply in its context: a reply that came from
       // the requester is a message into the target, checked and labelled like one, or left out.
       const requesterNow = await this.liveSession(latestFrom);
       const targetNow = await this.liveSession(targetKey);
       if (!requesterNow || !targetNow) return;
-      const decision = await this.policy.enforce({
-        hook: "PRE_SEND",
-        caller: this.policy.facts(requesterNow),
-        target: this.policy.facts(targetNow),
-        text: latest,
-        facts: { origin: "gateway", chainId: position.chainId, hop: position.hop },
-      });
-      if (decision.action === "BLOCK") latest = roundOneReply;
+      const passed = await this.passReply(requesterNow, targetNow, latest, latestLabel, position);
+      if (!passed) latest = roundOneReply;
       else {
-        latest = decision.text ?? latest;
-        await this.sessions.raiseTaint(targetKey, requesterNow.taint, `reply from ${latestFrom}`, latestFrom);
+        latest = passed.text;
+        announceLabel = maxLevel(passed.label, roundOneLabel ?? passed.label);
+        await this.sessions.raiseTaint(targetKey, passed.label, `reply from ${latestFrom}`, latestFrom);
       }
-    }
-    await this.announce(primary, requesterKey, targetKey, request, roundOneReply, latest, position);
+    } else if (latestLabel) announceLabel = maxLevel(latestLabel, roundOneLabel ?? latestLabel);
+    await this.announce(
+      primary,
+      requesterKey,
+      targetKey,
+      request,
+      roundOneReply,
+      latest,
+      position,
+      announceLabel,
+    );
+  }
+
+  /**
+   * A reply the gateway's own flow passes from session `from` into `to` (a reply-back turn, the
+   * latest reply into the announce), at `label` at the least: the label its run's end gave it,
+   * which a reset of `from` since does not lower. PRE_HISTORY judges it as `to` reading `from`'s
+   * data and its redact rules rewrite it, as for a waiting send's take-in; PRE_SEND judges it as a
+   * message from `from` into `to`. Undefined: refused, the exchange stops there.
+   */
+  private async passReply(
+    from: SessionEntry,
+    to: SessionEntry,
+    text: string,
+    label: Level | undefined,
+    position: ChainPosition,
+  ): Promise<{ text: string; label: Level } | undefined> {
+    const level = label ? maxLevel(from.taint, label) : from.taint;
+    const fromFacts = { ...this.policy.facts(from), taint: level };
+    const sent = await this.policy.enforce({
+      hook: "PRE_SEND",
+      caller: fromFacts,
+      target: this.policy.facts(to),
+      text,
+      facts: { origin: "gateway", chainId: position.chainId, hop: position.hop },
+    });
+    if (sent.action === "BLOCK") return undefined;
+    const taken = await this.takenIn(to, fromFacts, sent.text ?? text);
+    return taken === undefined ? undefined : { text: taken, label: level };
+  }
+
+  /**
+   * `to` reading `text`, data of the session `from` describes, as the gateway's flow hands it over:
+   * PRE_HISTORY judges the read and its redact rules rewrite the text. Undefined: refused.
+   */
+  private async takenIn(to: SessionEntry, from: SessionFacts, text: string): Promise<string | undefined> {
+    const taken = await this.judgeRead(to, from, text);
+    return taken.action === "BLOCK" ? undefined : (taken.texts?.[0] ?? text);
+  }
+
+  /**
+   * PRE_HISTORY on `to` reading data of `from` that the gateway hands over (enforced: a block or
+   * redaction is audited). The text is that session's data: its redact rules rewrite it as they
+   * would its history (`texts` in the decision).
+   */
+  private judgeRead(to: SessionEntry, from: SessionFacts, text: string | undefined, actor?: string) {
+    const read = this.takeInContext(to, from);
+    return this.policy.enforce(
+      text !== undefined && this.policy.engine.redactsOn("PRE_HISTORY") ? { ...read, texts: [text] } : read,
+      actor,
+    );
   }
 
   private async announce(
@@ -692,6 +749,7 @@ export class AgentFlows {
     roundOneReply: string,
     latest: string,
     position: ChainPosition,
+    dataLabel: Level | undefined,
   ): Promise<void> {
     const target = await this.liveSession(targetKey);
     if (!target) return;
@@ -722,6 +780,11 @@ export class AgentFlows {
       `Latest reply: ${latest}`,
       `If you want to remain silent, reply exactly "${ANNOUNCE_SKIP}".`,
     ].join("\n");
+    // Replies computed before a reset of the target come back into its new transcript with their
+    // own label, which the session takes on.
+    const label = dataLabel ? maxLevel(target.taint, dataLabel) : target.taint;
+    if (label !== target.taint)
+      await this.sessions.raiseTaint(targetKey, label, `announce of ${primary.runId}`, targetKey);
     const ended = await this.stepEnd(primary, "announce", async (key) => {
       const { record } = await this.scheduler.enqueue({
         sessionKey: targetKey,
@@ -737,7 +800,7 @@ export class AgentFlows {
           hop: position.hop,
           step: "announce",
         },
-        label: target.taint,
+        label,
         timeoutSeconds: this.stepTimeoutSeconds,
         flow: { chainId: position.chainId, hop: position.hop },
         ...key,
@@ -747,7 +810,10 @@ export class AgentFlows {
     const reply = ended.reply?.trim() ?? "";
     if (ended.status !== "ok" || reply === "" || reply === ANNOUNCE_SKIP) return;
     const fresh = (await this.sessions.get(targetKey)) ?? target;
-    await this.output.deliver(fresh, ended.reply!, { reason: "announce", runId: ended.runId });
+    await this.output.deliver(atEndLabel(fresh, ended.label), ended.reply!, {
+      reason: "announce",
+      runId: ended.runId,
+    });
   }
 
   /**
@@ -960,7 +1026,11 @@ export class AgentFlows {
       flow: { chainId: position.chainId, hop: position.hop },
       context,
       actor: caller.operator,
-      ...(request.runTimeoutSeconds > 0 ? { timeoutSeconds: request.runTimeoutSeconds } : {}),
+      // 0 (the default) is no limit of the call's own, not none at all: the child's agent's run
+      // timeout applies, as to every run, so a child whose worker never answers cannot hold the
+      // requester's child slots, its lane and a worker slot for good.
+      timeoutSeconds:
+        request.runTimeoutSeconds > 0 ? request.runTimeoutSeconds : this.agentTimeoutSeconds(targetAgentId),
       spawn: {
         requesterKey: callerEntry.key,
         childKey,
@@ -1016,7 +1086,10 @@ export class AgentFlows {
     const entry = await this.sessions.get(record.sessionKey);
     if (!entry || !record.reply) return;
     if (!this.sessions.route(entry)) return;
-    await this.output.deliver(entry, record.reply, { reason: "reply", runId: record.runId });
+    await this.output.deliver(atEndLabel(entry, record.endLabel), record.reply, {
+      reason: "reply",
+      runId: record.runId,
+    });
   }
 
   /**
@@ -1100,14 +1173,15 @@ export class AgentFlows {
     // never a leak).
     const sameChild = child?.sessionId === spawn.childSessionId ? child : undefined;
     const clearance = child?.clearance ?? this.childClearance(requester, record.agentId);
+    const written = replyLabel ?? record.endLabel;
     const childFacts = sameChild
-      ? this.policy.facts(sameChild)
+      ? { ...this.policy.facts(sameChild), taint: maxLevel(sameChild.taint, written ?? sameChild.taint) }
       : {
           key: spawn.childKey,
           agentId: record.agentId,
           kind: "subagent" as const,
           channel: "internal",
-          taint: replyLabel ?? clearance,
+          taint: written ?? clearance,
           clearance,
         };
     const decision = await this.policy.enforce({
@@ -1117,8 +1191,16 @@ export class AgentFlows {
       text: message,
       facts: { origin: "gateway" },
     });
-    if (decision.action === "BLOCK") {
-      await finishAnnounce("failed", { lastError: decision.message });
+    // The requester takes the child's findings in: PRE_HISTORY judges and redacts them as its read
+    // of the child's data, as its `sessions_history` of the child would be.
+    const announced =
+      decision.action === "BLOCK"
+        ? undefined
+        : await this.takenIn(requester, childFacts, decision.text ?? message);
+    if (announced === undefined) {
+      await finishAnnounce("failed", {
+        lastError: decision.message ?? "the requester may not read the sub-agent's findings",
+      });
     } else {
       const label = childFacts.taint;
       await this.sessions.raiseTaint(requester.key, label, `announce from ${spawn.childKey}`, spawn.childKey);
@@ -1129,7 +1211,7 @@ export class AgentFlows {
             type: "message",
             label,
             provenance: { kind: "subagent", childSessionKey: spawn.childKey, runId: record.runId },
-            message: { role: "user", content: [{ type: "text", text: decision.text ?? message }] },
+            message: { role: "user", content: [{ type: "text", text: announced }] },
           },
         ]);
         await finishAnnounce("delivered");
@@ -1145,7 +1227,7 @@ export class AgentFlows {
         sessionKey: requester.key,
         lane: "nested",
         origin: "spawn-announce",
-        message: decision.text ?? message,
+        message: announced,
         context: [
           "Sub-agent announce step:",
           `A sub-agent you spawned (${spawn.childKey}) has finished; the outcome above comes from the runtime.`,
@@ -1358,4 +1440,13 @@ function addSubagentModel(models: Set<string>, model: SubagentModel | undefined)
     models.add(model.provider);
     if ("model" in model) models.add(model.model);
   }
+}
+
+/**
+ * A session as PRE_OUTPUT judges a run's text posted from it: at its current taint or the label the
+ * run's end gave the text, whichever is higher (a reset between the end and the post lowers only
+ * the session).
+ */
+function atEndLabel(entry: SessionEntry, endLabel: Level | undefined): SessionEntry {
+  return endLabel && maxLevel(entry.taint, endLabel) !== entry.taint ? { ...entry, taint: endLabel } : entry;
 }

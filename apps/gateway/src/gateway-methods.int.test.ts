@@ -212,6 +212,32 @@ describe("delivery out to channels", () => {
     adapter.close();
   });
 
+  // Until session 22 a client naming another session by its sessionId heard FORBIDDEN naming that
+  // session's key (an unknown id: NOT_FOUND): a leaked id was confirmed and resolved.
+  it("answers a client's sessionId of a session it may not access as not found, naming no key", async () => {
+    const op = await setup();
+    const { sessionId } = await op.call<{ sessionId: string }>("sessions.create", {
+      key: "agent:main:webchat:dm:carol",
+    });
+    const adapter = await TestPeer.connect(gw.url, { token: CHANNEL, role: "client" });
+    for (const id of [sessionId, "6f1c3c2e-0d4b-4c55-9a39-3f0f8f6b7e21"]) {
+      for (const [method, params] of [
+        ["sessions.history", { sessionKey: id }],
+        ["sessions.status", { sessionKey: id }],
+        ["chat.send", { sessionKey: id, message: "hi" }],
+        ["events.subscribe", { sessionKey: id }],
+      ] as const) {
+        const answer = await adapter.request(method, params);
+        expect(answer.error, `${method} ${id}`).toMatchObject({ code: "NOT_FOUND" });
+        expect(JSON.stringify(answer)).not.toContain("carol");
+      }
+    }
+    // Named by its key, it is refused as before.
+    const byKey = await adapter.request("sessions.history", { sessionKey: "agent:main:webchat:dm:carol" });
+    expect(byKey.error).toMatchObject({ code: "FORBIDDEN" });
+    adapter.close();
+  });
+
   it("blocks and audits a write-down on output, and never sends it", async () => {
     const op = await setup();
     await op.call("sessions.create", { key: "agent:main:webchat:dm:carol", channel: "webchat" });

@@ -9,6 +9,7 @@ import {
   WORKER_TOKEN as WORKER,
 } from "./testing/test-gateway";
 import { TestPeer } from "./testing/test-peer";
+import { until } from "./testing/until";
 
 /**
  * Calls that answer with an error (or a tool status `error`/`forbidden`) must leave no durable state
@@ -77,6 +78,12 @@ async function confidentialCaller() {
   const { runId } = await op.call<{ runId: string }>("chat.send", { sessionKey: CARRIER, message: "secret" });
   await op.call("agent.wait", { runId, timeoutMs: 5000 });
   expect(await taintOf(CARRIER)).toBe("CONFIDENTIAL");
+  // The reply goes out to webchat after the run ends: its delivery record must be in before a test
+  // counts the audit records its own call adds.
+  await until(
+    async () => (await audit()).some((record) => record.kind === "delivery" && record.sessionKey === CARRIER),
+    "the reply's delivery record",
+  );
 }
 
 describe("refused or failed calls leave nothing behind (file store)", () => {

@@ -84,7 +84,14 @@ export class PolicyService {
 
   /** Evaluation of a real step: a block or redaction is audited and announced. */
   async enforce(context: PolicyContext, actor?: string): Promise<PolicyDecision> {
-    const decision = this.engine.evaluate(context, { explain: false });
+    return this.record(context, this.engine.evaluate(context, { explain: false }), actor);
+  }
+
+  /**
+   * Audits and announces `decision`, made by `evaluate` on `context`, as the decision of a real step
+   * (for a step that must know what a decision rewrites before it settles what it hands over).
+   */
+  async record(context: PolicyContext, decision: PolicyDecision, actor?: string): Promise<PolicyDecision> {
     // Traces on: the decision is an event on the span of the step it gated (no span: nothing to do).
     trace.getActiveSpan()?.addEvent("policy.decision", {
       "switchboard.policy.hook": context.hook,

@@ -270,7 +270,6 @@ describe("runs: a store that refuses writes (disk full)", () => {
     const { runId } = await op.call<{ runId: string }>("chat.send", {
       sessionKey: "main",
       message: "queued",
-      timeoutSeconds: 1,
     });
     failing.on = true;
     // The worker's arrival dispatches the run: its status write fails, and so does the error end.

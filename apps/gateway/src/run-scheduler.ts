@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import {
   archivedSessionError,
+  compareLevels,
   type EventPayload,
   type Lane,
   type Level,
@@ -11,6 +12,7 @@ import {
   type Store,
   SwitchboardError,
   TERMINAL_RUN_STATUSES,
+  type TranscriptEntryInput,
   timerDelay,
   type Usage,
 } from "@switchboard/core";
@@ -55,6 +57,8 @@ export interface WaitResult {
   status: "ok" | "error" | "timeout";
   reply?: string;
   error?: string;
+  /** The label `reply` or `error` carries, at the least (`RunRecord.endLabel`). */
+  label?: Level;
   startedAt?: number;
   endedAt?: number;
   /**
@@ -347,10 +351,15 @@ export class RunScheduler {
       );
   }
 
-  private async createOn(entry: SessionEntry, spec: RunSpec): Promise<RunRecord> {
+  private async createOn(read: SessionEntry, spec: RunSpec): Promise<RunRecord> {
     // Archived (a finished sub-agent's session) since the caller looked it up: a run now would go
     // on against a transcript that is gone, its input and reply recorded nowhere.
-    if (entry.archivedAt) throw archivedSessionError(spec.sessionKey);
+    if (read.archivedAt) throw archivedSessionError(spec.sessionKey);
+    // The session holds the input at its label before the run exists. Its caller raised it already
+    // (a delivered message, a summary of it): a reset since began a transcript at its base taint,
+    // and the run — its input, the summary it writes, the reply taken in at its end label — would
+    // otherwise be below what it holds.
+    const entry = compareLevels(spec.label, read.taint) > 0 ? await this.raisedFor(read, spec) : read;
     const runId = randomUUID();
     const record: RunRecord = {
       runId,
@@ -549,16 +558,44 @@ export class RunScheduler {
     this.pumpStarved(this.workers.agentsOf(worker) ?? [record.agentId]);
   }
 
+  /**
+   * Writes the run's input into the transcript the run was made for only: a reset since began one
+   * whose taint may be below the input's label, and its next run would be handed the input. The
+   * run then fails (the caller hears it), as for any input that could not be recorded.
+   */
   private async recordInput(record: RunRecord, label: Level): Promise<void> {
-    await this.sessions.append(record.sessionKey, [
-      {
-        type: "message",
-        label,
-        runId: record.runId,
-        ...(record.provenance ? { provenance: record.provenance } : {}),
-        message: { role: "user", content: [{ type: "text", text: record.message }] },
-      },
-    ]);
+    const input: TranscriptEntryInput = {
+      type: "message",
+      label,
+      runId: record.runId,
+      ...(record.provenance ? { provenance: record.provenance } : {}),
+      message: { role: "user", content: [{ type: "text", text: record.message }] },
+    };
+    const written = await this.sessions.appendFor(record.sessionKey, (entry) =>
+      entry.sessionId === record.sessionId ? [input] : undefined,
+    );
+    if (written.length === 0)
+      throw new SwitchboardError(
+        "CONFLICT",
+        `session ${record.sessionKey} was reset or deleted before the run's input was recorded`,
+        { retryable: true },
+      );
+  }
+
+  /** The session row with its taint raised to the run's input label (see `createOn`). */
+  private async raisedFor(read: SessionEntry, spec: RunSpec): Promise<SessionEntry> {
+    const source =
+      spec.provenance.kind === "agent" ? spec.provenance.fromSessionKey : `run input (${spec.origin})`;
+    // A reset may land between the rise and the read again: the new row is raised in turn.
+    for (let attempt = 0; attempt < 3; attempt++) {
+      await this.sessions.raiseTaint(read.key, spec.label, `input of a ${spec.origin} run`, source);
+      const entry = await this.sessions.require(read.key);
+      if (entry.archivedAt) throw archivedSessionError(spec.sessionKey);
+      if (compareLevels(spec.label, entry.taint) <= 0) return entry;
+    }
+    throw new SwitchboardError("CONFLICT", `session ${read.key} was reset while a run was being made`, {
+      retryable: true,
+    });
   }
 
   /** After a crash: write the input of a queued run if the old process died before it did. */
@@ -843,35 +880,46 @@ export class RunScheduler {
     // it failed, the run has ended `error` and this is refused).
     await this.inputsPending.get(runId)?.catch(() => undefined);
     const record = this.requireHeldBy(runId, connection);
-    if (this.cluster) {
-      // A reset on another instance ends only that instance's runs: one held here learns of it now,
-      // before its reply could be taken in at the new transcript's (lower) taint.
-      const entry = await this.sessions.get(record.sessionKey);
-      if (entry && entry.sessionId !== record.sessionId) {
-        await this.finish(record, "error", { error: RESET_WHILE_RUNNING });
-        return;
-      }
+    const entry = await this.sessions.get(record.sessionKey);
+    // A reset on another instance ends only that instance's runs (and one here ends those it finds
+    // active): a run of the old transcript learns of it now, before its reply — or its error, also
+    // the worker's text — could be taken in at the new transcript's lower taint.
+    if (entry && entry.sessionId !== record.sessionId) {
+      await this.finish(record, "error", { error: RESET_WHILE_RUNNING });
+      return;
     }
-    await this.finish(record, "ok", { reply, ...(usage ? { usage } : {}) });
+    await this.finish(record, "ok", { reply, ...(usage ? { usage } : {}), ...endLabelOf(record, entry) });
   }
 
   async fail(runId: string, connection: Connection, error: string): Promise<void> {
     await this.inputsPending.get(runId)?.catch(() => undefined);
     const record = this.requireHeldBy(runId, connection);
-    await this.finish(record, "error", { error });
+    const entry = await this.sessions.get(record.sessionKey);
+    if (entry && entry.sessionId !== record.sessionId) {
+      await this.finish(record, "error", { error: RESET_WHILE_RUNNING });
+      return;
+    }
+    await this.finish(record, "error", { error, ...endLabelOf(record, entry) });
   }
 
   /** Ends a run once: persists, records the reply, wakes waiters, frees the lane, notifies flows. */
   async finish(
     record: RunRecord,
     status: "ok" | "error" | "timeout",
-    outcome: { reply?: string; error?: string; usage?: Usage; lost?: RunRecord["lost"] },
+    outcome: {
+      reply?: string;
+      error?: string;
+      usage?: Usage;
+      lost?: RunRecord["lost"];
+      endLabel?: Level;
+    },
   ): Promise<void> {
     if (TERMINAL_RUN_STATUSES.includes(record.status)) return;
     record.status = status;
     record.endedAt = Date.now();
     if (outcome.reply !== undefined) record.reply = outcome.reply;
     if (outcome.error !== undefined) record.error = outcome.error;
+    if (outcome.endLabel !== undefined) record.endLabel = outcome.endLabel;
     if (outcome.lost !== undefined) record.lost = outcome.lost;
     if (outcome.usage) record.usage = outcome.usage;
     if (INPUT_DROPPED_AT_END.has(record.origin)) record.message = endedInput(record.message);
@@ -935,16 +983,64 @@ export class RunScheduler {
       // `flows.idle()` after it (shutdown, tests) covers them.
       notified = notify();
       // The lane is free cluster-wide before its next run here claims it (no claim retry).
-      await this.cluster
-        .release(record)
-        .catch((error) =>
-          this.log.warn({ err: error, runId: record.runId }, "could not release a run's lane"),
-        );
+      await this.releaseInCluster(record);
     }
     this.pump(laneKey);
     if (freedWorker) this.pumpStarved(this.workers.agentsOf(freedWorker) ?? [record.agentId]);
     await (notified ?? notify());
     if (persistError !== undefined) throw persistError;
+  }
+
+  /**
+   * This instance was declared lost (its lease ran out while it was cut off or stalled): the
+   * cluster has put the runs it held back in their lanes or ended them. They are let go here, not
+   * ended (their ends belong to the cluster now): their workers' tool calls and ends are refused
+   * from now on (`requireHeldBy`), so a run reassigned elsewhere never acts twice through this
+   * instance, and waiters here wait for it elsewhere. Returns how many were let go.
+   */
+  abandonHeld(): number {
+    let count = 0;
+    for (const active of [...this.active.all()]) {
+      const { record, worker } = active;
+      if (!worker || record.status !== "running") continue;
+      count++;
+      if (active.timer) clearTimeout(active.timer);
+      active.ending?.abort(
+        new SwitchboardError("CONFLICT", `run ${record.runId} was taken over by another gateway instance`),
+      );
+      this.active.delete(record.runId);
+      this.workers.release(worker, record.runId);
+      const laneKey = laneKeyOf(record);
+      if (this.lanes.release(laneKey, record.runId)) this.workers.unstarve(record.agentId, laneKey);
+      this.waiters.moved(record.runId);
+      this.pump(laneKey);
+      this.pumpStarved(this.workers.agentsOf(worker) ?? [record.agentId]);
+    }
+    return count;
+  }
+
+  /**
+   * Frees an ended run's lane cluster-wide. A claim left behind (the database out for a moment)
+   * would hold the lane for every instance: no sweep takes the claims of a live instance. So a
+   * failed release is tried again in the background, backing off to every 30 s, until it goes
+   * through or this instance stops (then the claims go with its lease).
+   */
+  private async releaseInCluster(record: RunRecord, attempt = 0): Promise<void> {
+    try {
+      await this.cluster!.release(record);
+    } catch (error) {
+      if (attempt === 0 || attempt % 10 === 0)
+        this.log.warn(
+          { err: error, runId: record.runId, attempt },
+          "could not release a run's lane; trying again",
+        );
+      if (this.stopping) return;
+      const timer = setTimeout(
+        () => void this.releaseInCluster(record, attempt + 1),
+        Math.min(30_000, 250 * 2 ** Math.min(attempt, 7)),
+      );
+      timer.unref();
+    }
   }
 
   /**
@@ -1264,6 +1360,7 @@ export function runEndedPayload(
     status,
     ...(record.reply !== undefined ? { reply: record.reply } : {}),
     ...(record.error !== undefined ? { error: record.error } : {}),
+    ...(record.endLabel !== undefined ? { label: record.endLabel } : {}),
     ...(record.usage ? { usage: record.usage } : {}),
     ...(record.startedAt !== undefined ? { startedAt: record.startedAt } : {}),
     ...(record.endedAt !== undefined ? { endedAt: record.endedAt } : {}),
@@ -1272,12 +1369,24 @@ export function runEndedPayload(
 
 /** The wait result a `run.ended` event carries; undefined for one without `endedAt` (older instances). */
 export function waitResultOfEnded(payload: EventPayload<"run.ended">): WaitResult | undefined {
-  return payload.endedAt === undefined ? undefined : toWaitResult(payload);
+  if (payload.endedAt === undefined) return undefined;
+  const { label, ...rest } = payload;
+  return toWaitResult(label !== undefined ? { ...rest, endLabel: label } : rest);
+}
+
+/**
+ * The label a run's reply or error is taken in at, at the least (`RunRecord.endLabel`): absent when
+ * the session is gone or a reset began another transcript (the run's end is then the gateway's).
+ */
+function endLabelOf(record: RunRecord, entry: SessionEntry | undefined): { endLabel?: Level } {
+  return entry && entry.sessionId === record.sessionId ? { endLabel: entry.taint } : {};
 }
 
 /** What a wait answers for a run record (a run not ended yet reads as `timeout`). */
 export function toWaitResult(
-  record: Pick<RunRecord, "runId" | "reply" | "error" | "startedAt" | "endedAt"> & { status: string },
+  record: Pick<RunRecord, "runId" | "reply" | "error" | "endLabel" | "startedAt" | "endedAt"> & {
+    status: string;
+  },
 ): WaitResult {
   const status =
     record.status === "ok" || record.status === "error" || record.status === "timeout"
@@ -1288,6 +1397,7 @@ export function toWaitResult(
     status,
     ...(record.reply !== undefined ? { reply: record.reply } : {}),
     ...(record.error !== undefined ? { error: record.error } : {}),
+    ...(record.endLabel !== undefined ? { label: record.endLabel } : {}),
     ...(record.startedAt !== undefined ? { startedAt: record.startedAt } : {}),
     ...(record.endedAt !== undefined ? { endedAt: record.endedAt } : {}),
   };

@@ -30,6 +30,7 @@ import {
   toolLevel,
   tryParseKey,
 } from "@switchboard/core";
+import { capHistory } from "@switchboard/tools";
 import type { AgentFlows } from "./agent-flows";
 import type { OutputDelivery } from "./output-delivery";
 import type { PolicyService } from "./policy-service";
@@ -40,6 +41,7 @@ import {
   downstreamContext,
   parseToolCall,
   type RefusedTarget,
+  readDecision,
   type ToolPolicyContexts,
   toolPolicyContexts,
 } from "./tool-policy-contexts";
@@ -103,6 +105,15 @@ function withHistoryTexts(messages: readonly HistoryMessage[], texts: readonly s
   return mapHistoryStrings(messages, () => texts[next++] ?? "");
 }
 
+/** The rules a decision evaluated, as a simulation lists them. */
+function explained(decision: PolicyDecision): SimulateResult["evaluated"] {
+  return (decision.evaluated ?? []).map((rule) => ({
+    ruleId: rule.ruleId,
+    matched: rule.matched,
+    action: rule.action,
+  }));
+}
+
 const isMessage = (includeTools: boolean) => (entry: TranscriptEntry) =>
   entry.type === "message" && (includeTools || entry.message?.role !== "toolResult");
 
@@ -139,10 +150,23 @@ export class SessionToolsBackend implements ToolBackend {
     return this.sessions.require(caller.sessionKey);
   }
 
-  private async target(caller: ToolCaller, callerEntry: SessionEntry, input: string): Promise<SessionEntry> {
+  /**
+   * The session a real call names. A refusal of a key with no session behind it is audited and
+   * announced (`policy.blocked`) under the hook the call's own decision on a session there uses,
+   * as that decision is: otherwise the caller's event stream and the audit chain would tell the two
+   * apart, the probe the uniform refusal closes.
+   */
+  private async target(
+    caller: ToolCaller,
+    callerEntry: SessionEntry,
+    input: string,
+    hook: "PRE_HISTORY" | "PRE_SEND" = "PRE_HISTORY",
+  ): Promise<SessionEntry> {
     const found = await this.lookup(caller, callerEntry, input);
-    if ("refused" in found) throw new SwitchboardError("FORBIDDEN", found.refused.message);
-    return found;
+    if (!("refused" in found)) return found;
+    const context = this.historyContext(callerEntry, emptySessionAt(found.key, found.agentId));
+    await this.policy.record({ ...context, hook }, found.refused, caller.operator);
+    throw new SwitchboardError("FORBIDDEN", found.refused.message);
   }
 
   /** The session `input` names, or the refusal of a key that names none (see `target`). */
@@ -152,6 +176,10 @@ export class SessionToolsBackend implements ToolBackend {
     input: string,
   ): Promise<SessionEntry | RefusedTarget> {
     const key = await this.sessions.resolveInput(input, caller.agentId);
+    // A session named by its sessionId that the caller may not address is one it does not know: a
+    // refusal would confirm the id and name the key (a missing id answers not found).
+    if (key !== input && this.sessions.isUuid(input) && this.refusalAt(callerEntry, key))
+      throw new SwitchboardError("NOT_FOUND", `session not found: ${input}`);
     const entry = await this.sessions.get(key);
     if (entry && !entry.archivedAt) return entry;
     // A caller the policy refuses any session at this key (a sandboxed session and a key it did not
@@ -159,7 +187,7 @@ export class SessionToolsBackend implements ToolBackend {
     // exists or not: `not_found` for the missing ones would let it probe which keys exist. The
     // addressing rules decide first (builtins.ts), so a session that is there gets the same refusal.
     const refused = this.refusalAt(callerEntry, key);
-    if (refused) return { refused };
+    if (refused) return { refused, key, agentId: tryParseKey(key)!.agentId };
     throw new SwitchboardError("NOT_FOUND", `session not found: ${input}`);
   }
 
@@ -167,18 +195,11 @@ export class SessionToolsBackend implements ToolBackend {
   private refusalAt(callerEntry: SessionEntry, key: string): PolicyDecision | undefined {
     const parsed = key === callerEntry.key ? undefined : tryParseKey(key);
     if (!parsed) return undefined;
-    // The facts of a session at that key holding nothing (the least any rule on labels could see).
-    const empty: SessionEntry = {
-      key,
-      sessionId: "00000000-0000-4000-8000-000000000000",
-      agentId: parsed.agentId,
-      createdAt: 0,
-      updatedAt: 0,
-      taint: "PUBLIC",
-      clearance: "PUBLIC",
-    };
     // Explained: a simulation reports it with the rules evaluated, as for a session that is there.
-    const decision = this.policy.evaluate(this.historyContext(callerEntry, empty), true);
+    const decision = this.policy.evaluate(
+      this.historyContext(callerEntry, emptySessionAt(key, parsed.agentId)),
+      true,
+    );
     return decision.action === "BLOCK" ? decision : undefined;
   }
 
@@ -338,31 +359,53 @@ export class SessionToolsBackend implements ToolBackend {
     // the taint the decision saw. What is handed over is labelled by what it holds, and a label that
     // rose is decided again on it (no read-up, however the reads interleave).
     const level = maxLevel(target.taint, ...read.entries.map((entry) => entry.label));
-    let messages = read.entries.map(toHistoryMessage);
+    const stored = read.entries.map(toHistoryMessage);
+    let messages = stored;
+    let again: { context: PolicyContext; decision: PolicyDecision } | undefined;
     const redacting = readHook !== undefined && this.policy.engine.redactsOn("PRE_HISTORY");
     if ((level !== target.taint || redacting) && readHook) {
       // Decided again on what was read: a label that rose, and the texts redact rules rewrite.
-      const context = this.historyContext(callerEntry, { ...target, taint: level });
-      const again = await this.policy.enforce(
-        redacting ? { ...context, texts: historyTexts(messages) } : context,
-        caller.operator,
-      );
-      if (again.action === "BLOCK") return { status: "forbidden", error: again.message };
-      if (again.texts) messages = withHistoryTexts(messages, again.texts);
+      // Recorded only once the page is cut (below), so the count audited is of what it hands over.
+      const base = this.historyContext(callerEntry, { ...target, taint: level });
+      const context = redacting ? { ...base, texts: historyTexts(stored) } : base;
+      again = { context, decision: this.policy.evaluate(context) };
+      if (again.decision.action === "BLOCK") {
+        await this.policy.record(context, again.decision, caller.operator);
+        return { status: "forbidden", error: again.decision.message };
+      }
+      if (again.decision.texts) messages = withHistoryTexts(stored, again.decision.texts);
+    }
+    // The store capped the messages as stored; a replacement longer than what it replaces can take
+    // the page past `maxBytes`, so it is cut again as rewritten (the page's `truncated` and
+    // `nextBefore` then say where the messages it leaves out are).
+    const page = capHistory(
+      {
+        status: "ok",
+        sessionKey: displayKey(target.key, callerEntry.key, this.sessions.mainKey),
+        sessionId: target.sessionId,
+        messages,
+        truncated: read.truncated,
+        dataLabel: level,
+        ...(read.nextBefore !== undefined ? { nextBefore: read.nextBefore } : {}),
+        ...(read.damaged ? { damaged: read.damaged } : {}),
+      },
+      query.maxBytes,
+    );
+    if (again) {
+      let { context, decision } = again;
+      if (decision.action === "REDACT" && page.messages.length < stored.length) {
+        // Replacements in messages the cut left out are counted by the page that hands them over.
+        const kept = new Set(page.messages.map((message) => message.seq));
+        context = { ...context, texts: historyTexts(stored.filter((message) => kept.has(message.seq))) };
+        decision = this.policy.evaluate(context);
+      }
+      const recorded = await this.policy.record(context, decision, caller.operator);
+      if (recorded.action === "BLOCK") return { status: "forbidden", error: recorded.message };
     }
     if (target.key !== callerEntry.key) {
       await this.sessions.raiseTaint(callerEntry.key, level, `read history of ${target.key}`, target.key);
     }
-    return {
-      status: "ok",
-      sessionKey: displayKey(target.key, callerEntry.key, this.sessions.mainKey),
-      sessionId: target.sessionId,
-      messages,
-      truncated: read.truncated,
-      dataLabel: level,
-      ...(read.nextBefore !== undefined ? { nextBefore: read.nextBefore } : {}),
-      ...(read.damaged ? { damaged: read.damaged } : {}),
-    };
+    return page;
   }
 
   async send(
@@ -370,7 +413,7 @@ export class SessionToolsBackend implements ToolBackend {
     request: { sessionKey: string; message: string; timeoutSeconds: number },
   ): Promise<SessionsSendResult> {
     const callerEntry = await this.callerEntry(caller);
-    const target = await this.target(caller, callerEntry, request.sessionKey);
+    const target = await this.target(caller, callerEntry, request.sessionKey, "PRE_SEND");
     return this.flows.send(caller, callerEntry, target, request.message, request.timeoutSeconds);
   }
 
@@ -545,13 +588,7 @@ export class SessionToolsBackend implements ToolBackend {
       this.toolCallContext(callerEntry, request.toolName, request.args),
       true,
     );
-    evaluated.push(
-      ...(first.evaluated ?? []).map((rule) => ({
-        ruleId: rule.ruleId,
-        matched: rule.matched,
-        action: rule.action,
-      })),
-    );
+    evaluated.push(...explained(first));
     let decision = first;
     /** The taint the call leaves: the tool's result label and what its downstream hook reads. */
     let after = first.labels.after;
@@ -563,30 +600,36 @@ export class SessionToolsBackend implements ToolBackend {
       if (downstream) {
         // A key refused with no session behind it was decided in looking it up (as the real call is).
         const context = "refused" in downstream ? undefined : downstream;
-        const second = "refused" in downstream ? downstream.refused : this.policy.evaluate(downstream, true);
-        evaluated.push(
-          ...(second.evaluated ?? []).map((rule) => ({
-            ruleId: rule.ruleId,
-            matched: rule.matched,
-            action: rule.action,
-          })),
-        );
+        let second = "refused" in downstream ? downstream.refused : this.policy.evaluate(downstream, true);
+        // A history read hands over the target's messages, and a summary of them, which its
+        // redact rules rewrite.
+        if (call.tool === "sessions_history" || call.tool === "summarize") second = readDecision(second);
+        evaluated.push(...explained(second));
         if (second.action === "BLOCK" || second.action === "REDACT" || first.action === "ALLOW")
           decision = second;
         after = maxLevel(after, second.labels.after);
         // A send that waits takes the reply in, as the real call does (`AgentFlows.takeIn`): at the
-        // target's taint after the delivery, unless that read is refused (the reply is withheld).
+        // target's taint after the delivery, rewritten by its redact rules, unless that read is
+        // refused (the reply is withheld: the send itself goes ahead).
         const replyTaint = second.labels.targetAfter;
         if (
           call.tool === "sessions_send" &&
           call.request.timeoutSeconds > 0 &&
+          second.action !== "BLOCK" &&
           context?.target &&
-          replyTaint !== undefined &&
-          this.policy.evaluate(
-            this.flows.takeInContext(callerEntry, { ...context.target, taint: replyTaint }),
-          ).action !== "BLOCK"
-        )
-          after = maxLevel(after, replyTaint);
+          replyTaint !== undefined
+        ) {
+          const reply = readDecision(
+            this.policy.evaluate(
+              this.flows.takeInContext(callerEntry, { ...context.target, taint: replyTaint }),
+              true,
+            ),
+          );
+          evaluated.push(...explained(reply));
+          if (reply.action !== "BLOCK") after = maxLevel(after, replyTaint);
+          // A message rewritten on its way in is the first redaction the call makes.
+          if (reply.action === "REDACT" && decision.action === "ALLOW") decision = reply;
+        }
       }
     }
     return {
@@ -641,6 +684,7 @@ export class SessionToolsBackend implements ToolBackend {
         target.key,
         `summary of ${target.key}`,
         result.reply ?? "",
+        result.label,
       );
       return {
         status: "ok",
@@ -652,10 +696,29 @@ export class SessionToolsBackend implements ToolBackend {
     if (result.status === "error")
       return {
         status: "error",
-        ...(await this.flows.takeInError(caller, target.key, result.error, "summary run failed")),
+        ...(await this.flows.takeInError(
+          caller,
+          target.key,
+          result.error,
+          "summary run failed",
+          result.label,
+        )),
       };
     return { status: "timeout", error: result.error ?? "summary run failed" };
   }
+}
+
+/** The facts of a session at `key` holding nothing (the least any rule on labels could see). */
+function emptySessionAt(key: string, agentId: string): SessionEntry {
+  return {
+    key,
+    sessionId: "00000000-0000-4000-8000-000000000000",
+    agentId,
+    createdAt: 0,
+    updatedAt: 0,
+    taint: "PUBLIC",
+    clearance: "PUBLIC",
+  };
 }
 
 function pick<T extends object, K extends keyof T>(source: T, keys: readonly K[]): Partial<Pick<T, K>> {

@@ -11,6 +11,7 @@ import {
   type WorkerHandler,
 } from "./testing/test-gateway";
 import type { TestPeer } from "./testing/test-peer";
+import { until } from "./testing/until";
 
 const STORE = testStoreKind();
 const WORKER = "worker-token-0123456789";
@@ -186,6 +187,11 @@ describe("sessions_history", () => {
     await create("agent:ops:main");
     await create("agent:ops:cron:elsewhere");
     // Before, a missing key answered not_found and an existing one forbidden: a probe for which exist.
+    // Until session 22 the caller's events and the audit chain still told them apart: only a session
+    // that was there gave a `policy.blocked` event and record.
+    const events = await gw.operator();
+    await events.call("events.subscribe", { sessionKey: "agent:ops:main" });
+    const seen: Record<string, string[]> = {};
     for (const sessionKey of ["agent:ops:cron:elsewhere", "agent:ops:cron:nothing-here"]) {
       for (const name of ["sessions_history", "session_status", "sessions_send"]) {
         const result = await tool("agent:ops:main", name, { sessionKey, message: "x", timeoutSeconds: 0 });
@@ -194,13 +200,44 @@ describe("sessions_history", () => {
           error: `${sessionKey} is not visible from sandboxed session agent:ops:main (agents.defaults.sandbox.sessionToolsVisibility is "spawned")`,
         });
       }
+      const blocked = await until(() => {
+        const found = events.events.filter(
+          (event) => event.event === "policy.blocked" && event.payload.target === sessionKey,
+        );
+        return found.length === 3 && found;
+      }, `the refusals of ${sessionKey} announced`);
+      seen[sessionKey] = blocked.map((event) => `${event.payload.hook} ${event.payload.ruleId}`);
+      const audit = await op.call<{ entries: Array<{ kind: string; data: Record<string, unknown> }> }>(
+        "audit.tail",
+        { limit: 100 },
+      );
+      expect(
+        audit.entries.filter((entry) => entry.kind === "policy.blocked" && entry.data.target === sessionKey),
+      ).toHaveLength(3);
     }
+    expect(seen["agent:ops:cron:nothing-here"]).toEqual(seen["agent:ops:cron:elsewhere"]);
     // A caller that may address the key still hears that it is not there.
     expect(
       await tool("main", "sessions_history", { sessionKey: "agent:ops:cron:nothing-here" }),
     ).toMatchObject({
       status: "not_found",
     });
+    // Named by a sessionId, a session it may not address is one it does not know: the answer is a
+    // missing sessionId's, not a refusal naming the session's key.
+    const { sessionId } = await op.call<{ sessionId: string }>("sessions.status", {
+      sessionKey: "agent:ops:cron:elsewhere",
+    });
+    for (const id of [sessionId, "6f1c3c2e-0d4b-4c55-9a39-3f0f8f6b7e21"]) {
+      for (const name of ["sessions_history", "session_status", "sessions_send"]) {
+        const result = await tool("agent:ops:main", name, {
+          sessionKey: id,
+          message: "x",
+          timeoutSeconds: 0,
+        });
+        expect(result, `${name} ${id}`).toMatchObject({ status: "not_found" });
+        expect(JSON.stringify(result)).not.toContain("elsewhere");
+      }
+    }
   });
 
   it("answers a caller refused a key the same whatever the session there holds, or if none is there", async () => {
@@ -731,11 +768,15 @@ describe("sessions_spawn", () => {
     );
     // Before, the findings came in at the reset child's PUBLIC taint.
     expect((await tool("main", "session_status")).taint).toBe("CONFIDENTIAL");
-    // An announce that does not know the reply's label (resumed after a restart, taken over) takes
-    // the most the child's old transcript could have held: its clearance.
+    // An announce resumed after a restart or taken over reads the label from the run's record; one
+    // whose record does not have it (written before records kept it) takes the most the child's
+    // old transcript could have held: its clearance.
     gw.gateway.flows.announceSpawn = async (record) => {
+      const { endLabel, ...older } = (await gw.gateway.store.runs.get(record.runId))!;
+      expect(endLabel).toBe("CONFIDENTIAL");
+      await gw.gateway.store.runs.put(older);
       await op.call("sessions.reset", { key: record.sessionKey });
-      return announce(record);
+      return announce(older);
     };
     const second = await tool("main", "sessions_spawn", { task: "more findings" });
     childKey = second.childSessionKey as string;

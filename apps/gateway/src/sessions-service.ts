@@ -3,6 +3,7 @@ import {
   archiveSession,
   type ChatType,
   type Config,
+  canFlowTo,
   channelLevel,
   chatTypeFromKey,
   classifyKey,
@@ -401,6 +402,12 @@ export class SessionsService {
     level: Level,
     reason: string,
     source: string,
+    /**
+     * `clearance`: a rise past the session's clearance is refused (FORBIDDEN), judged on the row the
+     * rise writes over. The caller decided no read-up on a row it read before; a clearance lowered
+     * since (by an operator, on this instance or another) must not let the data in.
+     */
+    bound?: "clearance",
   ): Promise<{ from: Level; to: Level } | undefined> {
     // Nothing lies below the lowest level: no row to read (in a cluster, each read is a query).
     if (level === LOWEST_LEVEL) return undefined;
@@ -413,6 +420,12 @@ export class SessionsService {
         const escalation = escalateTaint(entry.taint, level, { at: Date.now(), reason, source });
         if (!escalation.event) return undefined;
         const { from, to } = escalation.event;
+        if (bound === "clearance" && !canFlowTo(to, entry.clearance))
+          throw new SwitchboardError(
+            "FORBIDDEN",
+            `read-up blocked: ${reason} (${to}) cannot flow to ${key} (clearance ${entry.clearance})`,
+            { details: { key, level: to, clearance: entry.clearance } },
+          );
         // The transcript's taint entry, the row and the audit record are one unit in the store: all
         // of them or none, also across a crash.
         const row = { ...entry, taint: to, updatedAt: Math.max(Date.now(), entry.updatedAt) };

@@ -27,6 +27,8 @@ import type { ToolGate } from "./tool-catalog";
 /** One tool call as the transcript names it. */
 interface RecordedCall {
   sessionKey: string;
+  /** The transcript the call was made in: a reset since began another, which must not get it. */
+  sessionId: string;
   runId?: string | undefined;
   toolCallId: string;
   name: string;
@@ -112,7 +114,13 @@ export class ToolCalls {
     args: Record<string, unknown>,
     toolCallId: string,
   ): Promise<ToolResult> {
-    const call: RecordedCall = { sessionKey: entry.key, runId: caller.runId, toolCallId, name: tool };
+    const call: RecordedCall = {
+      sessionKey: entry.key,
+      sessionId: entry.sessionId,
+      runId: caller.runId,
+      toolCallId,
+      name: tool,
+    };
     // Writes the backend issued without waiting (a waited-for run's end): this call's record joins
     // their group commit, and the answer waits for both.
     const held: Promise<void>[] = [];
@@ -173,6 +181,7 @@ export class ToolCalls {
     const name = event.name ?? "tool";
     const call: RecordedCall = {
       sessionKey: run.sessionKey,
+      sessionId: run.sessionId,
       runId: run.runId,
       toolCallId: event.toolCallId ?? randomUUID(),
       name,
@@ -242,7 +251,17 @@ export class ToolCalls {
         },
       });
     }
-    await this.sessions.append(call.sessionKey, entries);
+    // Into the transcript the call was made in only: after a reset, a result labelled by what the
+    // old transcript read would sit in the new one below its entry label's taint, and be handed to
+    // its next run. The record is dropped instead (the old transcript is archived).
+    const written = await this.sessions.appendFor(call.sessionKey, (current) =>
+      current.sessionId === call.sessionId ? entries : undefined,
+    );
+    if (written.length === 0)
+      this.sessions.logger.info(
+        { sessionKey: call.sessionKey, tool: call.name, toolCallId: call.toolCallId },
+        "a tool call's record was not written: its session was reset or deleted during the call",
+      );
   }
 }
 

@@ -1,6 +1,6 @@
-import { SEND_TIMEOUT_SECONDS, TOOL_NAMES } from "@switchboard/core";
+import { type PolicyDecision, type RuleAction, SEND_TIMEOUT_SECONDS, TOOL_NAMES } from "@switchboard/core";
 import { describe, expect, it } from "vitest";
-import { parseToolCall } from "./tool-policy-contexts";
+import { parseToolCall, readDecision } from "./tool-policy-contexts";
 
 const caller = { sessionKey: "agent:main:main", agentId: "main", runId: "r1" };
 
@@ -45,5 +45,50 @@ describe("parseToolCall", () => {
       const parsed = await parseToolCall(tool, args[tool] ?? {}, caller);
       expect(parsed && "tool" in parsed ? parsed.tool : parsed).toBe(tool);
     }
+  });
+});
+
+describe("readDecision", () => {
+  const decision = (
+    action: PolicyDecision["action"],
+    evaluated: Array<[ruleId: string, matched: boolean, action: RuleAction]>,
+  ): PolicyDecision => ({
+    action,
+    ruleId: null,
+    message: "no policy rule matched; policy.default is allow",
+    labels: { before: "PUBLIC", after: "INTERNAL" },
+    evaluated: evaluated.map(([ruleId, matched, ruleAction]) => ({
+      ruleId,
+      hook: "PRE_HISTORY",
+      matched,
+      action: ruleAction,
+    })),
+  });
+
+  it("is a REDACT by the first matching redact rule when the read is let through", () => {
+    const read = readDecision(
+      decision("ALLOW", [
+        ["flow.no-read-up", false, "deny"],
+        ["unmatched", false, "redact"],
+        ["no-keys", true, "redact"],
+        ["no-mail", true, "redact"],
+      ]),
+    );
+    expect(read).toMatchObject({
+      action: "REDACT",
+      ruleId: "no-keys",
+      labels: { before: "PUBLIC", after: "INTERNAL" },
+    });
+    expect(read.message).toContain("rules: no-keys, no-mail");
+  });
+
+  it("leaves a refusal, and a read no redact rule matched, as they are", () => {
+    const blocked = decision("BLOCK", [
+      ["no-keys", true, "redact"],
+      ["no-vault", true, "deny"],
+    ]);
+    expect(readDecision(blocked)).toBe(blocked);
+    const plain = decision("ALLOW", [["no-keys", false, "redact"]]);
+    expect(readDecision(plain)).toBe(plain);
   });
 });

@@ -35,6 +35,9 @@ export type ParsedToolCall = { [T in ToolName]: { tool: T; request: ToolRequests
  */
 export interface RefusedTarget {
   refused: PolicyDecision;
+  /** The key refused and its agent (no session need be there). */
+  key: string;
+  agentId: string;
 }
 
 /**
@@ -108,6 +111,27 @@ export function toolPolicyContexts(builders: ContextBuilders): ToolPolicyContext
       );
     },
     message: async (_caller, callerEntry, request) => builders.messageContext(callerEntry, request),
+  };
+}
+
+/**
+ * A decision on reading another session's text, made (with `explain`) without that text, as the real
+ * read applies it: the redact rules that matched rewrite whatever the text holds, so the read is a
+ * REDACT. A simulation sees neither the transcript a history read would hand over nor the reply a
+ * send would take in: they are that session's data, and a decision on them would tell the caller,
+ * with no taint rise, whether they hold a match.
+ */
+export function readDecision(decision: PolicyDecision): PolicyDecision {
+  if (decision.action !== "ALLOW") return decision;
+  const redactors = (decision.evaluated ?? [])
+    .filter((rule) => rule.matched && rule.action === "redact")
+    .map((rule) => rule.ruleId);
+  if (redactors.length === 0) return decision;
+  return {
+    ...decision,
+    action: "REDACT",
+    ruleId: redactors[0]!,
+    message: `what is read is rewritten where it matches a redact pattern (rules: ${redactors.join(", ")})`,
   };
 }
 

@@ -45,7 +45,7 @@ export const TOOL_DESCRIPTIONS: Record<ToolName, string> = {
     "back to this session when it finishes, so do not poll for it.",
     "Write task as a complete, self-contained instruction: the sub-agent sees nothing else of this conversation.",
     `Optional: label (max ${SPAWN_LABEL_MAX_LENGTH} characters), agentId (default: your own agent), model,`,
-    'runTimeoutSeconds (default 0 = no limit), cleanup ("keep" by default, "delete" removes the session after it reports).',
+    'runTimeoutSeconds (default 0: the run timeout of that agent), cleanup ("keep" by default, "delete" removes the session after it reports).',
     'Statuses: "accepted" (if modelApplied is false, the model override was ignored; see warning);',
     '"forbidden" when spawning is not allowed here (too deep, agent not allowed, too many children), with the reason.',
   ].join(" "),

@@ -6,6 +6,7 @@ import { isLoopbackAddress, rebindingProblem } from "../http/rebinding";
 import type { HttpRouteDeps } from "../http/routes";
 import { KeyedCounts } from "../keyed-counts";
 import { cancelledRequestIds, McpCancellations, withoutSelfCancelled } from "./mcp-cancellations";
+import { repeatedRequestId } from "./mcp-duplicate-ids";
 import { McpSessionTools } from "./mcp-session-tools";
 
 export const MCP_PATH = "/mcp";
@@ -140,6 +141,15 @@ export function mcpRoutes(deps: HttpRouteDeps): HttpRoute[] {
         // request in it, would answer 202 as for notifications).
         if (Array.isArray(parsed) && parsed.length === 0) {
           rpcError(-32600, "Invalid Request: the batch is empty");
+          return;
+        }
+
+        const repeated = repeatedRequestId(parsed);
+        if (repeated !== undefined) {
+          rpcError(
+            -32600,
+            `Invalid Request: id: must be unique within a batch; ${JSON.stringify(repeated)} repeats (nothing of this batch was run)`,
+          );
           return;
         }
 

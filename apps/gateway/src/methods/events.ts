@@ -78,7 +78,7 @@ export function eventMethods({
       const keys: string[] = [];
       for (const key of named) {
         const sessionKey = await sessions.resolveInput(key);
-        access.requireClientSession(connection, sessionKey);
+        access.requireClientSession(connection, sessionKey, key);
         if (!keys.includes(sessionKey)) keys.push(sessionKey);
       }
       const byKey = new Map(keys.map((key) => [key, eventFilter(access, connection, key)]));

@@ -38,7 +38,7 @@ export function runMethods({
     origin: "chat" | "agent",
   ): Promise<{ runId: string; status: "accepted" }> => {
     const key = await sessions.resolveInput(params.sessionKey);
-    access.requireClientSession(connection, key);
+    access.requireClientSession(connection, key, params.sessionKey);
     if (params.idempotencyKey) {
       const existing = await store.runs.getByIdempotencyKey(params.idempotencyKey);
       if (existing) {
@@ -80,7 +80,9 @@ export function runMethods({
           ? { kind: "user", channel: sessions.channel(entry) }
           : { kind: "operator", actor: connection.identity!.tokenName },
       label,
-      timeoutSeconds: params.timeoutSeconds ?? agentTimeout(entry.agentId),
+      // 0 is no limit of the call's own: the agent's run timeout applies (a run with none would
+      // hold its lane, and every later input of the session, for good).
+      timeoutSeconds: params.timeoutSeconds || agentTimeout(entry.agentId),
       ...(params.idempotencyKey ? { idempotencyKey: params.idempotencyKey } : {}),
     });
     return { runId: record.runId, status: "accepted" };

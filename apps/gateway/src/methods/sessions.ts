@@ -94,7 +94,7 @@ export function sessionMethods({
     },
     "sessions.history": async (params, connection) => {
       const key = await sessions.resolveInput(params.sessionKey);
-      access.requireClientSession(connection, key);
+      access.requireClientSession(connection, key, params.sessionKey);
       const entry = await sessions.require(key);
       const limit = clampInteger(params.limit, HISTORY_LIMIT);
       const cap = params.maxBytes ?? HISTORY_MAX_BYTES;
@@ -120,7 +120,7 @@ export function sessionMethods({
     },
     "sessions.status": async (params, connection) => {
       const key = await sessions.resolveInput(params.sessionKey);
-      access.requireClientSession(connection, key);
+      access.requireClientSession(connection, key, params.sessionKey);
       return backend.statusOf(await sessions.require(key), undefined);
     },
     "sessions.create": async (params, connection) => {

@@ -73,6 +73,11 @@ export const RunRecordSchema = z.object({
   provenance: ProvenanceSchema.optional(),
   reply: z.string().optional(),
   error: z.string().optional(),
+  /**
+   * The session's taint when its worker ended the run with a reply or an error: the label that text
+   * carries. Whoever takes it in takes it at least at this label, whatever a reset did since.
+   */
+  endLabel: LevelSchema.optional(),
   usage: z.object({ inputTokens: z.number(), outputTokens: z.number() }).optional(),
   attempts: z.number().int().nonnegative().default(0),
   spawn: SpawnRecordSchema.optional(),

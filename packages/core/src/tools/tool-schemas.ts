@@ -97,7 +97,10 @@ export const SessionsSpawnParamsSchema = z.object({
     .describe(`Short label for the sub-agent session (max ${SPAWN_LABEL_MAX_LENGTH} chars)`),
   agentId: z.string().optional().describe("Agent to run the sub-agent as (default: your own agent)"),
   model: z.string().optional().describe("Model override for the sub-agent"),
-  runTimeoutSeconds: z.number().optional().describe("Run timeout in seconds (default 0 = none)"),
+  runTimeoutSeconds: z
+    .number()
+    .optional()
+    .describe("Run timeout in seconds (default 0: the run timeout of that agent)"),
   cleanup: z
     .string()
     .optional()
