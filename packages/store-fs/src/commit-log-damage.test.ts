@@ -197,6 +197,13 @@ describe("a transcript that lost acknowledged entries before its end (a power cu
     const { dataDir, sessionId, transcript } = await crashedWithFiveAcknowledged(5);
     // m2 and m3 gone, m4 torn: one damaged line of zeros and m4's end, with m5 intact after it.
     zero(transcript, lineAt(transcript, 2).start, lineAt(transcript, 4).start + 10);
+    // Before the open, the doctor tells the damage the replay will mend from an error.
+    const before = await checkDataDir(dataDir);
+    expect(before.issues.filter((issue) => issue.severity === "error")).toEqual([]);
+    expect(before.issues.find((issue) => issue.code === "damaged-line")).toMatchObject({
+      severity: "warning",
+      message: expect.stringContaining("the next open puts them back"),
+    });
 
     const store = await open(dataDir);
     const read = await store.transcripts.read(sessionId, { limit: 10 });
@@ -213,6 +220,12 @@ describe("a transcript that lost acknowledged entries before its end (a power cu
 
   it("keeps a damaged line the segment cannot fill for the doctor, restoring the entries it does hold", async () => {
     const { dataDir, sessionId } = await lostM2AndM4WithM3ToM5Logged();
+    const damaged = (await checkDataDir(dataDir)).issues.filter((issue) => issue.code === "damaged-line");
+    // m2 is lost for good (an error); m4 the replay restores (a warning).
+    expect(damaged.map((issue) => `${issue.severity}: ${issue.message.split(" (")[0]}`).sort()).toEqual([
+      "error: 1 damaged line(s) in the middle of the transcript",
+      "warning: 1 damaged line(s) in the middle of the transcript",
+    ]);
 
     const store = await open(dataDir);
     const read = await store.transcripts.read(sessionId, { limit: 10 });

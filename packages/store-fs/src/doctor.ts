@@ -14,7 +14,7 @@ import { inspectFormatVersion, STORE_ENTRIES, STORE_FORMAT_VERSION, versionFix }
 import { closeFile, errorCode, fileSize, isNotFound, openFile } from "./fs-io";
 import { IncompleteStateError, readJournaledState } from "./journaled-map";
 import { storeLayout } from "./layout";
-import { findIntactEnd, parseJsonLine, readFirstLine, scanForward } from "./line-scan";
+import { findIntactEnd, parseJsonLine, readFirstLine, scanForward, seqOfLine } from "./line-scan";
 import { isLockHolderAlive, LOCK_FILE, readLockHolder } from "./lock-file";
 import { checkTranscriptHeader, isIntactEntryLine } from "./transcript-store";
 
@@ -275,9 +275,19 @@ export async function inspectDataDir(
   await checkAudit(path.join(layout.audit, AUDIT_FILE), issues);
   await checkWritable(path.join(layout.audit, AUDIT_FILE), issues);
 
+  /** The seqs pending segments hold per transcript: the next open puts those back where they are lost. */
+  const loggedSeqs = new Map<string, Set<number>>();
   try {
     const pending = await readPendingCommits(layout.commitLog);
-    for (const lines of pending.entries.values()) report.counts.pendingCommitEntries += lines.length;
+    for (const [sessionId, lines] of pending.entries) {
+      report.counts.pendingCommitEntries += lines.length;
+      const seqs = new Set<number>();
+      for (const line of lines) {
+        const seq = seqOfLine(Buffer.from(line.slice(0, 48), "latin1"));
+        if (seq !== undefined) seqs.add(seq);
+      }
+      loggedSeqs.set(sessionId, seqs);
+    }
     if (pending.segments.length > 0) {
       issues.push({
         severity: "info",
@@ -324,7 +334,7 @@ export async function inspectDataDir(
     }
     transcriptIds.add(sessionId);
     report.counts.transcripts++;
-    const raisedTo = await checkTranscript(filePath, sessionId, issues);
+    const raisedTo = await checkTranscript(filePath, sessionId, issues, loggedSeqs.get(sessionId));
     const owner = currentSessionIds.get(sessionId);
     const row = owner === undefined ? undefined : contents.rows.get(owner);
     if (row && isLevel(row.taint) && raisedTo !== undefined && maxLevel(row.taint, raisedTo) !== row.taint) {
@@ -410,6 +420,7 @@ async function checkTranscript(
   filePath: string,
   sessionId: string,
   issues: DoctorIssue[],
+  logged: ReadonlySet<number> = new Set(),
 ): Promise<Level | undefined> {
   let raisedTo: Level | undefined;
   let fd: number;
@@ -460,17 +471,28 @@ async function checkTranscript(
         sessionId,
       });
     }
-    const damaged = await damagedLines(fd, dataStart, intact.end, (level) => {
+    const runs = await damagedRuns(fd, dataStart, intact.end, (level) => {
       raisedTo = raisedTo === undefined ? level : maxLevel(raisedTo, level);
     });
-    if (damaged.length > 0) {
+    const restored = runs.filter((run) => restoredByReplay(run, logged)).flatMap((run) => run.offsets);
+    const lost = runs.filter((run) => !restoredByReplay(run, logged)).flatMap((run) => run.offsets);
+    if (lost.length > 0) {
       issues.push({
         severity: "error",
         code: "damaged-line",
-        message: `${damaged.length} damaged line(s) in the middle of the transcript (first at byte ${damaged[0]}); reads skip them`,
+        message: `${lost.length} damaged line(s) in the middle of the transcript (first at byte ${lost[0]}); reads skip them`,
         path: filePath,
         sessionId,
         fix: `${REPAIR}: it drops the damaged lines and keeps the original file in archive/`,
+      });
+    }
+    if (restored.length > 0) {
+      issues.push({
+        severity: "warning",
+        code: "damaged-line",
+        message: `${restored.length} damaged line(s) in the middle of the transcript (first at byte ${restored[0]}) where acknowledged entries were; the commit log holds them, and the next open puts them back in place`,
+        path: filePath,
+        sessionId,
       });
     }
   } finally {
@@ -487,16 +509,62 @@ export async function damagedLines(
   end: number,
   onTaint?: (raisedTo: Level) => void,
 ): Promise<number[]> {
-  const offsets: number[] = [];
+  return (await damagedRuns(fd, start, end, onTaint)).flatMap((run) => run.offsets);
+}
+
+/**
+ * A run of consecutive damaged lines, with the seqs of the intact entries around it (`before` is 0
+ * for a run right after the header; `after` is absent for a run at the end of the range).
+ */
+interface DamagedRun {
+  offsets: number[];
+  before: number | undefined;
+  after?: number;
+}
+
+/** The damaged runs of the transcript lines in `[start, end)`, `start` being the first entry's. */
+async function damagedRuns(
+  fd: number,
+  start: number,
+  end: number,
+  onTaint?: (raisedTo: Level) => void,
+): Promise<DamagedRun[]> {
+  const runs: DamagedRun[] = [];
+  let current: DamagedRun | undefined;
+  let previous: number | undefined = 0;
   await scanForward(fd, start, end, (line, lineStart) => {
-    if (!isIntactEntryLine(line)) offsets.push(lineStart);
-    else if (onTaint && line.subarray(0, 16).toString("latin1") === '{"type":"taint",') {
+    if (!isIntactEntryLine(line)) {
+      current ??= { offsets: [], before: previous };
+      current.offsets.push(lineStart);
+      return true;
+    }
+    const seq = seqOfLine(line);
+    if (current) {
+      if (seq !== undefined) current.after = seq;
+      runs.push(current);
+      current = undefined;
+    }
+    previous = seq;
+    if (onTaint && line.subarray(0, 16).toString("latin1") === '{"type":"taint",') {
       const raised = (parseJsonLine(line)?.taint as { to?: unknown } | undefined)?.to;
       if (isLevel(raised)) onTaint(raised);
     }
     return true;
   });
-  return offsets;
+  if (current) runs.push(current);
+  return runs;
+}
+
+/**
+ * Whether the commit log's replay replaces a damaged run: as the store's open does, when the run
+ * stands where entries were lost (a gap in the seqs around it) and the pending segments hold every
+ * one of those entries.
+ */
+function restoredByReplay(run: DamagedRun, logged: ReadonlySet<number>): boolean {
+  if (run.before === undefined || run.after === undefined || run.after - run.before <= 1) return false;
+  if (run.after - run.before - 1 > logged.size) return false;
+  for (let seq = run.before + 1; seq < run.after; seq++) if (!logged.has(seq)) return false;
+  return true;
 }
 
 /** Opening for writing changes nothing, and fails the way the gateway's first append would. */
