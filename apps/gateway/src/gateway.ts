@@ -402,7 +402,11 @@ export class Gateway {
               .catch((error) => log.error({ err: error }, "worker cleanup failed"))
               .finally(() => clusterRuns?.workersChanged());
           },
-          health: () => ({ ...storeHealth.report(), instanceId, version: VERSION }),
+          health: () => ({
+            ...(cluster ? storeHealth.report(cluster.health()) : storeHealth.report()),
+            instanceId,
+            version: VERSION,
+          }),
           onOversizedReport: (connection, runId, bytes) => {
             const limit = config.gateway.limits.maxPayload;
             void scheduler

@@ -338,4 +338,37 @@ describe.skipIf(cluster.skip)("gateway instances on one database, off the usual 
     expect(target).not.toContain("side effect from A");
     for (const worker of [relay, onA, onB]) worker.close();
   }, 60_000);
+
+  // Until session 23 `/healthz` checked the store's pool only: an instance whose lease renewals
+  // failed answered 200 until the cluster declared it lost and took its runs away.
+  it("answers /healthz 503 naming the lease while its renewals fail, and 200 once they go through", async () => {
+    const {
+      schema,
+      instances: [a],
+    } = await startCluster(1);
+    const healthz = async () => {
+      const response = await fetch(`${a!.url.replace(/^ws/, "http")}/healthz`);
+      return { status: response.status, body: (await response.json()) as { degraded?: string[] } };
+    };
+    expect((await healthz()).status).toBe(200);
+    await adminQuery(
+      `CREATE FUNCTION "${schema}".refuse_renewal() RETURNS trigger LANGUAGE plpgsql AS $body$
+       BEGIN RAISE EXCEPTION 'test: the database refuses this renewal'; END $body$;
+       CREATE TRIGGER refuse_renewal BEFORE UPDATE ON "${schema}".cluster_instances
+         FOR EACH ROW EXECUTE FUNCTION "${schema}".refuse_renewal();`,
+    );
+    const degraded = await until(
+      async () => {
+        const answer = await healthz();
+        return answer.status === 503 && answer;
+      },
+      "a 503 from /healthz",
+      10_000,
+    );
+    expect(degraded.body.degraded?.join("\n")).toMatch(
+      /^lease: lease not renewed for \d+ ms \(of 4000\): .*refuses this renewal/m,
+    );
+    await adminQuery(`DROP TRIGGER refuse_renewal ON "${schema}".cluster_instances`);
+    await until(async () => (await healthz()).status === 200, "a 200 from /healthz again", 10_000);
+  }, 30_000);
 });

@@ -1,4 +1,4 @@
-import { type AuditHmac, SwitchboardError } from "@switchboard/core";
+import { type AuditHmac, type StoreDegradation, type StoreHealth, SwitchboardError } from "@switchboard/core";
 import { type ClusterAuditLog, openClusterAuditLog } from "./audit-chains";
 import { type ClusterCallBudget, openClusterCallBudget } from "./call-budget";
 import { type ClusterCancellations, openClusterCancellations } from "./cancellations";
@@ -68,11 +68,20 @@ export interface Cluster {
   /** Cancellations of calls another instance may be running (MCP's, which any instance may receive). */
   readonly cancellations: ClusterCancellations;
   /**
+   * Whether this instance is doing its part (for `/healthz`): its lease renewed in time (which
+   * also proves the coordination pool answers), and every channel listened to for more than a
+   * second (a reconnect's blip is not a fault). One entry per failing part.
+   */
+  health(): StoreHealth;
+  /**
    * Stops timers and the listener and closes the pool. Graceful (default): hands the leader lease
    * over and leaves the membership first. `{ graceful: false }` is what kill -9 leaves (tests).
    */
   close(options?: { graceful?: boolean }): Promise<void>;
 }
+
+/** How long the listener may be reconnecting before `/healthz` calls it down. */
+const LISTENER_GRACE_MS = 1000;
 
 export async function openCluster(options: ClusterOptions): Promise<Cluster> {
   const {
@@ -121,6 +130,19 @@ export async function openCluster(options: ClusterOptions): Promise<Cluster> {
       flows: openClusterFlowClaims(coordination),
       audit,
       cancellations: openClusterCancellations(coordination),
+      health() {
+        const degraded: Record<string, StoreDegradation> = {};
+        const lease = membership!.health();
+        if (!lease.ok) degraded.lease = { cause: lease.cause, since: lease.since };
+        const down = coordination.listener.downSince();
+        if (down !== undefined && Date.now() - down > LISTENER_GRACE_MS) {
+          degraded.listener = {
+            cause: `not listening to ${coordination.listener.channels().join(", ")}: other instances' events and run wake-ups reach this one late`,
+            since: new Date(down).toISOString(),
+          };
+        }
+        return Object.keys(degraded).length === 0 ? { ok: true } : { ok: false, degraded };
+      },
       async close({ graceful = true } = {}) {
         for (const timer of timers) clearInterval(timer);
         leader!.stop();

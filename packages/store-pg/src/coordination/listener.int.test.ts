@@ -74,16 +74,20 @@ await describeWithPg("listener connection", () => {
     const b = recorder();
     await coordination.listener.listen(one, a.handlers, { reconnectMs: 50 });
     await coordination.listener.listen(two, b.handlers);
+    expect(coordination.listener.downSince()).toBeUndefined();
     const killed = await adminQuery(
       "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
       [listenerName],
     );
     expect(killed.rowCount).toBe(1);
     await eventually(() => !coordination.listener.listening(one), 3000, "the loss noticed");
+    // What /healthz reads (past a grace): since when the channels have gone unheard.
+    expect(coordination.listener.downSince()).toBeGreaterThan(Date.now() - 3000);
     // Sent while no one listened: lost, which is what `connected` is for.
     await notify(one, "lost");
     await eventually(() => a.connected === 2 && b.connected === 2, 5000, "both channels listened to again");
     expect(coordination.listener.listening(two)).toBe(true);
+    expect(coordination.listener.downSince()).toBeUndefined();
     expect(await connections(listenerName)).toBe(1);
     await notify(one, "after");
     await notify(two, "after");
@@ -108,6 +112,8 @@ await describeWithPg("listener connection", () => {
     expect(await connections(listenerName)).toBe(1);
     await stopTwo();
     await eventually(async () => (await connections(listenerName)) === 0, 3000, "the connection ended");
+    // No channel asked for is none missed.
+    expect(coordination.listener.downSince()).toBeUndefined();
     // And opens one again for the next channel.
     await coordination.listener.listen(one, a.handlers);
     expect(await connections(listenerName)).toBe(1);

@@ -36,6 +36,11 @@ export interface ChannelListener {
   listening(channel: string): boolean;
   /** The channels components asked for (listened to or being re-opened). */
   channels(): string[];
+  /**
+   * Since when (epoch ms) a channel asked for has not been listened to — the connection lost or
+   * not opened yet —, undefined while every one is.
+   */
+  downSince(): number | undefined;
   close(): Promise<void>;
 }
 
@@ -53,6 +58,15 @@ export function openChannelListener(connect: () => Promise<pg.Client>, logger: L
   let syncing: Promise<void> = Promise.resolve();
   let reconnectTimer: NodeJS.Timeout | undefined;
   let closed = false;
+  let down: number | undefined;
+  /** Notes whether every channel asked for is listened to now (`downSince`). */
+  const noteState = () => {
+    const listening =
+      registered.size === 0 ||
+      (client !== undefined && [...registered.keys()].every((channel) => active.has(channel)));
+    if (listening) down = undefined;
+    else down ??= Date.now();
+  };
 
   const scheduleReconnect = () => {
     if (closed || reconnectTimer || registered.size === 0) return;
@@ -68,6 +82,7 @@ export function openChannelListener(connect: () => Promise<pg.Client>, logger: L
     if (client !== on) return;
     client = undefined;
     active.clear();
+    noteState();
     void on.end().catch(() => undefined);
   };
 
@@ -101,6 +116,7 @@ export function openChannelListener(connect: () => Promise<pg.Client>, logger: L
       if (client !== on) return;
       for (const channel of removed) active.delete(channel);
       for (const channel of added) active.add(channel);
+      noteState();
       for (const channel of added) {
         if (!registered.has(channel)) continue;
         try {
@@ -122,6 +138,7 @@ export function openChannelListener(connect: () => Promise<pg.Client>, logger: L
         next = await connect();
       } catch (error) {
         logger.warn({ err: error }, "could not open the listener connection; retrying");
+        noteState();
         scheduleReconnect();
         return;
       }
@@ -133,6 +150,7 @@ export function openChannelListener(connect: () => Promise<pg.Client>, logger: L
         if (client !== next) return;
         client = undefined;
         active.clear();
+        noteState();
         logger.warn({ channels: [...registered.keys()] }, "listener connection lost; reconnecting");
         scheduleReconnect();
       };
@@ -161,6 +179,7 @@ export function openChannelListener(connect: () => Promise<pg.Client>, logger: L
       if (registered.has(channel)) throw new Error(`channel ${channel} is listened to already`);
       const entry = { handlers, reconnectMs: options.reconnectMs ?? DEFAULT_RECONNECT_MS };
       registered.set(channel, entry);
+      noteState();
       await (client ? sync() : open());
       return async () => {
         if (registered.get(channel) !== entry) return;
@@ -173,6 +192,9 @@ export function openChannelListener(connect: () => Promise<pg.Client>, logger: L
     },
     channels() {
       return [...registered.keys()];
+    },
+    downSince() {
+      return down;
     },
     async close() {
       closed = true;

@@ -67,6 +67,12 @@ export interface ClusterMembership {
   alive(): Promise<string[]>;
   /** Graceful exit: removes this instance's row (what it still holds is swept as lost). */
   leave(): Promise<void>;
+  /**
+   * Whether the lease is being kept: not when two renewals' worth of time has passed since the
+   * last one that went through (failing or stuck), well before the lease runs out and the cluster
+   * takes this instance's runs away. `since` is when the renewals began to fail or stall.
+   */
+  health(): { ok: true } | { ok: false; cause: string; since: string };
 }
 
 interface ClaimRow {
@@ -93,6 +99,9 @@ export function openMembership(
   const instances = q("cluster_instances");
   let registered = false;
   let timer: NodeJS.Timeout | undefined;
+  /** Monotonic time of the last renewal that went through (or of the start), and the last failure. */
+  let renewedAt = performance.now();
+  let lastFailure: string | undefined;
   const onError =
     options.onError ??
     ((error: unknown) => logger.warn({ error: (error as Error).message }, "lease renewal failed"));
@@ -200,6 +209,18 @@ export function openMembership(
     });
 
   const renew = async (): Promise<{ lost: boolean }> => {
+    try {
+      const renewed = await renewOnce();
+      renewedAt = performance.now();
+      lastFailure = undefined;
+      return renewed;
+    } catch (error) {
+      lastFailure = (error as Error).message;
+      throw error;
+    }
+  };
+
+  const renewOnce = async (): Promise<{ lost: boolean }> => {
     if (!registered) {
       await register();
       registered = true;
@@ -226,6 +247,15 @@ export function openMembership(
   return {
     instanceId,
     renew,
+    health() {
+      const late = performance.now() - renewedAt - renewMs;
+      if (!timer || late <= renewMs) return { ok: true };
+      return {
+        ok: false,
+        cause: `lease not renewed for ${Math.round(late + renewMs)} ms (of ${leaseMs}): ${lastFailure ?? "the renewal has not answered"}`,
+        since: new Date(Date.now() - late).toISOString(),
+      };
+    },
     start() {
       if (timer) return;
       timer = setInterval(() => void renew().catch(onError), renewMs);
