@@ -133,13 +133,10 @@ export function runAssignment(
   );
   return async (record, worker, deadline, session) => {
     const entry = session ?? (await sessions.require(record.sessionKey));
-    const recent = await sessions.recentMessages(entry, 21);
+    const recent = await sessions.recentMessages(entry, 20, record.runId);
     // Its timeout may have fired during the reads: an ended run is handed to no worker.
     if (TERMINAL_RUN_STATUSES.includes(record.status)) return;
-    const history = boundedHistory(
-      recent.filter((item) => item.runId !== record.runId).slice(-20),
-      historyBudget,
-    );
+    const history = boundedHistory(recent, historyBudget);
     const definitions = tools.definitionsFor(entry, record.origin);
     const payload: Omit<EventPayload<"run.assigned">, "tools" | "history"> = {
       runId: record.runId,

@@ -513,19 +513,38 @@ export class SessionsService {
   }
 
   /**
-   * The last `limit` message entries of a session (oldest first), served from a small in-memory
-   * cache that every append through this service keeps current; a miss reads the transcript tail.
+   * The last `limit` message entries of a session (oldest first) but those of run `exceptRunId`,
+   * served from a small in-memory cache that every append through this service keeps current; a
+   * miss reads the transcript tail.
    */
-  async recentMessages(entry: SessionEntry, limit: number): Promise<TranscriptEntry[]> {
+  async recentMessages(entry: SessionEntry, limit: number, exceptRunId?: string): Promise<TranscriptEntry[]> {
+    const others = (entries: readonly TranscriptEntry[]) =>
+      exceptRunId === undefined
+        ? entries.slice(-limit)
+        : entries.filter((item) => item.runId !== exceptRunId).slice(-limit);
     const cached = this.recent.get(entry.sessionId);
-    if (cached) return cached.slice(-limit);
+    if (cached) return others(cached);
     const read = await this.store.transcripts.read(entry.sessionId, {
       limit: this.recent.depth,
       maxBytes: RUN_HISTORY_MAX_BYTES,
       filter: (item) => item.type === "message",
     });
     this.recent.fill(entry.sessionId, read.entries, read.truncated);
-    return read.entries.slice(-limit);
+    // The byte budget went partly to the run's own input (written before the run was assigned):
+    // read again without it, or a big message before it would be missing from the run's history.
+    if (
+      exceptRunId !== undefined &&
+      read.truncated &&
+      read.entries.some((item) => item.runId === exceptRunId)
+    ) {
+      const before = await this.store.transcripts.read(entry.sessionId, {
+        limit: this.recent.depth,
+        maxBytes: RUN_HISTORY_MAX_BYTES,
+        filter: (item) => item.type === "message" && item.runId !== exceptRunId,
+      });
+      return before.entries.slice(-limit);
+    }
+    return others(read.entries);
   }
 
   /**

@@ -187,6 +187,37 @@ describe("runs of a session with a large history", () => {
     expect(worker.peer.closed).toBeUndefined();
   }, 60_000);
 
+  // Until session 23 the uncached read of a run's history spent its byte budget on the run's own
+  // input when that was written first (a run queued with no worker, or a lost race after a restart),
+  // then dropped the input: the run got no history at all (a CI flake on PostgreSQL).
+  it("gives a run queued before any worker, after a restart, the big message before its input", async () => {
+    gw = await startTestGateway(
+      { auth: { tokens: [{ name: "worker", token: WORKER, role: "agent" as const }] } },
+      { store: testStoreKind() },
+    );
+    let op = await gw.operator();
+    const first = slowOrBig();
+    worker = await TestWorker.start(gw.url, WORKER, ["main"], first.handler);
+    expect(await waitFor(op, await ask(op, "main", "big one"))).toMatchObject({ status: "ok" });
+    worker.close();
+    await gw.restart();
+    op = await gw.operator();
+    const queued = await ask(op, "main", "hi while nobody serves");
+    await until(
+      async () =>
+        JSON.stringify(await op.call("sessions.history", { sessionKey: "main", limit: 1 })).includes(
+          "hi while nobody serves",
+        ),
+      "the queued run's input in the transcript",
+    );
+    worker = await TestWorker.start(gw.url, WORKER, ["main"], slowOrBig().handler);
+    expect(await waitFor(op, queued)).toMatchObject({ status: "ok", reply: "small reply" });
+    const history = historyOf(worker.runs.find((run) => run.runId === queued));
+    expect(history).toHaveLength(1);
+    expect(history[0]!.role).toBe("assistant");
+    expect(history[0]!.clipped?.bytes).toBeGreaterThan(400_000);
+  }, 30_000);
+
   it("ends a run whose run.assigned cannot fit even an empty send buffer, naming the limit; the worker keeps its other runs", async () => {
     gw = await startTestGateway(
       {
