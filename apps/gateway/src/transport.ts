@@ -28,6 +28,13 @@ import { warnThrottle } from "./transport/warn-throttle";
  * after their response. Far below the per-address WebSocket cap, so they can never take its room.
  */
 const KEEP_ALIVE_PER_ADDRESS = 32;
+/**
+ * Answers one socket may have unfinished (HTTP/1.1 pipelining). Node parses every request a chunk
+ * holds before any answer is written, so its own pause on unsent output comes too late: 1 500
+ * pipelined requests for the UI's bundle held 587 MB. Browsers do not pipeline; a client that
+ * sends more than this without reading is cut off.
+ */
+const MAX_PIPELINED_PER_SOCKET = 16;
 
 export interface TransportLimits {
   maxPayload: number;
@@ -147,6 +154,7 @@ export async function startTransport(options: {
       connectionsCheckingInterval: Math.min(1000, limits.handshakeTimeoutMs),
     },
     (req: IncomingMessage, res: ServerResponse) => {
+      if (!withinPipelineCap(req.socket, res)) return;
       keepAliveWithinCap(req.socket, res);
       if (
         (req.method === "GET" || req.method === "HEAD") &&
@@ -213,6 +221,23 @@ export async function startTransport(options: {
       socket.once("close", () => keptAlive.add(address, -1));
     }
     if (keptAlive.get(address) > KEEP_ALIVE_PER_ADDRESS) res.shouldKeepAlive = false;
+  }
+  const unfinished = new WeakMap<Socket, number>();
+  /** Counts the socket's unfinished answers; false (the socket destroyed) past the cap. */
+  function withinPipelineCap(socket: Socket, res: ServerResponse): boolean {
+    if (socket.destroyed) return false;
+    const count = (unfinished.get(socket) ?? 0) + 1;
+    if (count > MAX_PIPELINED_PER_SOCKET) {
+      log.warn(
+        { remote: peerAddress(socket) },
+        "more pipelined HTTP requests than allowed unanswered; socket closed",
+      );
+      socket.destroy();
+      return false;
+    }
+    unfinished.set(socket, count);
+    res.once("close", () => unfinished.set(socket, (unfinished.get(socket) ?? 1) - 1));
+    return true;
   }
   // Sockets that reached a request or an upgrade: their deadline no longer applies (a long response
   // such as a stream is not cut; keep-alive idling has Node's keepAliveTimeout).

@@ -99,6 +99,9 @@ describe("the UI routes", () => {
       "/ui/sessions/agent%3Amain%3Amain?tools=hide",
       "/ui/audit",
       "/ui/runs/r1",
+      // A key with a dot in it is a view, not a file (404 before session 23: links could not be shared).
+      `/ui/sessions/${encodeURIComponent("agent:main:telegram:dm:alice.smith")}`,
+      "/ui/sessions/agent:main:webchat:dm:bob@example.com",
     ]) {
       const answer = await get(port, view);
       expect(answer.status, view).toBe(200);
@@ -106,6 +109,14 @@ describe("the UI routes", () => {
     }
     expect((await get(port, "/ui/assets/gone-123.js")).status).toBe(404);
     expect((await get(port, "/ui/favicon.ico")).status).toBe(404);
+  });
+
+  it("serves a rebuilt file's new bytes (files are read once, then again when they change)", async () => {
+    const file = join(root, "dist", "assets", "index-abc123.js");
+    expect((await get(port, "/ui/assets/index-abc123.js")).body).toBe("console.log(1)");
+    await writeFile(file, "console.log(22)");
+    expect((await get(port, "/ui/assets/index-abc123.js")).body).toBe("console.log(22)");
+    await writeFile(file, "console.log(1)");
   });
 
   it("never serves a file outside the build, however the path is spelled", async () => {

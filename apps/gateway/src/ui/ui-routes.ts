@@ -106,9 +106,35 @@ async function isFile(path: string): Promise<boolean> {
   }
 }
 
+/**
+ * The bytes of the build's files, read once each: a reading per request let pipelined requests on
+ * one socket hold a copy each of a 370 KB bundle (gigabytes from one client). A file whose size or
+ * time changed (a rebuild under a running gateway) is read again.
+ */
+class BuildFiles {
+  private readonly files = new Map<string, { mtimeMs: number; size: number; bytes: Buffer }>();
+
+  /** The file's bytes, or undefined when it is not a file. */
+  async read(path: string): Promise<Buffer | undefined> {
+    let info: Awaited<ReturnType<typeof stat>>;
+    try {
+      info = await stat(path);
+    } catch {
+      return undefined;
+    }
+    if (!info.isFile()) return undefined;
+    const known = this.files.get(path);
+    if (known && known.mtimeMs === info.mtimeMs && known.size === info.size) return known.bytes;
+    const bytes = await readFile(path);
+    this.files.set(path, { mtimeMs: info.mtimeMs, size: info.size, bytes });
+    return bytes;
+  }
+}
+
 /** The web UI at `/ui/` (web-ui.md): static files, the app for every view URL, `/` redirected. */
 export function createUiRoutes(options: UiRouteOptions): HttpRoute[] {
   const root = options.dir === undefined ? undefined : resolve(options.dir);
+  const build = new BuildFiles();
   return [
     {
       name: "ui",
@@ -158,7 +184,8 @@ export function createUiRoutes(options: UiRouteOptions): HttpRoute[] {
           text(res, 404, "not found", head);
           return;
         }
-        if (await isFile(file)) {
+        const bytes = await build.read(file);
+        if (bytes) {
           const hashed = relativePath.startsWith("assets/");
           send(
             res,
@@ -168,23 +195,26 @@ export function createUiRoutes(options: UiRouteOptions): HttpRoute[] {
               // Vite names assets by their content hash: they never change under one name.
               "cache-control": hashed ? "public, max-age=31536000, immutable" : "no-cache",
             },
-            await readFile(file),
+            bytes,
             head,
           );
           return;
         }
-        // A missing file (an asset of an older build, a typo) is a 404; a view URL gets the app.
-        if (relativePath.startsWith("assets/") || extname(relativePath) !== "") {
+        // A missing file (an asset of an older build, a typo, a top-level `name.ext`) is a 404; a
+        // view URL gets the app, a session key with a dot in it (`…:dm:alice.smith`) included.
+        if (
+          relativePath.startsWith("assets/") ||
+          (!relativePath.includes("/") && extname(relativePath) !== "")
+        ) {
           text(res, 404, "not found", head);
           return;
         }
-        send(
-          res,
-          200,
-          { "content-type": CONTENT_TYPES[".html"]!, "cache-control": "no-cache" },
-          await readFile(join(root, "index.html")),
-          head,
-        );
+        const app = await build.read(join(root, "index.html"));
+        if (!app) {
+          text(res, 404, "not found", head);
+          return;
+        }
+        send(res, 200, { "content-type": CONTENT_TYPES[".html"]!, "cache-control": "no-cache" }, app, head);
       },
     },
   ];
