@@ -518,7 +518,9 @@ describe("backend failures", () => {
     expect(result).toEqual({ status, error: `boom ${code}` });
   });
 
-  it("turns any other thrown error into an internal error and tells the logger", async () => {
+  // Before session 23 the result carried the error's own text ("internal error: connect
+  // ECONNREFUSED 10.0.3.7:5432 (user=…)") to the agent or MCP host, and into the transcript.
+  it("turns any other thrown error into an internal error without its text, and tells the logger", async () => {
     const { logger, entries } = recordingLogger();
     const backend = recordingBackend({
       agents: async () => {
@@ -530,7 +532,7 @@ describe("backend failures", () => {
       {},
       caller,
     );
-    expect(result).toEqual({ status: "error", error: "internal error: cannot read properties of undefined" });
+    expect(result).toEqual({ status: "error", error: "internal error" });
     expect(entries).toEqual([
       {
         level: "warn",
@@ -548,7 +550,7 @@ describe("backend failures", () => {
     });
     expect((await call("summarize", {}, backend)).result).toEqual({
       status: "error",
-      error: "internal error: plain string",
+      error: "internal error",
     });
   });
 
@@ -556,7 +558,7 @@ describe("backend failures", () => {
     const backend = recordingBackend({ message: async () => ({ deliveryId: "d" }) as never });
     expect((await call("message", { channel: "c", to: "t", text: "x" }, backend)).result).toEqual({
       status: "error",
-      error: "internal error: backend returned a result without a valid status",
+      error: "internal error",
     });
   });
 });

@@ -161,9 +161,11 @@ export function createToolExecutor(backend: ToolBackend, options: ToolExecutorOp
 function failureResult(name: ToolName, error: unknown, logger: Logger | undefined): ToolResult {
   if (error instanceof ToolParamError) return { status: "error", error: error.message };
   if (isCodedError(error)) return { status: ERROR_STATUS[error.code] ?? "error", error: error.message };
+  // Its own text (a driver's message naming hosts, users, paths) is for the operator's log only:
+  // the caller — an agent, an MCP host — hears that it happened, and the transcript keeps no more.
   const message = error instanceof Error ? error.message : String(error);
   logger?.warn({ tool: name, error: message }, "tool backend failed unexpectedly");
-  return { status: "error", error: `internal error: ${message}` };
+  return { status: "error", error: "internal error" };
 }
 
 /**

@@ -180,6 +180,35 @@ describe("MCP server over a session tool port", () => {
       "sessions_history",
     ]);
   });
+
+  // Before session 23 the SDK sent a list handler's thrown error's own text (-32603), and a read
+  // that failed inside the gateway answered -32600 "invalid request".
+  it("answers a list or read the gateway failed at -32603 without the error's own text", async () => {
+    const leak = "connect ECONNREFUSED 10.0.3.7:5432 (user=switchboard_admin)";
+    const port: SessionToolPort = {
+      listTools: async () => {
+        throw new Error(leak);
+      },
+      callTool: async (name) => {
+        if (name === "sessions_list") throw new Error(leak);
+        return { status: "error", error: "internal error" };
+      },
+    };
+    const client = await connected(port);
+    for (const attempt of [
+      () => client.listTools(),
+      () => client.listResources(),
+      () => client.readResource({ uri: historyUri("agent:main:main") }),
+    ]) {
+      const error = await attempt().then(
+        () => undefined,
+        (thrown: unknown) => thrown as { code?: number; message: string },
+      );
+      expect(error?.code).toBe(-32603);
+      expect(error?.message).toContain("internal error");
+      expect(error?.message).not.toContain("10.0.3.7");
+    }
+  });
 });
 
 describe("requests that do not fit their method's schema", () => {

@@ -124,6 +124,24 @@ function thrownContent(error: unknown): CallToolResult {
 }
 
 /**
+ * A list or read handler's failure as the host hears it: the SDK would send a thrown error's own
+ * text (a driver's message) as -32603; the host hears only that it happened, or our own message.
+ */
+function guarded<A extends unknown[], R>(handler: (...args: A) => Promise<R>): (...args: A) => Promise<R> {
+  return async (...args) => {
+    try {
+      return await handler(...args);
+    } catch (error) {
+      if (error instanceof McpError) throw error;
+      throw new McpError(
+        ErrorCode.InternalError,
+        isSwitchboardError(error) ? `${error.code}: ${error.message}` : "internal error",
+      );
+    }
+  };
+}
+
+/**
  * A `tools/call`'s name and arguments, bounded as the WebSocket `tools.invoke` bounds them: a name
  * longer than any tool's is not echoed back or audited whole, and arguments too deep to serialise
  * are refused before the call is made (not after, when its record fails).
@@ -148,9 +166,10 @@ export function createMcpServer(port: SessionToolPort, options: McpServerOptions
     },
   );
 
-  server.setRequestHandler(ListToolsRequestSchema, async () => ({
-    tools: (await port.listTools()).map(mcpTool),
-  }));
+  server.setRequestHandler(
+    ListToolsRequestSchema,
+    guarded(async () => ({ tools: (await port.listTools()).map(mcpTool) })),
+  );
 
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
     const checked = CallParamsSchema.safeParse({
@@ -207,50 +226,61 @@ export function createMcpServer(port: SessionToolPort, options: McpServerOptions
 
   // Listing and reading go through the session tools themselves, so they are the same reads with
   // the same rules (visibility, no read-up, taint) and are recorded like any call.
-  server.setRequestHandler(ListResourcesRequestSchema, async (_request, extra) => {
-    const result = await port.callTool("sessions_list", {}, extra.signal);
-    const rows = Array.isArray(result.sessions) ? (result.sessions as Array<Record<string, unknown>>) : [];
-    return {
-      resources: rows
-        .filter((row) => typeof row.key === "string")
-        .map((row) => ({
-          uri: historyUri(row.key as string),
-          name: row.key as string,
-          ...(typeof row.displayName === "string" ? { title: row.displayName } : {}),
-          mimeType: "application/json",
-        })),
-    };
-  });
+  server.setRequestHandler(
+    ListResourcesRequestSchema,
+    guarded(async (_request, extra) => {
+      const result = await port.callTool("sessions_list", {}, extra.signal);
+      const rows = Array.isArray(result.sessions) ? (result.sessions as Array<Record<string, unknown>>) : [];
+      return {
+        resources: rows
+          .filter((row) => typeof row.key === "string")
+          .map((row) => ({
+            uri: historyUri(row.key as string),
+            name: row.key as string,
+            ...(typeof row.displayName === "string" ? { title: row.displayName } : {}),
+            mimeType: "application/json",
+          })),
+      };
+    }),
+  );
 
-  server.setRequestHandler(ReadResourceRequestSchema, async (request, extra) => {
-    const { uri } = request.params;
-    const match = HISTORY_URI.exec(uri);
-    if (!match) {
-      throw new McpError(ErrorCode.InvalidParams, `uri: must be ${HISTORY_TEMPLATE} (got ${uri})`);
-    }
-    let key: string;
-    try {
-      key = decodeURIComponent(match[1]!);
-    } catch {
-      throw new McpError(
-        ErrorCode.InvalidParams,
-        `uri: the session key is not valid percent-encoding (${uri})`,
-      );
-    }
-    const result = await port.callTool("sessions_history", { sessionKey: key }, extra.signal);
-    if (result.status !== "ok") {
-      const reason = typeof result.error === "string" ? result.error : String(result.status);
-      // -32002 is MCP's "resource not found"; a refusal is an invalid request that names the rule.
-      throw new McpError(
-        result.status === "not_found" ? -32002 : ErrorCode.InvalidRequest,
-        `${result.status}: ${reason}`,
-        {
-          uri,
-        },
-      );
-    }
-    return { contents: [{ uri, mimeType: "application/json", text: JSON.stringify(result) }] };
-  });
+  server.setRequestHandler(
+    ReadResourceRequestSchema,
+    guarded(async (request, extra) => {
+      const { uri } = request.params;
+      const match = HISTORY_URI.exec(uri);
+      if (!match) {
+        throw new McpError(ErrorCode.InvalidParams, `uri: must be ${HISTORY_TEMPLATE} (got ${uri})`);
+      }
+      let key: string;
+      try {
+        key = decodeURIComponent(match[1]!);
+      } catch {
+        throw new McpError(
+          ErrorCode.InvalidParams,
+          `uri: the session key is not valid percent-encoding (${uri})`,
+        );
+      }
+      const result = await port.callTool("sessions_history", { sessionKey: key }, extra.signal);
+      if (result.status !== "ok") {
+        const reason = typeof result.error === "string" ? result.error : String(result.status);
+        // -32002 is MCP's "resource not found"; a refusal is an invalid request that names the rule;
+        // a failure of the gateway's own is an internal error.
+        throw new McpError(
+          result.status === "not_found"
+            ? -32002
+            : result.error === "internal error"
+              ? ErrorCode.InternalError
+              : ErrorCode.InvalidRequest,
+          `${result.status}: ${reason}`,
+          {
+            uri,
+          },
+        );
+      }
+      return { contents: [{ uri, mimeType: "application/json", text: JSON.stringify(result) }] };
+    }),
+  );
 
   return server;
 }
