@@ -1009,6 +1009,8 @@ export class RunScheduler {
         new SwitchboardError("CONFLICT", `run ${record.runId} was taken over by another gateway instance`),
       );
       this.active.delete(record.runId);
+      // Its end is the cluster's now: its span here ends, or it would stay open until shutdown.
+      this.telemetry?.dropped(record);
       this.workers.release(worker, record.runId);
       const laneKey = laneKeyOf(record);
       if (this.lanes.release(laneKey, record.runId)) this.workers.unstarve(record.agentId, laneKey);

@@ -222,6 +222,37 @@ describe("traces", () => {
     expect(seen[0]!.run).not.toHaveProperty("traceparent");
     expect(seen[0]!.traced).toBe(false);
   });
+
+  // Before session 23 the runs an instance let go when the cluster declared it lost kept their spans
+  // open in memory until shutdown (their end belongs to another instance).
+  it("ends the span of a run the instance lets go of (declared lost)", async () => {
+    const spans = new InMemorySpanExporter();
+    let held!: () => void;
+    const holding = new Promise<void>((resolve) => {
+      held = resolve;
+    });
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const op = await start(async () => {
+      held();
+      await released;
+      return { reply: "late" };
+    }, spans);
+    const { runId } = await op.chat.send({ sessionKey: "main", message: "hold on" });
+    await holding;
+    try {
+      expect(spans.getFinishedSpans().some((span) => attr(span, "switchboard.run_id") === runId)).toBe(false);
+      expect(gw!.gateway.scheduler.abandonHeld()).toBe(1);
+      const ended = spans
+        .getFinishedSpans()
+        .find((span) => span.name.startsWith("run ") && attr(span, "switchboard.run_id") === runId);
+      expect(ended, "the let-go run's span, ended").toBeDefined();
+    } finally {
+      release();
+    }
+  });
 });
 
 describe("trace context on the wire", () => {
