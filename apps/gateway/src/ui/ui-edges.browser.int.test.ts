@@ -1,9 +1,6 @@
-import { existsSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
-import { createServer, type Server, type Socket, connect as tcpConnect } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
 import { type RunningAgentWorker, startAgentWorker } from "@switchboard/agent";
 import { connect, type SwitchboardClient } from "@switchboard/client";
 import { loadConfigFile } from "@switchboard/config-loader";
@@ -11,67 +8,19 @@ import type { Config } from "@switchboard/core";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { Gateway } from "../gateway";
-import { CHROMIUM, launchChromium, withWebchatViewer } from "../testing/chromium";
-import { defaultUiDir } from "./ui-routes";
+import {
+  browserTestsUnavailable,
+  EXAMPLE_CONFIG,
+  launchChromium,
+  withWebchatViewer,
+} from "../testing/chromium";
+import { Relay } from "../testing/tcp-relay";
 
 /** The web UI off the paths its own tests walk: a sign-out followed by another token, a reconnect after a long time offline. */
-const REPO = resolve(fileURLToPath(new URL(".", import.meta.url)), "../../../..");
-const UI_DIR = defaultUiDir();
-const missing = !existsSync(CHROMIUM)
-  ? `no browser at ${CHROMIUM}`
-  : !UI_DIR || !existsSync(join(UI_DIR, "index.html"))
-    ? "the web UI is not built"
-    : undefined;
+const missing = browserTestsUnavailable("web UI edges");
 
 const LAB = "agent:research:discord:group:lab";
 const CLIENT_TOKEN = "client-token-for-the-webchat-sessions-edges";
-
-/** A TCP relay between the browser and the gateway that can drop the browser's network for a while. */
-class Relay {
-  server: Server;
-  sockets = new Set<Socket>();
-  down = false;
-  port = 0;
-  constructor(target: number) {
-    this.server = createServer((inbound) => {
-      if (this.down) {
-        inbound.destroy();
-        return;
-      }
-      const outbound = tcpConnect(target, "127.0.0.1");
-      this.sockets.add(inbound);
-      this.sockets.add(outbound);
-      inbound.pipe(outbound);
-      outbound.pipe(inbound);
-      const end = () => {
-        inbound.destroy();
-        outbound.destroy();
-        this.sockets.delete(inbound);
-        this.sockets.delete(outbound);
-      };
-      inbound.on("error", end);
-      outbound.on("error", end);
-      inbound.on("close", end);
-      outbound.on("close", end);
-    });
-  }
-  async listen(): Promise<void> {
-    await new Promise<void>((done) => this.server.listen(0, "127.0.0.1", done));
-    this.port = (this.server.address() as { port: number }).port;
-  }
-  cut(): void {
-    this.down = true;
-    for (const socket of this.sockets) socket.destroy();
-    this.sockets.clear();
-  }
-  restore(): void {
-    this.down = false;
-  }
-  async close(): Promise<void> {
-    this.cut();
-    await new Promise<void>((done) => this.server.close(() => done()));
-  }
-}
 
 describe.skipIf(missing !== undefined)("web UI off the usual paths", { timeout: 60_000 }, () => {
   let dataDir: string;
@@ -85,7 +34,7 @@ describe.skipIf(missing !== undefined)("web UI off the usual paths", { timeout: 
 
   beforeAll(async () => {
     dataDir = await mkdtemp(join(tmpdir(), "sb-ui-edges-"));
-    const loaded = await loadConfigFile(join(REPO, "examples/switchboard.config.json5"));
+    const loaded = await loadConfigFile(EXAMPLE_CONFIG);
     config = withWebchatViewer(loaded.config, CLIENT_TOKEN);
     gateway = await Gateway.start({ config, dataDir, port: 0, fsync: "none" });
     worker = await startAgentWorker({

@@ -1,4 +1,3 @@
-import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -10,30 +9,24 @@ import type { Config } from "@switchboard/core";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Gateway } from "../gateway";
-import { CHROMIUM, launchChromium, withWebchatViewer } from "../testing/chromium";
-import { defaultUiDir, UI_CONTENT_SECURITY_POLICY } from "./ui-routes";
+import {
+  browserTestsUnavailable,
+  EXAMPLE_CONFIG,
+  launchChromium,
+  withWebchatViewer,
+} from "../testing/chromium";
+import { UI_CONTENT_SECURITY_POLICY } from "./ui-routes";
 
 /**
  * The web UI end to end: Debian's Chromium (headless, through playwright-core) against a real gateway
  * with the reference agents of the example config, finding elements by role, label and text.
  */
-const REQUIRED = process.env.SWITCHBOARD_REQUIRE_BROWSER === "1";
 const REPO = resolve(fileURLToPath(new URL(".", import.meta.url)), "../../../..");
-const UI_DIR = defaultUiDir();
 /** `SWITCHBOARD_UPDATE_SCREENSHOTS=1` writes the README's screenshots; otherwise they go to a temp dir. */
 const SCREENSHOTS =
   process.env.SWITCHBOARD_UPDATE_SCREENSHOTS === "1" ? join(REPO, "docs/screenshots") : undefined;
 
-const missing = !existsSync(CHROMIUM)
-  ? `no browser at ${CHROMIUM} (apt-get install -y chromium)`
-  : !UI_DIR || !existsSync(join(UI_DIR, "index.html"))
-    ? "the web UI is not built (pnpm build)"
-    : undefined;
-if (missing && REQUIRED) throw new Error(`SWITCHBOARD_REQUIRE_BROWSER=1 but ${missing}`);
-if (missing)
-  console.warn(
-    `[web UI browser tests] skipped: ${missing}. Set SWITCHBOARD_REQUIRE_BROWSER=1 to fail instead.`,
-  );
+const missing = browserTestsUnavailable("web UI browser tests");
 
 const CAROL = "agent:main:webchat:dm:carol";
 const LAB = "agent:research:discord:group:lab";
@@ -64,7 +57,7 @@ describe.skipIf(missing !== undefined)("web UI in Chromium", { timeout: 20_000 }
     dataDir = await mkdtemp(join(tmpdir(), "sb-ui-browser-"));
     shots = SCREENSHOTS ?? join(dataDir, "screenshots");
     await mkdir(shots, { recursive: true });
-    const loaded = await loadConfigFile(join(REPO, "examples/switchboard.config.json5"));
+    const loaded = await loadConfigFile(EXAMPLE_CONFIG);
     // Plus a "writer" agent served by a worker of this test that streams its reply word by word.
     config = {
       ...withWebchatViewer(loaded.config, CLIENT_TOKEN),

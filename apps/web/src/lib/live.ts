@@ -1,6 +1,7 @@
 import { signal } from "@preact/signals";
 import type { SwitchboardClient } from "@switchboard/client";
 import type { Edge, HistoryMessage } from "./format";
+import { type AuditEntryLike, blockedCall, hourOfAudit } from "./live-probe";
 
 /**
  * What the page learns from the event stream (and one probe at sign-in): runs with their timelines,
@@ -23,6 +24,8 @@ export interface RunInfo {
   status: "running" | "ok" | "error" | "timeout";
   error?: string;
   reply?: string;
+  /** The label the reply or error carries (from `run.ended`). */
+  label?: string;
   timeline: RunEvent[];
   /** Tool calls made and not answered yet, by id: a pending `sessions_send` means "waiting". */
   pendingTools: Map<string, string>;
@@ -58,12 +61,19 @@ export const runs = new Map<string, RunInfo>();
 /** Bumped on every change of `runs`, `edges` or `queued`, so views re-render. */
 export const liveRevision = signal(0);
 export const blocked = signal<BlockedCall[]>([]);
-export const edges: Edge[] = [];
+/**
+ * Sends and spawns seen, keyed by kind/from/to, oldest first: a tab left open for days sees edges
+ * without end, and the topology only ever shows those near recent runs, so the oldest go.
+ */
+export const edges = new Map<string, Edge>();
 /** Runs queued behind a session's lanes (from `runs.list` at sign-in). */
 export const queued = new Map<string, number>();
 export const probed = signal(false);
 
 const KEEP_ENDED_RUNS = 500;
+export const KEEP_EDGES = 1_000;
+/** Failed runs the probe asks for on their own (newer ok runs would crowd them out of one list). */
+const FAILED_RUNS = 200;
 const ENRICH_AT_ONCE = 8;
 let enriching = 0;
 let bumpScheduled = false;
@@ -91,18 +101,27 @@ export function isWaiting(run: RunInfo): boolean {
 }
 
 function addEdge(edge: Edge): void {
-  if (!edges.some((e) => e.from === edge.from && e.to === edge.to && e.kind === edge.kind)) edges.push(edge);
+  const key = `${edge.kind}\u0000${edge.from}\u0000${edge.to}`;
+  // Seen again: it moves to the newest end, so a chain still talking keeps its edges.
+  edges.delete(key);
+  edges.set(key, edge);
+  for (const oldest of edges.keys()) {
+    if (edges.size <= KEEP_EDGES) break;
+    edges.delete(oldest);
+  }
 }
 
 /** Who started this session's run: a send from another session (provenance) or a spawn (parent). */
 async function enrich(api: SwitchboardClient, sessionKey: string): Promise<void> {
   if (enriching >= ENRICH_AT_ONCE) return;
   enriching += 1;
+  const mine = generation;
   try {
     const [history, status] = await Promise.all([
       api.sessions.history({ sessionKey, limit: 3 }),
       api.sessions.status({ sessionKey }),
     ]);
+    if (mine !== generation) return;
     const input = [...(history.messages as HistoryMessage[])].reverse().find((m) => m.provenance);
     if (input?.provenance?.kind === "agent") {
       addEdge({ from: input.provenance.fromSessionKey, to: sessionKey, kind: "send" });
@@ -117,9 +136,11 @@ async function enrich(api: SwitchboardClient, sessionKey: string): Promise<void>
 }
 
 export function reset(): void {
+  // Answers to calls made before (a probe, an enrichment) describe what was reset: they are dropped.
+  generation += 1;
   probing = undefined;
   runs.clear();
-  edges.length = 0;
+  edges.clear();
   queued.clear();
   blocked.value = [];
   probed.value = false;
@@ -179,6 +200,7 @@ export async function startLive(api: SwitchboardClient): Promise<() => void> {
       ended.pendingTools.clear();
       if (p.error !== undefined) ended.error = p.error;
       if (p.reply !== undefined) ended.reply = p.reply;
+      if (p.label !== undefined) ended.label = p.label;
       ended.timeline.push({
         at,
         text: p.status === "ok" ? "ended ok" : `ended ${p.status}: ${p.error ?? ""}`,
@@ -190,6 +212,15 @@ export async function startLive(api: SwitchboardClient): Promise<() => void> {
       blocked.value = [{ at: Date.now(), ...event.payload }, ...blocked.value].slice(0, 200);
     }),
   ];
+  // A reconnect whose replay could not cover the time away: what the lost events told (a run that
+  // ended, a call blocked) is read again, or ended runs would show as working until a reload.
+  offs.push(
+    api.onEventsMissed(() => {
+      reset();
+      bump();
+      if (probeWanted) ensureProbe();
+    }),
+  );
   await api.subscribe({});
   probeClient = api;
   if (probeWanted) ensureProbe();
@@ -200,6 +231,8 @@ export async function startLive(api: SwitchboardClient): Promise<() => void> {
 }
 
 let probeClient: SwitchboardClient | undefined;
+/** Bumped by `reset()`: a probe or enrichment from before must not write into the data after it. */
+let generation = 0;
 let probing: SwitchboardClient | undefined;
 /** A view asked for the probe (possibly before the subscription was up). */
 let probeWanted = false;
@@ -218,13 +251,16 @@ export function ensureProbe(): void {
 
 /** Runs that were already in progress when the page opened, and the last hour's blocked calls. */
 async function probe(api: SwitchboardClient): Promise<void> {
+  const mine = generation;
   try {
     const hourAgo = Date.now() - 3_600_000;
-    const [active, recent, audit] = await Promise.all([
+    const [active, recent, failed, audit] = await Promise.all([
       api.run.list({}),
       api.run.list({ statuses: ["ok", "error", "timeout"], limit: 100 }),
-      api.audit.tail({ limit: 500 }),
+      api.run.list({ statuses: ["error", "timeout"], limit: FAILED_RUNS }),
+      hourOfAudit((params) => api.audit.tail(params), hourAgo),
     ]);
+    if (mine !== generation) return;
     for (const run of active.runs) {
       if (run.status === "queued") {
         queued.set(run.sessionKey, (queued.get(run.sessionKey) ?? 0) + 1);
@@ -234,7 +270,7 @@ async function probe(api: SwitchboardClient): Promise<void> {
       runs.set(run.runId, listedRun(run));
       void enrich(api, run.sessionKey);
     }
-    for (const run of recent.runs) {
+    for (const run of [...recent.runs, ...failed.runs]) {
       if (runs.has(run.runId) || run.endedAt === undefined || run.endedAt < hourAgo) continue;
       if (run.status === "queued" || run.status === "running") continue;
       const info = listedRun(run);
@@ -250,19 +286,9 @@ async function probe(api: SwitchboardClient): Promise<void> {
       });
     }
     trimEnded();
-    const earlier: BlockedCall[] = [];
-    for (const entry of audit.entries) {
-      if (entry.kind !== "policy.blocked" || typeof entry.at !== "number" || entry.at < hourAgo) continue;
-      const data = (entry.data ?? {}) as Record<string, unknown>;
-      earlier.push({
-        at: entry.at,
-        hook: String(data.hook ?? ""),
-        ruleId: typeof data.ruleId === "string" ? data.ruleId : null,
-        message: String(data.message ?? ""),
-        sessionKey: typeof entry.sessionKey === "string" ? entry.sessionKey : undefined,
-        target: typeof data.target === "string" ? data.target : undefined,
-      });
-    }
+    const earlier = audit
+      .map((entry: AuditEntryLike) => blockedCall(entry, hourAgo))
+      .filter((b): b is BlockedCall => b !== undefined);
     earlier.sort((a, b) => b.at - a.at);
     // Events that arrived during the probe are newer than anything in the audit tail.
     const seen = new Set(blocked.value.map((b) => `${b.message}\u0000${b.sessionKey}`));
@@ -273,7 +299,9 @@ async function probe(api: SwitchboardClient): Promise<void> {
   } catch {
     // The overview then shows only what happens from now on.
   } finally {
-    probed.value = true;
-    bump();
+    if (mine === generation) {
+      probed.value = true;
+      bump();
+    }
   }
 }

@@ -4,7 +4,7 @@ import { duration } from "../lib/format";
 import { useLoad, useNow } from "../lib/hooks";
 import { ensureProbe, liveRevision, queued, runs } from "../lib/live";
 import { href, runHref } from "../lib/router";
-import { Ago, ErrorText, Panel, SessionLink } from "./parts";
+import { Ago, ErrorText, Level, Panel, SessionLink } from "./parts";
 
 export function AgentsView() {
   useEffect(ensureProbe, [client.value]);
@@ -167,6 +167,9 @@ export function RunView({ runId }: { runId: string }) {
           </Panel>
           {run.reply !== undefined && (
             <Panel title="Reply">
+              <p>
+                <Level level={run.label} title="label of the reply" />
+              </p>
               <div class="text">{run.reply}</div>
             </Panel>
           )}

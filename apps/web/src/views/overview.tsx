@@ -143,7 +143,7 @@ function Topology({ running }: { running: RunInfo[] }) {
   for (const run of runs.values()) {
     if (run.status === "running" || now - (run.endedAt ?? 0) < RECENT) hot.add(run.sessionKey);
   }
-  const shown = uniqueEdges(edges.filter((e) => hot.has(e.from) || hot.has(e.to)));
+  const shown = uniqueEdges([...edges.values()].filter((e) => hot.has(e.from) || hot.has(e.to)));
   const nodes = [...new Set(shown.flatMap((e) => [e.from, e.to]))].slice(0, 24);
   const positions = circleLayout(nodes, WIDTH, HEIGHT);
   const busy = new Set(running.map((r) => r.sessionKey));

@@ -130,6 +130,13 @@ export function SessionView({ sessionKey }: { sessionKey: string }) {
       client.on("session.taint", (event) => {
         if (mine(event.payload.key)) refreshStatus();
       }),
+      // Events lost across a reconnect (the replay window moved past them): the run.ended that would
+      // have closed a "writing…" entry and reloaded the transcript may be among them. Read it all again.
+      client.onEventsMissed(() => {
+        setStreaming({});
+        void loadLatest();
+        status.reload();
+      }),
     ];
     // An operator already receives every event (the app's subscription); a client subscribes here.
     if (role.value === "client") void client.subscribe({ sessionKey }).catch(() => undefined);
