@@ -159,6 +159,30 @@ describe("session methods", () => {
     },
   );
 
+  // Until session 23 an agent served by a worker but not named in the config was in neither list,
+  // so nothing showed why a send to it waited or who would answer it.
+  it("lists agents a worker serves outside the config as not configured, and an agent its own", async () => {
+    const op = await setup();
+    workers.push(await TestWorker.start(gw.url, WORKER, ["ghost"], behaviour()));
+    const { agents } = await op.call<{ agents: Array<Record<string, unknown>> }>("agents.list", {});
+    expect(agents).toEqual([
+      { id: "main", configured: true, connected: true, workers: 1 },
+      { id: "ghost", configured: false, connected: true, workers: 1 },
+    ]);
+    await op.call("sessions.create", { key: "agent:ghost:main" });
+    const own = await op.call<{ status: string; agents: Array<Record<string, unknown>> }>("tools.invoke", {
+      tool: "agents_list",
+      args: {},
+      as: "agent:ghost:main",
+    });
+    expect(own.agents[0]).toEqual({
+      id: "ghost",
+      configured: false,
+      connected: true,
+      allowedForSpawn: false,
+    });
+  });
+
   it("switches a session's send policy with /send on|off|inherit and answers the usage line otherwise", async () => {
     const op = await setup();
     await op.call("chat.send", { sessionKey: "discord:group:dev", message: "/send off" });

@@ -522,6 +522,14 @@ export class SessionToolsBackend implements ToolBackend {
       }))
       .filter((agent) => agent.id === own || agent.allowedForSpawn)
       .sort((a, b) => (a.id === own ? -1 : b.id === own ? 1 : a.id.localeCompare(b.id)));
+    // The requester's own agent comes first even when the config does not name it (tools.md).
+    if (rows[0]?.id !== own)
+      rows.unshift({
+        id: own,
+        configured: false,
+        connected: this.isAgentConnected(own),
+        allowedForSpawn: false,
+      });
     return { status: "ok", agents: rows };
   }
 

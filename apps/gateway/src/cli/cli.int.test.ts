@@ -369,6 +369,10 @@ describe.skipIf(!CLI_BUILT)(
       expect(status.code).toBe(0);
       expect(status.stdout).toMatch(/active run:\s+none: no worker for agent main is connected/);
       expect(status.stdout).toMatch(/queued runs:\s+1/);
+      // An agent the config does not name says so too (until session 23 it read as a slow run).
+      const ghost = await runCliProcess(["send", "agent:ghost:main", "ping", "--wait", "0.5", ...target]);
+      expect(ghost.code).toBe(1);
+      expect(ghost.stderr).toContain("no worker for agent ghost is connected");
 
       const agent = CliProcess.start(["agent", "--agents", "main", "--log-level", "silent", ...target], {
         cwd: dir,
