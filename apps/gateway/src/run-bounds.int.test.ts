@@ -1,4 +1,4 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { perTestGateway } from "./testing/per-test-gateway";
 import { WORKER_TOKEN, type WorkerHandler } from "./testing/test-gateway";
 
@@ -64,5 +64,34 @@ describe("runs with no limit of their own", () => {
       status: "ok",
       reply: "echo: after",
     });
+  });
+
+  // Before session 23 the timer re-armed while `Date.now()` was short of the deadline: a wall
+  // clock set back an hour (NTP) kept a run nobody answered, its lane and its worker slot an hour on.
+  it("ends a run at its timeout when the wall clock is set back meanwhile", async () => {
+    const op = await start();
+    const { runId } = await op.call<{ runId: string }>("agent", {
+      sessionKey: MAIN,
+      message: "silent",
+      timeoutSeconds: 1,
+    });
+    const realNow = Date.now.bind(Date);
+    const stepped = vi.spyOn(Date, "now").mockImplementation(() => realNow() - 3_600_000);
+    try {
+      // Polled on the monotonic clock: the test's own waits must not follow the stepped one.
+      const until = performance.now() + 5_000;
+      let status = "";
+      while (performance.now() < until) {
+        const { runs } = await op.call<{ runs: Array<{ runId: string; status: string }> }>("runs.list", {
+          statuses: ["queued", "running", "ok", "error", "timeout"],
+        });
+        status = runs.find((run) => run.runId === runId)?.status ?? "missing";
+        if (status === "timeout") break;
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      expect(status).toBe("timeout");
+    } finally {
+      stepped.mockRestore();
+    }
   });
 });

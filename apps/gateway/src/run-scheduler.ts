@@ -5,6 +5,7 @@ import {
   type EventPayload,
   type Lane,
   type Level,
+  monotonicDeadline,
   type Provenance,
   type RunRecord,
   type SessionEntry,
@@ -616,14 +617,19 @@ export class RunScheduler {
     if (!seconds || seconds <= 0) return;
     const deadline = active.record.createdAt + seconds * 1000;
     active.deadline = deadline;
+    // Counted on the monotonic clock: a wall clock set back must not keep the run (and its lane) on.
+    const due = monotonicDeadline(deadline);
     const arm = () => {
-      active.timer = setTimeout(() => {
-        // A deadline past setTimeout's range fires early: wait on.
-        if (Date.now() < deadline) return arm();
-        void this.finish(active.record, "timeout", { error: `run timed out after ${seconds}s` }).catch(
-          (error) => this.log.error({ err: error, runId: active.record.runId }, "timeout handling failed"),
-        );
-      }, timerDelay(deadline));
+      active.timer = setTimeout(
+        () => {
+          // A deadline past setTimeout's range fires early: wait on.
+          if (performance.now() < due) return arm();
+          void this.finish(active.record, "timeout", { error: `run timed out after ${seconds}s` }).catch(
+            (error) => this.log.error({ err: error, runId: active.record.runId }, "timeout handling failed"),
+          );
+        },
+        timerDelay(due, performance.now()),
+      );
       active.timer.unref();
     };
     arm();

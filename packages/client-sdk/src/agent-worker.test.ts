@@ -1,5 +1,5 @@
 import { SwitchboardError } from "@switchboard/core";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { type AgentWorker, type AssignedRun, type RunHandler, serve } from "./agent-worker";
 import { FAKE_TOKENS } from "./testing/fake-gateway";
 import { deferred, FAST_RECONNECT, until, useFakeGateway } from "./testing/fixtures";
@@ -102,6 +102,34 @@ describe("AgentWorker", () => {
     expect(reasons[0]).toBeInstanceOf(SwitchboardError);
     expect(reasons[0]).toMatchObject({ code: "TIMEOUT" });
     expect((reasons[0] as Error).message).toContain(run.runId);
+  });
+
+  // Before session 23 the deadline timer re-armed while `Date.now()` was short of the deadline: a
+  // wall clock set back an hour let the run go on an hour past it.
+  it("aborts at the run's deadline when the wall clock is set back meanwhile", async () => {
+    let started = false;
+    let aborted = false;
+    await startWorker(
+      (_run, context) =>
+        new Promise((_resolve, reject) => {
+          started = true;
+          context.signal.addEventListener("abort", () => {
+            aborted = true;
+            reject(context.signal.reason);
+          });
+        }),
+    );
+    fixture.gateway.startRun(SESSION, "slow", 0.3);
+    await until(() => started);
+    const realNow = Date.now.bind(Date);
+    const stepped = vi.spyOn(Date, "now").mockImplementation(() => realNow() - 3_600_000);
+    try {
+      const giveUp = performance.now() + 3_000;
+      await until(() => aborted || performance.now() > giveUp);
+      expect(aborted).toBe(true);
+    } finally {
+      stepped.mockRestore();
+    }
   });
 
   it("runs at most `concurrency` handlers at once and queues the rest in order", async () => {

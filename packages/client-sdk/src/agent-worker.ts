@@ -6,6 +6,7 @@ import {
   isSwitchboardError,
   type MethodParams,
   type MethodResult,
+  monotonicDeadline,
   SwitchboardError,
   timerDelay,
   UsageSchema,
@@ -259,16 +260,21 @@ export class AgentWorker {
     this.runs.set(run.runId, active);
     if (run.deadline !== undefined) {
       const deadline = run.deadline;
+      // Counted on the monotonic clock from here: a wall clock set back must not keep the run on.
+      const due = monotonicDeadline(deadline);
       const arm = () => {
-        active.deadlineTimer = setTimeout(() => {
-          // A deadline past setTimeout's range (~24.8 days) fires early: wait on.
-          if (Date.now() < deadline) return arm();
-          active.controller.abort(
-            new SwitchboardError("TIMEOUT", `run ${run.runId} passed its deadline`, {
-              details: { deadline },
-            }),
-          );
-        }, timerDelay(deadline));
+        active.deadlineTimer = setTimeout(
+          () => {
+            // A deadline past setTimeout's range (~24.8 days) fires early: wait on.
+            if (performance.now() < due) return arm();
+            active.controller.abort(
+              new SwitchboardError("TIMEOUT", `run ${run.runId} passed its deadline`, {
+                details: { deadline },
+              }),
+            );
+          },
+          timerDelay(due, performance.now()),
+        );
       };
       arm();
     }

@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import {
   type EventPayload,
+  monotonicDeadline,
   type RunRecord,
   type SessionEntry,
   type Store,
@@ -382,16 +383,19 @@ export class ClusterRuns {
   private armQueuedTimeout(record: RunRecord): void {
     const seconds = record.timeoutSeconds;
     if (!seconds || seconds <= 0) return;
-    const deadline = record.createdAt + seconds * 1000;
+    const due = monotonicDeadline(record.createdAt + seconds * 1000);
     const arm = () => {
-      const timer = setTimeout(() => {
-        this.queuedTimers.delete(timer);
-        // A deadline past setTimeout's range fires early: wait on.
-        if (Date.now() < deadline) return arm();
-        void this.expire(record.runId).catch((error: unknown) =>
-          this.log.warn({ err: error, runId: record.runId }, "could not end a queued run at its timeout"),
-        );
-      }, timerDelay(deadline));
+      const timer = setTimeout(
+        () => {
+          this.queuedTimers.delete(timer);
+          // A deadline past setTimeout's range fires early: wait on (a wall clock set back does not).
+          if (performance.now() < due) return arm();
+          void this.expire(record.runId).catch((error: unknown) =>
+            this.log.warn({ err: error, runId: record.runId }, "could not end a queued run at its timeout"),
+          );
+        },
+        timerDelay(due, performance.now()),
+      );
       timer.unref();
       this.queuedTimers.add(timer);
     };
