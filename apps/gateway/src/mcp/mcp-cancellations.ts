@@ -8,14 +8,14 @@
  * the token is ambiguous and cancels none: a missed cancellation only lets a call run to its own
  * timeout, a wrong one would end another client's call.
  *
- * On several instances the notification may reach another instance than its call: one that holds
- * no such call passes it on (`relay`), and each other instance applies the same rule to its own
- * calls (see docs/cluster.md).
+ * On several instances the notification may reach another instance than its call, and the rule
+ * holds for the whole cluster: the `relay` counts the calls of the key on every instance and has the
+ * one cancelled, here or where it runs (see docs/cluster.md).
  */
 export class McpCancellations {
   private readonly inflight = new Map<string, Set<AbortController>>();
 
-  /** The other instances of a cluster; `onRelayError` hears a broadcast that failed. */
+  /** The cluster's calls; `onRelayError` hears the relay failing. */
   constructor(
     private readonly relay?: McpCancellationRelay,
     private readonly onRelayError: (error: unknown) => void = () => undefined,
@@ -38,9 +38,11 @@ export class McpCancellations {
     const calls = this.inflight.get(key) ?? new Set<AbortController>();
     this.inflight.set(key, calls);
     calls.add(controller);
+    const untrack = this.relay?.track(key);
     return {
       signal: controller.signal,
       done: () => {
+        untrack?.();
         calls.delete(controller);
         if (calls.size === 0 && this.inflight.get(key) === calls) this.inflight.delete(key);
       },
@@ -48,14 +50,18 @@ export class McpCancellations {
   }
 
   /**
-   * Cancels the one call of the token with this id here; false when there is none or more than
-   * one. With none here, the other instances of a cluster are asked to look for it.
+   * Cancels the one call of the token with this id; false when there is none or more than one
+   * (here, or in the cluster), or when it runs on another instance (which the relay told). Without a
+   * relay the call is aborted before this returns.
    */
-  cancel(tokenName: string, requestId: string | number): boolean {
+  async cancel(tokenName: string, requestId: string | number): Promise<boolean> {
     const key = McpCancellations.key(tokenName, requestId);
-    if (this.cancelKey(key)) return true;
-    if (this.relay && !this.inflight.has(key)) this.relay.broadcast(key).catch(this.onRelayError);
-    return false;
+    if (!this.relay) return this.cancelKey(key);
+    const outcome = await this.relay.cancel(key).catch((error: unknown) => {
+      this.onRelayError(error);
+      return "failed" as const;
+    });
+    return outcome === "here" && this.cancelKey(key);
   }
 
   private cancelKey(key: string): boolean {
@@ -73,9 +79,15 @@ export class McpCancellations {
   }
 }
 
-/** Where a cancellation that names no call here goes: the cluster's other instances. */
+/**
+ * The calls of every instance of a cluster (`ClusterCancellations` of store-pg): `track` records one
+ * of this instance's until the function it returns is called; `cancel` answers `here` when the key
+ * names exactly one call in the cluster and it runs on this instance, and tells the instance holding
+ * it when that is another (whose `listen` handler then hears the key). Never rejects.
+ */
 export interface McpCancellationRelay {
-  broadcast(key: string): Promise<void>;
+  track(key: string): () => void;
+  cancel(key: string): Promise<"here" | "sent" | "none" | "ambiguous" | "dropped" | "failed">;
   listen(handler: (key: string) => void): Promise<unknown>;
 }
 

@@ -72,7 +72,7 @@ export function mcpRoutes(deps: HttpRouteDeps): HttpRoute[] {
   const log = deps.log.child({ component: "mcp" });
   const tools = new McpSessionTools(deps);
   const cancellations = new McpCancellations(deps.cancellationRelay, (error) =>
-    log.warn({ err: error }, "could not pass an mcp cancellation to the other instances"),
+    log.warn({ err: error }, "mcp cancellations across instances failed"),
   );
   const maxBody = deps.config.gateway.limits.maxPayload;
   const { maxInFlight, maxBufferedBytes } = deps.config.gateway.limits;
@@ -181,10 +181,13 @@ export function mcpRoutes(deps: HttpRouteDeps): HttpRoute[] {
           ),
         );
 
-        // A cancellation of a call this instance is running (its POST is still open).
+        // A cancellation of a call in flight (its POST is still open), here or on another instance.
+        // Not awaited: on a cluster it is a lookup, and the notification's POST needs no answer.
         for (const requestId of cancelledRequestIds(parsed)) {
-          if (cancellations.cancel(binding.tokenName, requestId))
-            log.info({ token: binding.tokenName, requestId }, "mcp call cancelled by its client");
+          void cancellations.cancel(binding.tokenName, requestId).then((cancelled) => {
+            if (cancelled)
+              log.info({ token: binding.tokenName, requestId }, "mcp call cancelled by its client");
+          });
         }
         const { createMcpServer, StreamableHTTPServerTransport } = await loadMcpSdk();
         const server = createMcpServer(

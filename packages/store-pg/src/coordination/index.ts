@@ -7,9 +7,9 @@ export {
 } from "./audit-chains";
 export { type ClusterBudgetKind, type ClusterCallBudget, openClusterCallBudget } from "./call-budget";
 export {
+  type CancellationOutcome,
   type ClusterCancellations,
   cancellationChannel,
-  MAX_CANCELLATION_KEY_BYTES,
   openClusterCancellations,
 } from "./cancellations";
 export { type ClusterChildSlots, openClusterChildSlots } from "./child-slots";

@@ -184,6 +184,13 @@ export function openMembership(
               OR NOT EXISTS (SELECT 1 FROM ${instances} i WHERE i.instance_id = w.instance_id)`,
       [dead],
     );
+    // Their calls in flight: a cancellation must not count (or be sent to) a call nobody runs.
+    await client.query(
+      `DELETE FROM ${q("cancellable_calls")} c
+           WHERE c.instance_id = ANY($1::text[])
+              OR NOT EXISTS (SELECT 1 FROM ${instances} i WHERE i.instance_id = c.instance_id)`,
+      [dead],
+    );
     return { requeued, failed, waitsRemoved: waits.rowCount ?? 0 };
   };
 

@@ -236,6 +236,25 @@ export const COORDINATION_MIGRATIONS: readonly Migration[] = [
        END $fn$`,
     ],
   },
+  {
+    version: 7,
+    name: "calls in flight that a cancellation may name (MCP's, from any instance)",
+    statements: (q) => [
+      // One row per call running on an instance, so that a cancellation received anywhere finds
+      // how many calls its key names in the whole cluster and which instance holds the one (see
+      // cancellations.ts). `key_hash` is the SHA-256 of the caller's key: its ids are chosen by
+      // clients (any length) and its separators are NUL bytes, which text cannot hold. Owned by an
+      // instance like waits: freed with it when it is lost, and at its start.
+      `CREATE TABLE ${q("cancellable_calls")} (
+        instance_id text COLLATE "C" NOT NULL,
+        call_id bigint NOT NULL,
+        key_hash bytea NOT NULL,
+        started_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (instance_id, call_id)
+      )`,
+      `CREATE INDEX cancellable_calls_key ON ${q("cancellable_calls")} (key_hash)`,
+    ],
+  },
 ];
 
 export const COORDINATION_VERSION = COORDINATION_MIGRATIONS.at(-1)!.version;
