@@ -114,6 +114,57 @@ describe("@switchboard/client against the real gateway", () => {
     await worker.stop();
   });
 
+  // Before session 23 a run taken back at a disconnect and handed to the same worker once it was
+  // back was ignored as "a repeated assignment" while its first handler was still winding down:
+  // it then hung until its timeout.
+  it("takes a run handed back to it after a reconnect anew, while its first handler is still winding down", async () => {
+    const op = await open();
+    const busy = deferred();
+    const stubborn = deferred();
+    const other = await serve(
+      { url: sdk.gw.url, token: WORKER_TOKEN },
+      ["main"],
+      async () => {
+        await busy.promise;
+        return { reply: "busy done" };
+      },
+      { concurrency: 1 },
+    );
+    const occupied = await op.chat.send({ sessionKey: "agent:main:cron:occupied", message: "busy" });
+    await until(
+      async () => (await op.sessions.status({ sessionKey: "agent:main:cron:occupied" })).activeRun,
+      "the other worker busy",
+    );
+    const control = controlledSockets();
+    let attempts = 0;
+    const worker = await serve(
+      { url: sdk.gw.url, token: WORKER_TOKEN, WebSocket: control.WebSocket },
+      ["main"],
+      async () => {
+        attempts += 1;
+        // The first attempt ignores its abort for a while, as a handler deep in a model call may.
+        if (attempts === 1) await stubborn.promise;
+        return { reply: `attempt ${attempts}` };
+      },
+      { concurrency: 2 },
+    );
+    try {
+      const { runId } = await op.chat.send({ sessionKey: "agent:main:cron:target", message: "go" });
+      await until(() => attempts === 1, "the first attempt");
+      control.drop(0);
+      expect(await op.agent.wait({ runId, timeoutMs: 5_000 })).toMatchObject({
+        status: "ok",
+        reply: "attempt 2",
+      });
+    } finally {
+      stubborn.resolve();
+      busy.resolve();
+    }
+    expect(await op.agent.wait({ runId: occupied.runId, timeoutMs: 5_000 })).toMatchObject({ status: "ok" });
+    await worker.stop();
+    await other.stop();
+  });
+
   it("resumes events after a reconnect without losing or repeating any", async () => {
     const control = controlledSockets();
     const resuming = await open({ WebSocket: control.WebSocket });

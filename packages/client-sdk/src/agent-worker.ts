@@ -240,7 +240,10 @@ export class AgentWorker {
 
   private onAssigned(run: AssignedRun): void {
     if (!this.agentIds.has(run.agentId)) return;
-    if (this.runs.has(run.runId)) {
+    // A run taken back at a disconnect (settled) may come back to this worker once it reconnects
+    // while its old handler is still winding down: that is a new assignment, not a repeat.
+    const held = this.runs.get(run.runId);
+    if (held && !held.settled) {
       this.logger.debug({ runId: run.runId }, "ignoring a repeated assignment of a run already held");
       return;
     }
@@ -469,7 +472,8 @@ export class AgentWorker {
   private clearRun(active: ActiveRun): void {
     clearTimeout(active.deadlineTimer);
     active.deltas?.discard();
-    this.runs.delete(active.run.runId);
+    // Not the run's new assignment, when the old one ends after it came back.
+    if (this.runs.get(active.run.runId) === active) this.runs.delete(active.run.runId);
   }
 }
 

@@ -274,6 +274,22 @@ describe.skipIf(!CLI_BUILT)("switchboard CLI against `switchboard up`", { timeou
     expect(simulated.code).toBe(0);
     expect(simulated.stdout).toMatch(/^decision: ALLOW/);
     expect(simulated.stdout).toMatch(/taint:\s+PUBLIC → PUBLIC/);
+    // A simulation that cannot be made fails with --json too (it exited 0 before session 23).
+    const failed = await runCliProcess([
+      "policy",
+      "simulate",
+      "--as",
+      "main",
+      "sessions_history",
+      "{}",
+      "--json",
+      ...target,
+    ]);
+    expect(failed.code).toBe(1);
+    expect(JSON.parse(failed.stdout)).toMatchObject({
+      status: "error",
+      error: expect.stringContaining("sessionKey"),
+    });
   });
 
   it("doctor checks the data dir read-only, and fails on a missing one", async () => {

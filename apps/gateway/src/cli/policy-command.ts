@@ -57,15 +57,15 @@ export const policySimulateCommand: Command = {
     const toolArgs = parseToolArgs(rawArgs);
     return withOperator(io, args.values, async (client) => {
       const result = await client.policy.simulate({ as, tool, args: toolArgs });
-      if (args.values.json) {
-        printJson(io, result);
-        return EXIT.ok;
+      if (args.values.json) printJson(io, result);
+      // A simulation that could not be made fails with or without --json (a BLOCK decision is an
+      // answer, not a failure: exit 0).
+      if (!("decision" in result)) {
+        const code = result.status === "forbidden" ? EXIT.refused : EXIT.failure;
+        if (args.values.json) return code;
+        throw new CliError(`simulation failed: ${result.error}`, code);
       }
-      if (!("decision" in result))
-        throw new CliError(
-          `simulation failed: ${result.error}`,
-          result.status === "forbidden" ? EXIT.refused : EXIT.failure,
-        );
+      if (args.values.json) return EXIT.ok;
       io.out(`decision: ${result.decision}${result.ruleId ? ` (rule ${result.ruleId})` : ""}`);
       if (result.message) io.out(`message:  ${result.message}`);
       io.out(`taint:    ${result.taint.current} → ${result.taint.after}`);

@@ -19,7 +19,11 @@ const spec: CommandSpec = {
     },
     as: { type: "string", value: "KEY", description: "the requesting session (default: main)" },
     label: { type: "string", value: "LABEL", description: "a name for the sub-agent (max 64 characters)" },
-    timeout: { type: "string", value: "S", description: "run timeout in seconds (default: none)" },
+    timeout: {
+      type: "string",
+      value: "S",
+      description: "run timeout in seconds (default and 0: the agent's timeoutSeconds)",
+    },
     cleanup: {
       type: "string",
       value: "MODE",

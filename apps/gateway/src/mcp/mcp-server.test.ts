@@ -149,7 +149,11 @@ describe("MCP server over a session tool port", () => {
   it("serves visible transcripts as resources through sessions_list and sessions_history", async () => {
     const port = fakePort(async (name, args) => {
       if (name === "sessions_list")
-        return { status: "ok", count: 1, sessions: [{ key: "agent:main:main", kind: "main" }] };
+        return {
+          status: "ok",
+          count: 1,
+          sessions: [{ key: "agent:main:main", kind: "main", taint: "CONFIDENTIAL" }],
+        };
       if (args.sessionKey === "agent:main:main")
         return { status: "ok", messages: [{ role: "user", text: "hi" }] };
       return { status: "forbidden", error: "read-up blocked: agent:main:secret (taint SECRET) cannot flow" };
@@ -163,6 +167,7 @@ describe("MCP server over a session tool port", () => {
         uri: "switchboard://session/agent%3Amain%3Amain/history",
         name: "agent:main:main",
         mimeType: "application/json",
+        _meta: { "switchboard/taint": "CONFIDENTIAL" },
       },
     ]);
     const read = await client.readResource({ uri: resources[0]!.uri });

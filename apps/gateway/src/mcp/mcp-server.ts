@@ -239,6 +239,8 @@ export function createMcpServer(port: SessionToolPort, options: McpServerOptions
             name: row.key as string,
             ...(typeof row.displayName === "string" ? { title: row.displayName } : {}),
             mimeType: "application/json",
+            // The session's classification, as `sessions_list` gives it: reading it raises the taint.
+            ...(typeof row.taint === "string" ? { _meta: { "switchboard/taint": row.taint } } : {}),
           })),
       };
     }),
