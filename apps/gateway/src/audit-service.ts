@@ -53,6 +53,7 @@ export class AuditService {
       anchor: () => Promise.resolve(),
       anchorThrough: () => Promise.resolve(),
       anchored: () => Promise.resolve(undefined),
+      lostTail: () => Promise.resolve(undefined),
     };
     return new AuditService(store, head, key, bus, cluster);
   }
@@ -191,10 +192,22 @@ export class AuditService {
     await this.persisted;
     // The anchor first: the scan then reaches at least as far (records are written before their anchor).
     const expectedHead = await this.head.anchored();
-    return verifyAuditRecords(this.key, inSlices(this.store.scan(VERIFY_SLICE)), {
+    const result = await verifyAuditRecords(this.key, inSlices(this.store.scan(VERIFY_SLICE)), {
       hmac: nodeHmac,
       ...(expectedHead ? { expectedHead } : {}),
     });
+    // A tail cut off while the gateway was down stays reported after the log grew past it.
+    const lost = await this.head.lostTail();
+    if (!lost || !result.ok) return result;
+    return {
+      ok: false,
+      entries: result.entries,
+      firstBadIndex: lost.foundIndex + 1,
+      reason:
+        `records ${lost.foundIndex + 1} to ${lost.anchored.index} were cut from the log while the gateway ` +
+        `was down (its anchor named index ${lost.anchored.index}; found at the start of ` +
+        `${new Date(lost.detectedAt).toISOString()}); restore the log from a backup`,
+    };
   }
 }
 

@@ -49,4 +49,28 @@ describe("audit.verify on the file store", () => {
     const result = await withAudit(dataDir, (audit) => audit.verify());
     expect(result).toMatchObject({ ok: false, firstBadIndex: 1 });
   });
+
+  // Until session 23 a tail cut while the gateway was down was reported only until the restarted
+  // gateway had appended past the old anchor's index: the next anchor named the new head, and
+  // verify answered ok for good.
+  it("keeps reporting records cut off the log while the gateway was down after the log grows past them", async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), "sb-audit-cut-"));
+    const dataDir = dir;
+    await withAudit(dataDir, async (audit) => {
+      for (let n = 0; n < 6; n++) await audit.append({ kind: "policy.blocked", data: { n } });
+    });
+    const file = path.join(dataDir, "audit", "audit.jsonl");
+    const lines = fs.readFileSync(file, "utf8").split("\n");
+    // The header and records 0..2 stay; 3..5 are cut.
+    fs.writeFileSync(file, `${lines.slice(0, 4).join("\n")}\n`);
+
+    for (let restart = 0; restart < 2; restart++) {
+      const result = await withAudit(dataDir, async (audit) => {
+        for (let n = 0; n < 4; n++) await audit.append({ kind: "delivery", data: { n } });
+        return audit.verify();
+      });
+      expect(result).toMatchObject({ ok: false, firstBadIndex: 3 });
+      expect(result.reason).toContain("records 3 to 5 were cut from the log while the gateway was down");
+    }
+  });
 });

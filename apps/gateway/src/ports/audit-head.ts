@@ -9,6 +9,17 @@ import {
 } from "@switchboard/core";
 
 const ANCHOR = "audit.head";
+/** Set once, at the start that found the log short of its anchor: the loss stays reported. */
+const LOST = "audit.head.lost";
+
+/** Records cut off the log while the gateway was down, as found at a start. */
+export interface LostAuditTail {
+  /** The head the anchor named, which the log no longer reaches. */
+  anchored: AuditHead;
+  /** The index the log ended at (-1: empty), or where its record differed from the anchor. */
+  foundIndex: number;
+  detectedAt: number;
+}
 
 /** node:crypto's synchronous HMAC: the same hashes as core's WebCrypto default, without a thread hop. */
 export const nodeHmac = (key: Uint8Array, message: string): string =>
@@ -41,6 +52,8 @@ export interface AuditChainHead {
   anchorThrough(index: number): Promise<void>;
   /** The head last anchored, if any and readable. */
   anchored(): Promise<AuditHead | undefined>;
+  /** Records a start found cut off the log, if one ever did (it stays reported). */
+  lostTail(): Promise<LostAuditTail | undefined>;
 }
 
 /** The chain in memory, anchored in the meta store. */
@@ -62,15 +75,41 @@ export class InProcessAuditHead implements AuditChainHead {
   ) {}
 
   static async open(
-    store: Pick<AuditStore, "last">,
+    store: Pick<AuditStore, "last" | "read">,
     meta: MetaStore,
     key: Uint8Array,
   ): Promise<InProcessAuditHead> {
     const last = await store.last();
     const head = new InProcessAuditHead(store, meta, key, chainAfter(key, last));
     if (last) head.durableHead = { index: last.index, hash: last.hash };
-    head.anchoredIndex = (await head.anchored())?.index ?? -1;
+    const anchored = await head.anchored();
+    head.anchoredIndex = anchored?.index ?? -1;
+    // A log that no longer reaches its anchor lost records while the gateway was down. The chain
+    // goes on from what is left, and the next anchors would name the new head: noted now, or the
+    // loss would stop showing once the log grew past the old anchor's index.
+    if (anchored && !(await meta.get(LOST))) {
+      const found = await recordAt(store, last, anchored.index);
+      if (found?.hash !== anchored.hash) {
+        const lost: LostAuditTail = {
+          anchored,
+          foundIndex: found ? anchored.index : (last?.index ?? -1),
+          detectedAt: Date.now(),
+        };
+        await meta.set(LOST, JSON.stringify(lost));
+      }
+    }
     return head;
+  }
+
+  async lostTail(): Promise<LostAuditTail | undefined> {
+    const text = await this.meta.get(LOST);
+    if (!text) return undefined;
+    try {
+      return JSON.parse(text) as LostAuditTail;
+    } catch {
+      // Unreadable: still a loss that was recorded.
+      return { anchored: { index: -1, hash: "" }, foundIndex: -1, detectedAt: 0 };
+    }
   }
 
   next(entry: AuditEntry): Promise<AuditRecord> {
@@ -127,6 +166,18 @@ export class InProcessAuditHead implements AuditChainHead {
       return undefined;
     }
   }
+}
+
+/** The stored record at `index`: the last one itself on the common path, read otherwise. */
+async function recordAt(
+  store: Pick<AuditStore, "last" | "read">,
+  last: AuditRecord | undefined,
+  index: number,
+): Promise<AuditRecord | undefined> {
+  if (!last || last.index < index) return undefined;
+  if (last.index === index) return last;
+  const [record] = await store.read({ after: index - 1, limit: 1 });
+  return record?.index === index ? record : undefined;
 }
 
 function chainAfter(key: Uint8Array, last: AuditRecord | undefined): AuditChain {
