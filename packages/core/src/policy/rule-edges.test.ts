@@ -69,6 +69,38 @@ describe("redaction", () => {
   });
 });
 
+describe("counted repeats", () => {
+  // Before session 23 `\\w{1000}\\d` loaded, and one 500 kB message froze the event loop for 9 s
+  // in a single synchronous match (RE2 is linear in the text, at a cost per character about the count).
+  it("refuses a count over 100, also one multiplied by a group's inner counts, naming the rule; keeps the usual ones", () => {
+    const rule = (pattern: string) => [
+      { id: "blobs", hook: "PRE_SEND" as const, action: "redact" as const, redact: { patterns: [pattern] } },
+    ];
+    expect(() => validatePolicyRules(rule("\\w{1000}\\d"))).toThrow(
+      /rule "blobs".*redact\.patterns\[0\]: repeat \{1000\} is over 100/,
+    );
+    expect(() => validatePolicyRules(rule("[a-z]{2,300}"))).toThrow(/repeat \{2,300\} is over 100/);
+    expect(() => validatePolicyRules(rule("(?:[0-9a-f]{32}-){10}"))).toThrow(
+      /group holding repeats counts 320/,
+    );
+    expect(() =>
+      validatePolicyRules([
+        { id: "m", hook: "PRE_SEND", action: "deny", when: { text: { matches: "x{101}" } } },
+      ]),
+    ).toThrow(/repeat \{101\} is over 100/);
+    // Braces that are not a repeat: escaped, in a class, or literal text.
+    for (const fine of [
+      "sk-[A-Za-z0-9]{20,}",
+      "[A-Za-z0-9+/]{100,}={0,2}",
+      "\\{1000\\}",
+      "[{]1000[}]",
+      "\\d{4}(?:[ -]?\\d{4}){3}",
+      "(ab)*{",
+    ])
+      expect(() => validatePolicyRules(rule(fine)), fine).not.toThrow();
+  });
+});
+
 describe("send policy", () => {
   it("a whitespace-only match value is not a wildcard (deny channel ' ' blocks nothing on telegram)", () => {
     expect(
