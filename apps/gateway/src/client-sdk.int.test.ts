@@ -165,6 +165,55 @@ describe("@switchboard/client against the real gateway", () => {
     await other.stop();
   });
 
+  // Before session 23 a `sessionKeys` subscription was remembered as "every session": after a
+  // reconnect the client got the events of sessions it never asked for (a client token's app,
+  // following alice, got bob's).
+  it("renews a sessionKeys subscription after a reconnect as those sessions only", async () => {
+    const [A, B, C] = ["agent:main:cron:alpha", "agent:main:cron:beta", "agent:main:cron:gamma"];
+    const writer = await open();
+    for (const key of [A, B, C]) await writer.sessions.create({ key });
+    const control = controlledSockets();
+    const client = await open({ WebSocket: control.WebSocket });
+    const seen: string[] = [];
+    client.on("session.updated", (event) => void seen.push(event.payload.key));
+    await client.subscribe({ sessionKeys: [A, B] });
+    control.drop(0);
+    await until(() => control.sockets.length === 2 && client.state === "open", "the reconnect");
+    await writer.sessions.patch({ key: C, displayName: "not followed" });
+    await writer.sessions.patch({ key: A, displayName: "followed" });
+    await until(() => seen.includes(A), "A's event");
+    expect(seen).not.toContain(C);
+    const renewal = control.frames(1).find((frame) => frame.method === "events.subscribe");
+    expect(renewal?.params).toMatchObject({ sessionKeys: [A, B] });
+  });
+
+  // Before session 23 one refused key made the whole renewal fail: the client went open with no
+  // subscription at all, and said nothing.
+  it("renews the subscriptions it can when one is refused after a reconnect, and reports possible missed events", async () => {
+    const [A, B] = ["agent:main:cron:kept", "agent:main:cron:reset"];
+    const writer = await open();
+    await writer.sessions.create({ key: A });
+    const { sessionId } = await writer.sessions.create({ key: B });
+    const control = controlledSockets();
+    const client = await open({ WebSocket: control.WebSocket });
+    const seen: string[] = [];
+    const missed: unknown[] = [];
+    client.on("session.updated", (event) => void seen.push(`${event.payload.key}:${event.payload.reason}`));
+    client.onEventsMissed((range) => void missed.push(range));
+    await client.subscribe({ sessionKey: A });
+    await client.subscribe({ sessionKey: sessionId });
+    // B's transcript is replaced: the sessionId followed names no session any more.
+    await writer.sessions.reset({ key: B });
+    control.blocked = true;
+    control.drop(0);
+    await untilState(client, "reconnecting");
+    control.blocked = false;
+    await untilState(client, "open");
+    await writer.sessions.patch({ key: A, displayName: "still followed" });
+    await until(() => seen.some((entry) => entry.startsWith(`${A}:`)), "A's event after the refused renewal");
+    expect(missed.length).toBeGreaterThan(0);
+  });
+
   it("resumes events after a reconnect without losing or repeating any", async () => {
     const control = controlledSockets();
     const resuming = await open({ WebSocket: control.WebSocket });

@@ -389,10 +389,15 @@ export class SwitchboardClient {
     for (;;) {
       try {
         const result = await this.call("events.subscribe", sent, { ...options, retryOnReconnect: false });
-        this.subscriptions.set(sent.sessionKey ?? "*", {
-          sessionKey: sent.sessionKey,
-          after: sent.after,
-        });
+        // One entry per session named (`sessionKey` and `sessionKeys` alike); only a call naming none
+        // follows every session the role may see. A `sessionKeys` call recorded as "*" came back
+        // from a reconnect as a subscription to every session.
+        const keys = [
+          ...(sent.sessionKey !== undefined ? [sent.sessionKey] : []),
+          ...(sent.sessionKeys ?? []),
+        ];
+        if (keys.length === 0) this.subscriptions.set("*", { sessionKey: undefined, after: sent.after });
+        for (const key of keys) this.subscriptions.set(key, { sessionKey: key, after: sent.after });
         // A live subscription starts at the gateway's current seq: resuming from there after a
         // drop replays what happened while disconnected. With `after`, the replay sets the cursor.
         if (sent.after === undefined) this.dispatcher.advanceTo(result.seq);
@@ -665,11 +670,62 @@ export class SwitchboardClient {
       }
     } catch (error) {
       if (session.ended) return;
-      this.logger.warn(
-        { sessionKeys, error: describeError(error) },
-        "could not renew the event subscriptions after reconnecting",
-      );
+      if (!isRefusal(error)) {
+        // No answer in time, or a fault of the moment: an open client with no subscription would
+        // wait for events for ever. Reconnecting renews them again.
+        this.logger.warn(
+          { sessionKeys, error: describeError(error) },
+          "could not renew the event subscriptions after reconnecting; reconnecting",
+        );
+        session.dropReason = isSwitchboardError(error)
+          ? error
+          : new SwitchboardError("UNAVAILABLE", "event subscriptions not renewed", { retryable: true });
+        dropSocket(session.socket);
+        return;
+      }
+      await this.renewEach(session, sessionKeys, after, error);
     }
+  }
+
+  /**
+   * The renewal was refused (a session reset under a subscribed sessionId, a token's sessions
+   * narrowed): renews what can be renewed, key by key, and drops what the gateway refuses, saying
+   * so. One call per key may skip events of the later keys (the first call's replay moves the
+   * connection past them), so the listeners of `onEventsMissed` are told to reload.
+   */
+  private async renewEach(
+    session: SocketSession,
+    sessionKeys: string[],
+    after: number | undefined,
+    refusal: unknown,
+  ): Promise<void> {
+    const dropped: string[] = [];
+    for (const key of sessionKeys.length > 0 ? sessionKeys : ["*"]) {
+      const params = {
+        ...(key === "*" ? {} : { sessionKey: key }),
+        ...(after === undefined ? {} : { after }),
+      };
+      try {
+        await this.rawRequest(session, "events.subscribe", params, this.options.requestTimeoutMs);
+      } catch (error) {
+        if (session.ended) return;
+        if (!isRefusal(error)) {
+          dropSocket(session.socket);
+          return;
+        }
+        this.subscriptions.delete(key);
+        dropped.push(key);
+        this.logger.warn(
+          { sessionKey: key, error: describeError(error) },
+          "subscription refused on renewal; dropped",
+        );
+      }
+    }
+    this.logger.warn(
+      { dropped, error: describeError(refusal) },
+      "event subscriptions renewed one by one after a refusal; events may have been missed",
+    );
+    this.reportMissed({ after: after ?? 0, before: Math.max(after ?? 0, this.handshakeResult?.seq ?? 0) });
   }
 
   private startHeartbeat(session: SocketSession, heartbeatMs: number): void {
@@ -1022,4 +1078,14 @@ function closeGracefully(socket: WebSocketLike): Promise<void> {
       resolve();
     }
   });
+}
+
+/** An answer refusing the request itself (not a lost connection or a timeout): trying again is no use. */
+function isRefusal(error: unknown): boolean {
+  return (
+    isSwitchboardError(error) &&
+    error.retryable !== true &&
+    error.code !== "TIMEOUT" &&
+    error.code !== "UNAVAILABLE"
+  );
 }
