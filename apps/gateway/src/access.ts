@@ -218,8 +218,10 @@ export class Access {
   async requireRunAccess(connection: Connection, runId: string): Promise<void> {
     if (connection.identity!.role === "operator") return;
     const record = this.runs.active(runId) ?? (await this.runs.stored(runId));
-    if (!record) throw new SwitchboardError("NOT_FOUND", `run not found: ${runId}`);
-    this.requireClientSession(connection, record.sessionKey);
+    // A run of a session the caller may not see is one it does not know: naming its session would
+    // confirm a leaked run id and tell where it ran.
+    if (!record || !this.clientMaySee(connection, record.sessionKey))
+      throw new SwitchboardError("NOT_FOUND", `run not found: ${runId}`);
   }
 
   /** The run a worker holds (a run another connection holds is refused). */

@@ -197,6 +197,26 @@ describe("gateway: handshake, roles and runs", () => {
     expect(second.runId).toBe(first.runId);
     const history = await op.call<{ messages: unknown[] }>("sessions.history", { sessionKey: "main" });
     expect(history.messages).toHaveLength(1);
+    // Another message under the same key is refused (session 23: it answered the first run, and the
+    // message was dropped unseen); so is the same message through `agent`.
+    const other = await op.request("chat.send", {
+      sessionKey: "main",
+      message: "twice",
+      idempotencyKey: "k-1",
+    });
+    expect(other.error).toMatchObject({
+      code: "CONFLICT",
+      message: "idempotencyKey: already used for another message",
+    });
+    const viaAgent = await op.request("agent", {
+      sessionKey: "main",
+      message: "once",
+      idempotencyKey: "k-1",
+    });
+    expect(viaAgent.error).toMatchObject({
+      code: "CONFLICT",
+      message: "idempotencyKey: already used for a chat input",
+    });
   });
 
   it("replays events after a cursor", async () => {

@@ -97,7 +97,8 @@ const INPUT_DROPPED_AT_END: ReadonlySet<RunRecord["origin"]> = new Set([
 /** Characters of such an input an ended record keeps. */
 export const ENDED_INPUT_HEAD = 256;
 
-function endedInput(message: string): string {
+/** What an ended run's record keeps of its input `message` (the whole of a short one). */
+export function endedInput(message: string): string {
   if (message.length <= ENDED_INPUT_HEAD) return message;
   let end = ENDED_INPUT_HEAD;
   // Never end on half of a surrogate pair.

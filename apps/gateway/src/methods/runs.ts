@@ -1,6 +1,7 @@
 import { type Level, type RunRecord, SwitchboardError } from "@switchboard/core";
 import type { Connection } from "../connection";
 import { InProcessSessionLocks } from "../ports/session-locks";
+import { endedInput } from "../run-scheduler";
 import type { MethodDeps } from "./deps";
 import type { Handlers, ParsedParams } from "./handler";
 import { isSendCommand, requireSendCommandRole, sendCommand } from "./send-command";
@@ -31,6 +32,10 @@ export function runMethods({
   const agentTimeout = (agentId: string): number =>
     sessions.agentConfig(agentId)?.timeoutSeconds ?? config.agents.defaults.timeoutSeconds;
 
+  const redactsInput = config.policy.rules.some(
+    (rule) => rule.hook === "PRE_SEND" && rule.action === "redact",
+  );
+
   /** Input from outside (a channel client or an operator) into a session. */
   const input = async (
     connection: Connection,
@@ -44,6 +49,18 @@ export function runMethods({
       if (existing) {
         if (existing.sessionKey !== key)
           throw new SwitchboardError("CONFLICT", "idempotencyKey: already used for another session");
+        // A key names one input: a retry carries the same one. Another message under it would be
+        // dropped while the caller heard "accepted". The record keeps the message as stored (its
+        // head once the run ended; rewritten by a PRE_SEND redact rule, when one is configured,
+        // which this check then cannot see through).
+        const kept = existing.message;
+        if (!redactsInput && kept !== params.message && kept !== endedInput(params.message))
+          throw new SwitchboardError("CONFLICT", "idempotencyKey: already used for another message");
+        if (existing.origin !== origin)
+          throw new SwitchboardError(
+            "CONFLICT",
+            `idempotencyKey: already used for a ${existing.origin} input`,
+          );
         return { runId: existing.runId, status: "accepted" };
       }
     }

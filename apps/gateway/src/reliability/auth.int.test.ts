@@ -356,9 +356,9 @@ describe("clients reach only their own sessions", () => {
         );
       }
     }
-    expect((await client.request("agent.wait", { runId: bobRun, timeoutMs: 10 })).error?.code).toBe(
-      "FORBIDDEN",
-    );
+    // Another session's run is one it does not know (session 23: FORBIDDEN named bob's session).
+    const foreignRun = await client.request("agent.wait", { runId: bobRun, timeoutMs: 10 });
+    expect(foreignRun.error).toMatchObject({ code: "NOT_FOUND", message: `run not found: ${bobRun}` });
     expect(await footprint()).toEqual(before);
 
     // Its own session works, and the events it gets are only its own.
