@@ -564,12 +564,25 @@ export class SessionToolsBackend implements ToolBackend {
   }
 
   /** The PRE_TOOL_CALL context of a call (shared by real calls and simulation). */
-  toolCallContext(callerEntry: SessionEntry, tool: string, args: Record<string, unknown>): PolicyContext {
+  async toolCallContext(
+    callerEntry: SessionEntry,
+    tool: string,
+    args: Record<string, unknown>,
+  ): Promise<PolicyContext> {
+    // A rule on `tool.args.sessionKey` names a session by its key: the call's own spelling of it
+    // (`vault`, another case, its sessionId) is read as that key, or the alias would slip past the
+    // rule. A key that does not resolve stays as given (the tool refuses it on its own).
+    const named = args.sessionKey;
+    let ruled = args;
+    if (typeof named === "string") {
+      const canonical = await this.sessions.resolveInput(named, callerEntry.agentId).catch(() => named);
+      if (canonical !== named) ruled = { ...args, sessionKey: canonical };
+    }
     // The tool's configured result label: taking it in must respect the caller's clearance.
     return {
       hook: "PRE_TOOL_CALL",
       caller: this.policy.facts(callerEntry),
-      tool: { name: tool, args },
+      tool: { name: tool, args: ruled },
       dataLabel: toolLevel(this.config.labels, tool),
     };
   }
@@ -593,7 +606,7 @@ export class SessionToolsBackend implements ToolBackend {
       };
     }
     const first = this.policy.evaluate(
-      this.toolCallContext(callerEntry, request.toolName, request.args),
+      await this.toolCallContext(callerEntry, request.toolName, request.args),
       true,
     );
     evaluated.push(...explained(first));

@@ -181,6 +181,32 @@ describe("sessions_list", () => {
 });
 
 describe("sessions_history", () => {
+  // Until session 23 a PRE_TOOL_CALL rule on `tool.args.sessionKey` saw the call's own spelling:
+  // `vault`, another case or the sessionId read the session the rule denies.
+  it("applies a rule on tool.args.sessionKey to every spelling of that session", async () => {
+    await setup(
+      config({
+        policy: {
+          rules: [
+            {
+              id: "no-vault",
+              hook: "PRE_TOOL_CALL",
+              action: "deny",
+              when: { "tool.name": "sessions_history", "tool.args.sessionKey": "agent:main:vault" },
+            },
+          ],
+        },
+      }),
+    );
+    await create("main");
+    const { sessionId } = await create("agent:main:vault");
+    for (const spelling of ["agent:main:vault", "vault", "agent:MAIN:vault", "Agent:main:vault", sessionId]) {
+      const answer = await tool("main", "sessions_history", { sessionKey: spelling });
+      expect(answer.status, spelling).toBe("forbidden");
+    }
+    expect((await tool("main", "sessions_history", { sessionKey: "main" })).status).toBe("ok");
+  });
+
   it("tells a sandboxed session nothing about keys it may not address, whether a session is there or not", async () => {
     await setup();
     await create("main");

@@ -159,7 +159,7 @@ export class ToolCalls {
       return finish({ status: "forbidden", error: gate.message ?? "tool not available" });
     }
     const decision = await this.policy.enforce(
-      this.backend.toolCallContext(entry, tool, args),
+      await this.backend.toolCallContext(entry, tool, args),
       caller.operator,
     );
     counted?.decided(tool, decisionOf(decision.action));
@@ -192,7 +192,7 @@ export class ToolCalls {
       return;
     }
     const label = toolLevel(this.config.labels, name);
-    const decision = await this.policy.enforce(this.backend.toolCallContext(entry, name, args));
+    const decision = await this.policy.enforce(await this.backend.toolCallContext(entry, name, args));
     this.telemetry?.decided(name, decisionOf(decision.action));
     if (decision.action === "BLOCK") {
       throw new SwitchboardError("FORBIDDEN", decision.message, { details: { ruleId: decision.ruleId } });
