@@ -33,7 +33,8 @@ export class OutputDelivery {
       hook: "PRE_OUTPUT",
       caller: this.policy.facts(entry),
       recipient: {
-        channel: route.channel,
+        // Lower-cased as session channels are, so a rule's channel (held to lower case) matches.
+        channel: route.channel.toLowerCase(),
         to: route.to,
         level: this.policy.channelLevel(route.channel, route.to),
         ...(elsewhere ? { chatType: UNKNOWN_CHAT_TYPE } : {}),

@@ -1,3 +1,4 @@
+import { recipientChain } from "../keys/classify";
 import { isLevel, levelRank } from "../labels/level";
 import type { Condition, ConditionScalar } from "./rule-schema";
 import { compileSafeRegex } from "./safe-regex";
@@ -42,7 +43,25 @@ function asText(value: unknown): string | undefined {
   return undefined;
 }
 
+/**
+ * Fields whose value names a chat the way labels and send policy read it: case-insensitively, and a
+ * thread (`lobby:thread:42`) as part of its chat. A rule naming `lobby` then holds for `LOBBY` and
+ * every thread of it, as a label or a send-policy rule on `lobby` does; a thread suffix or another
+ * case is no way around it.
+ */
+const CHAT_FIELDS: ReadonlySet<string> = new Set(["recipient.to"]);
+
+/** Each spelling of a chat value a condition is tested on: the chat and the chats it is a thread of. */
+function chatSpellings(value: unknown): unknown[] {
+  return typeof value === "string" ? recipientChain(value.toLowerCase()) : [value];
+}
+
+function lowerOperand<T>(operand: T): T {
+  return (typeof operand === "string" ? operand.toLowerCase() : operand) as T;
+}
+
 export function compileCondition(field: string, condition: Condition): CompiledCondition {
+  if (CHAT_FIELDS.has(field)) return compileChatCondition(field, condition);
   const path = field.split(".");
   if (condition === null || typeof condition !== "object") {
     return { field, path, test: (value) => equals(value, condition) };
@@ -83,4 +102,44 @@ export function compileCondition(field: string, condition: Condition): CompiledC
     tests.push((value) => typeof value === "string" && value.startsWith(prefix));
   }
   return { field, path, test: (value) => tests.every((test) => test(value)) };
+}
+
+/**
+ * A condition on a chat field: holds when it holds for the chat or a chat it is a thread of, case
+ * aside; `not` holds when none of them is excluded.
+ */
+function compileChatCondition(field: string, condition: Condition): CompiledCondition {
+  const lowered: Condition =
+    condition === null || typeof condition !== "object"
+      ? lowerOperand(condition)
+      : {
+          ...condition,
+          ...(condition.in !== undefined ? { in: condition.in.map(lowerOperand) } : {}),
+          ...(condition.not !== undefined
+            ? {
+                not: Array.isArray(condition.not)
+                  ? condition.not.map(lowerOperand)
+                  : lowerOperand(condition.not),
+              }
+            : {}),
+          ...(condition.prefix !== undefined ? { prefix: condition.prefix.toLowerCase() } : {}),
+        };
+  const { not, ...positive } = typeof lowered === "object" && lowered !== null ? lowered : { not: undefined };
+  const any =
+    typeof lowered !== "object" || lowered === null
+      ? compileCondition("value", lowered)
+      : Object.keys(positive).length > 0
+        ? compileCondition("value", positive as Condition)
+        : undefined;
+  const excluded =
+    not === undefined ? undefined : compileCondition("value", { in: Array.isArray(not) ? not : [not] });
+  return {
+    field,
+    path: field.split("."),
+    test: (value) => {
+      const spellings = chatSpellings(value);
+      if (any && !spellings.some((spelling) => any.test(spelling))) return false;
+      return !excluded || !spellings.some((spelling) => excluded.test(spelling));
+    },
+  };
 }

@@ -170,7 +170,11 @@ export const CLOSED_CONDITION_FIELDS: ReadonlyMap<string, readonly unknown[]> = 
 );
 
 /** Channel facts are lower-cased before rules see them: a condition with capitals never matches. */
-export const LOWER_CASE_CONDITION_FIELDS: ReadonlySet<string> = new Set(["caller.channel", "target.channel"]);
+export const LOWER_CASE_CONDITION_FIELDS: ReadonlySet<string> = new Set([
+  "caller.channel",
+  "target.channel",
+  "recipient.channel",
+]);
 
 const FIELD_SEGMENT = /^[A-Za-z0-9_-]+$/;
 

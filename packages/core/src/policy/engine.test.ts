@@ -324,6 +324,31 @@ describe("user rules", () => {
     ...extra,
   });
 
+  // Before session 23 a rule on `recipient.to: "lobby"` let `lobby:thread:7` and `LOBBY` through,
+  // though labels and send policy read both as the lobby.
+  it("a rule on recipient.to holds for the chat's threads and any case; `not` excludes them too", () => {
+    const engine = createPolicyEngine({
+      rules: [{ id: "no-lobby", hook: "PRE_OUTPUT", action: "deny", when: { "recipient.to": "lobby" } }],
+    });
+    const to = (recipient: string) =>
+      engine.evaluate(outputCtx("hi", { recipient: { channel: "discord", to: recipient, level: "PUBLIC" } }))
+        .action;
+    for (const blocked of ["lobby", "LOBBY", "lobby:thread:7", "Lobby:Thread:7:thread:8"])
+      expect(to(blocked), blocked).toBe("BLOCK");
+    for (const other of ["lobby2", "dev:thread:lobby", "lob"]) expect(to(other), other).not.toBe("BLOCK");
+    const allowOnly = createPolicyEngine({
+      rules: [
+        { id: "only-lobby", hook: "PRE_OUTPUT", action: "deny", when: { "recipient.to": { not: "Lobby" } } },
+      ],
+    });
+    const only = (recipient: string) =>
+      allowOnly.evaluate(
+        outputCtx("hi", { recipient: { channel: "discord", to: recipient, level: "PUBLIC" } }),
+      ).action;
+    expect(only("lobby:thread:3")).not.toBe("BLOCK");
+    expect(only("dev")).toBe("BLOCK");
+  });
+
   it("a redact rule really rewrites the text and counts replacements", () => {
     const engine = createPolicyEngine({
       rules: [

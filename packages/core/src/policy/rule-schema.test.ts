@@ -120,6 +120,12 @@ describe("validatePolicyRules", () => {
     expect(rejection(deny({ "target.channel": "Discord" })).message).toContain(
       'when.target.channel: channels are compared lower-cased: write "discord"',
     );
+    // Session 23: the recipient's channel is lower-cased before rules see it too.
+    expect(
+      rejection([
+        { id: "dead", hook: "PRE_OUTPUT", action: "deny", when: { "recipient.channel": "Discord" } },
+      ]).message,
+    ).toContain('when.recipient.channel: channels are compared lower-cased: write "discord"');
     expect(rejection(deny({ "target.chatType": "gruop" })).message).toContain(
       'when.target.chatType: must be one of "direct", "group", "channel" (or null)',
     );
