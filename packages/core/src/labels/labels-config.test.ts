@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { parseConfig } from "../config/parse-config";
 import {
   channelLevel,
   DEFAULT_CLEARANCE,
@@ -99,5 +100,25 @@ describe("escalateTaint", () => {
     });
     expect(escalateTaint("CONFIDENTIAL", "CONFIDENTIAL", cause)).toEqual({ taint: "CONFIDENTIAL" });
     expect(escalateTaint("CONFIDENTIAL", "PUBLIC", cause)).toEqual({ taint: "CONFIDENTIAL" });
+  });
+});
+
+// Before session 23 `{"webchat:Guest": "CONFIDENTIAL", "webchat:guest": "PUBLIC"}` loaded, and the
+// case-insensitive lookup then gave `Guest` one label and `guest` the other.
+describe("label tables in the config", () => {
+  it("refuse two names that differ only in case, naming both", () => {
+    const parsed = parseConfig.bind(null, {
+      labels: { recipients: { "webchat:Guest": "CONFIDENTIAL", "webchat:guest": "PUBLIC" } },
+    });
+    expect(parsed).toThrow('labels.recipients.webchat:guest: names the same as "webchat:Guest"');
+    expect(() => parseConfig({ labels: { channels: { Discord: "PUBLIC", discord: "PUBLIC" } } })).toThrow(
+      /labels\.channels\.discord: names the same as "Discord"/,
+    );
+    expect(
+      parseConfig({ labels: { channels: { discord: "PUBLIC", slack: "INTERNAL" } } }).labels.channels,
+    ).toEqual({
+      discord: "PUBLIC",
+      slack: "INTERNAL",
+    });
   });
 });

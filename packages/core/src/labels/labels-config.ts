@@ -6,11 +6,31 @@ import { type Level, LevelSchema, LOWEST_LEVEL, minLevel } from "./level";
 /** Agent clearance when the config sets none. */
 export const DEFAULT_CLEARANCE: Level = "RESTRICTED";
 
+/**
+ * A label table whose names are looked up case-insensitively (`lookup`): two names that differ
+ * only in case would name one channel with two labels, and which one applied depended on the
+ * spelling of the lookup (`Guest` CONFIDENTIAL, `guest` PUBLIC). Refused, naming both.
+ */
+const labelTable = () =>
+  plainRecord(LevelSchema).superRefine((table, context) => {
+    const seen = new Map<string, string>();
+    for (const name of Object.keys(table)) {
+      const earlier = seen.get(name.toLowerCase());
+      if (earlier !== undefined)
+        context.addIssue({
+          code: "custom",
+          path: [name],
+          message: `names the same as "${earlier}" (names are compared case-insensitively): keep one`,
+        });
+      else seen.set(name.toLowerCase(), name);
+    }
+  });
+
 /** `labels` in the config: classifications of channels, `<channel>:<to>` recipients and tools. */
 export const LabelsConfigSchema = z.strictObject({
-  channels: plainRecord(LevelSchema).optional(),
-  recipients: plainRecord(LevelSchema).optional(),
-  tools: plainRecord(LevelSchema).optional(),
+  channels: labelTable().optional(),
+  recipients: labelTable().optional(),
+  tools: labelTable().optional(),
 });
 export type LabelsConfig = z.infer<typeof LabelsConfigSchema>;
 
