@@ -32,10 +32,6 @@ export function runMethods({
   const agentTimeout = (agentId: string): number =>
     sessions.agentConfig(agentId)?.timeoutSeconds ?? config.agents.defaults.timeoutSeconds;
 
-  const redactsInput = config.policy.rules.some(
-    (rule) => rule.hook === "PRE_SEND" && rule.action === "redact",
-  );
-
   /** Input from outside (a channel client or an operator) into a session. */
   const input = async (
     connection: Connection,
@@ -54,6 +50,9 @@ export function runMethods({
         // head once the run ended; rewritten by a PRE_SEND redact rule, when one is configured,
         // which this check then cannot see through).
         const kept = existing.message;
+        const redactsInput = config.policy.rules.some(
+          (rule) => rule.hook === "PRE_SEND" && rule.action === "redact",
+        );
         if (!redactsInput && kept !== params.message && kept !== endedInput(params.message))
           throw new SwitchboardError("CONFLICT", "idempotencyKey: already used for another message");
         if (existing.origin !== origin)
