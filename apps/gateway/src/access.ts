@@ -71,6 +71,18 @@ export class Access {
         `token "${token.name}" is for role ${token.role}, not ${params.role}`,
       );
     }
+    // A param the role does not use would be silently ignored: an operator that believes it is
+    // scoped to one session, a client that believes it serves agents. Refused, naming it.
+    if (params.agents !== undefined && params.role !== "agent")
+      throw new SwitchboardError(
+        "INVALID_REQUEST",
+        `agents: only a role agent connection serves agents, not ${params.role}`,
+      );
+    if (params.sessionKey !== undefined && (params.role === "operator" || params.role === "agent"))
+      throw new SwitchboardError(
+        "INVALID_REQUEST",
+        `sessionKey: a role ${params.role} connection is not bound to a session (client and mcp ones are)`,
+      );
     const identity: ConnectionIdentity = {
       role: params.role,
       tokenName: token.name,

@@ -120,11 +120,18 @@ describe("runs: worker concurrency, restarts and recovery", () => {
       ["agent", { agents: ["main"], concurrency: 0 }, /concurrency: must be a whole number from 1 to 1024/],
       ["agent", { agents: ["main"], concurrency: 2.5 }, /concurrency: must be a whole number from 1 to 1024/],
       ["operator", { concurrency: 4 }, /concurrency: only a role agent connection may announce one/],
+      // Until session 23 these were answered ok and ignored: the operator was not scoped, the
+      // client served nothing, the worker was bound to no session.
+      ["operator", { sessionKey: "agent:main:main" }, /sessionKey: a role operator connection is not bound/],
+      ["agent", { agents: ["main"], sessionKey: "agent:main:main" }, /sessionKey: a role agent connection/],
+      ["operator", { agents: ["main"] }, /agents: only a role agent connection serves agents, not operator/],
+      ["client", { agents: ["main"] }, /agents: only a role agent connection serves agents, not client/],
     ] as const) {
       const peer = await TestPeer.open(gw.url);
       const response = await peer.request("connect", {
         protocol: 1,
         client: { name: "t", version: "0" },
+        // An operator token may connect in any role.
         auth: { token: role === "agent" ? WORKER_TOKEN : gw.token },
         role,
         ...extra,

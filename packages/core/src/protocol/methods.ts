@@ -106,7 +106,13 @@ const IdempotencyKey = z
  * An input message: at most `MAX_INPUT_MESSAGE_BYTES` (512 KiB) of UTF-8, under the default frame
  * limit so the error names the field; stores keep and return entries up to `MAX_MESSAGE_BYTES`.
  */
-const Message = z.string().min(1, { error: "must not be empty" }).pipe(InputTextSchema);
+const Message = z
+  .string()
+  .min(1, { error: "must not be empty" })
+  // Blank is empty to a model and to the `sessions_send` tool (which refuses it); a run for it
+  // would cost a worker turn for nothing.
+  .refine((text) => text.trim() !== "", { error: "must not be blank" })
+  .pipe(InputTextSchema);
 
 /** Every method's params and result (protocol.md). The single source of truth for server and SDK. */
 export const Methods = {

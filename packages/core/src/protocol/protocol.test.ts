@@ -41,6 +41,10 @@ describe("protocol schemas", () => {
     const result = Methods["chat.send"].params.safeParse({ sessionKey: "main", message: "" });
     expect(result.success).toBe(false);
     expect(result.error?.issues[0]?.path).toEqual(["message"]);
+    // Blank too (session 23: "   " made a run the tools would have refused).
+    const blank = Methods.agent.params.safeParse({ sessionKey: "main", message: " \n\t " });
+    expect(blank.error?.issues[0]).toMatchObject({ path: ["message"], message: "must not be blank" });
+    expect(Methods["chat.send"].params.safeParse({ sessionKey: "main", message: " hi " }).success).toBe(true);
   });
 
   it("refuses an idempotency key in the gateway's own namespace, naming the field and the rule", () => {
