@@ -40,10 +40,10 @@ export class Connection {
   inFlight = 0;
   private corked = false;
   /**
-   * The connection's event subscriptions, by session key (`*`: all it may see): an event is sent
-   * when any of them accepts it. Each `events.subscribe` adds one (or renews its own).
+   * The session keys whose events it subscribed to (`*`: all it may see). Kept in step with the
+   * gateway's subscription index (`event-subscriptions.ts`), which changes it.
    */
-  readonly subscriptionFilters = new Map<string, (event: import("./event-bus").BusEvent) => boolean>();
+  readonly subscriptionFilters = new Set<string>();
   private readonly closeCallbacks: Array<() => void> = [];
   /** Aborted when the connection closes (`closedSignal`); made on first use. */
   private closing: AbortController | undefined;
@@ -112,8 +112,11 @@ export class Connection {
    * A frame larger than the whole send buffer is refused ("too-large") and the peer stays: it says
    * nothing about how fast the peer reads. A frame that does not fit beside what is still unsent
    * means the peer reads too slowly, and it is disconnected ("closed").
+   *
+   * `onWritten` is called once the frame has left this process's buffers for the socket (or with an
+   * error once it never will); only for a frame that was "sent".
    */
-  sendText(text: string | Buffer): SendOutcome {
+  sendText(text: string | Buffer, onWritten?: (error?: Error) => void): SendOutcome {
     if (!this.isOpen) return "closed";
     const buffered = this.socket.bufferedAmount;
     const bytes = bytesWithin(text, this.maxBufferedBytes - buffered);
@@ -139,8 +142,8 @@ export class Connection {
         tcp.uncork();
       });
     }
-    if (typeof text === "string") this.socket.send(text);
-    else this.socket.send(text, TEXT_FRAME);
+    if (typeof text === "string") this.socket.send(text, onWritten);
+    else this.socket.send(text, TEXT_FRAME, onWritten);
     return "sent";
   }
 

@@ -51,6 +51,13 @@ const GatewayConfigSchema = z.strictObject({
        */
       maxReplayBytes: intAtLeast(1_048_576).default(67_108_864),
       /**
+       * Bytes of `events.subscribe` replay queued on this instance's sockets and not yet written,
+       * all connections together; a quarter of it per token. A subscribe whose replay does not fit
+       * is answered RATE_LIMITED (retryable): a peer that stops reading otherwise kept up to half
+       * its `maxBufferedBytes` per connection, on as many connections as it could open.
+       */
+      maxQueuedReplayBytes: intAtLeast(1_048_576).default(67_108_864),
+      /**
        * Runs of one session not ended yet on this instance (queued, running or being created). A new
        * send, spawn or summary past it is answered RATE_LIMITED (retryable); a flow's own follow-ups
        * (reply turns, announces) are never refused.

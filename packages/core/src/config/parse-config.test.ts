@@ -133,6 +133,7 @@ describe("parseConfig", () => {
         maxConnectionsPerAddress: 512,
         maxInFlight: 256,
         maxReplayBytes: 67108864,
+        maxQueuedReplayBytes: 67108864,
         maxRunsPerSession: 1000,
         maxRuns: 100000,
         maxRunInputBytes: 268435456,
