@@ -26,6 +26,7 @@ import type { EventLog } from "./ports/event-log";
 import { LocalCallAdmission } from "./ports/local-call-admission";
 import { InProcessRecentMessages, UncachedRecentMessages } from "./ports/recent-messages";
 import { RefusalAudit } from "./ports/refusal-audit";
+import { InProcessReplayBudget } from "./ports/replay-budget";
 import { InProcessRunLanes } from "./ports/run-lanes";
 import { InProcessRunWaiters } from "./ports/run-waiters";
 import type { Secrets } from "./ports/secrets";
@@ -333,6 +334,8 @@ export class Gateway {
         access,
         tools,
         toolCalls,
+        // Memory of this process: a cluster keeps one budget per instance too.
+        replayBudget: new InProcessReplayBudget(config.gateway.limits.maxQueuedReplayBytes),
       };
       const handlers = createHandlers(methodDeps);
       const dispatch = createDispatch(

@@ -3,6 +3,7 @@ import type { Access } from "../access";
 import type { AuditService } from "../audit-service";
 import type { PolicyService } from "../policy-service";
 import type { EventLog } from "../ports/event-log";
+import type { ReplayBudget } from "../ports/replay-budget";
 import type { RunScheduler } from "../run-scheduler";
 import type { SessionToolsBackend } from "../session-tools-backend";
 import type { SessionsService } from "../sessions-service";
@@ -23,4 +24,6 @@ export interface MethodDeps {
   access: Access;
   tools: ToolCatalog;
   toolCalls: ToolCalls;
+  /** Event replay bytes queued unsent (built in `gateway.ts`; made from the config when absent). */
+  replayBudget?: ReplayBudget;
 }

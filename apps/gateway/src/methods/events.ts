@@ -125,10 +125,7 @@ function sendReplay(connection: Connection, replay: ReplayFrames, release: () =>
 
 /** Live events, with replay from a cursor. */
 export function eventMethods(
-  deps: Pick<MethodDeps, "config" | "sessions" | "bus" | "access"> & {
-    /** Default: in-process, sized by `gateway.limits.maxQueuedReplayBytes`. */
-    replayBudget?: ReplayBudget;
-  },
+  deps: Pick<MethodDeps, "config" | "sessions" | "bus" | "access" | "replayBudget">,
 ): Handlers<"events.subscribe"> {
   const { sessions, bus, access } = deps;
   // Made on first use: the handler map is also built without a gateway behind it.
