@@ -972,7 +972,16 @@ export class AgentFlows {
       // No spawn came of it: its budget and child slots go back (a failed call is not a spawn). One
       // whose child run exists (a later step failed) keeps them: that child counts.
       if (this.scheduler.activeRunFor(childKey)) admitted.childStored();
-      else admitted.refused();
+      else {
+        admitted.refused();
+        // Nor does its child session stay (made for this call, under a key nobody else has): no
+        // run names it, so the archiver would never find it, and a caller retrying under load
+        // (runs refused RATE_LIMITED) left one per call.
+        await this.sessions.delete(childKey, "remove").catch((cleanup: unknown) => {
+          if (!isSwitchboardError(cleanup) || cleanup.code !== "NOT_FOUND")
+            this.log.warn({ err: cleanup, childKey }, "could not remove the child session of a failed spawn");
+        });
+      }
       throw error;
     }
     admitted.childStored();

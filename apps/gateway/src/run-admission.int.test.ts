@@ -31,6 +31,27 @@ async function send(sessionKey: string, message: string) {
 }
 
 describe("runs waiting for a worker", () => {
+  // Until session 23 a spawn whose run was refused under load kept its child session: one per call,
+  // never archived (the archiver finds children through their runs).
+  it("a spawn refused at the run limit leaves no child session behind", async () => {
+    await start({ maxRuns: 2 });
+    await op.call("sessions.create", { key: "agent:main:main" });
+    for (const n of [1, 2]) expect((await send(CHAT(n), "hi")).ok).toBe(true);
+    for (let i = 0; i < 5; i++) {
+      const answer = await op.call<{ status: string; error?: string }>("tools.invoke", {
+        tool: "sessions_spawn",
+        args: { task: `task ${i}` },
+        as: "agent:main:main",
+      });
+      expect(answer).toMatchObject({
+        status: "error",
+        error: expect.stringContaining("gateway.limits.maxRuns"),
+      });
+    }
+    const { sessions } = await op.call<{ sessions: Array<{ key: string }> }>("sessions.list", { limit: 100 });
+    expect(sessions.map((row) => row.key).filter((key) => key.includes(":subagent:"))).toEqual([]);
+  });
+
   it("are bounded per session: past the limit a send is refused RATE_LIMITED, retryable, and nothing is written", async () => {
     await start({ maxRunsPerSession: 3 });
     await op.call("sessions.create", { key: CHAT(1) });
