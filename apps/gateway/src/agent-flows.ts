@@ -84,6 +84,9 @@ const isConflict = (error: unknown) => error instanceof SwitchboardError && erro
  * The agent-to-agent flows (agent-to-agent.md): send → wait → reply-back loop → announce, and
  * spawn → run → announce. Every step is labelled and checked like a send.
  */
+/** Newest transcript entries searched for an announce's `delivery.sent` before posting it again. */
+const POSTED_LOOKBACK = 50;
+
 export class AgentFlows {
   private readonly background = new Set<Promise<unknown>>();
   private archiveTimer: NodeJS.Timeout | undefined;
@@ -810,10 +813,24 @@ export class AgentFlows {
     const reply = ended.reply?.trim() ?? "";
     if (ended.status !== "ok" || reply === "" || reply === ANNOUNCE_SKIP) return;
     const fresh = (await this.sessions.get(targetKey)) ?? target;
+    // Taken up again after a restart, the step finds its announce run ended and would post it
+    // again: a post that went out left its `delivery.sent` in the target's transcript.
+    if (await this.postedAlready(fresh, ended.runId)) return;
     await this.output.deliver(atEndLabel(fresh, ended.label), ended.reply!, {
       reason: "announce",
       runId: ended.runId,
     });
+  }
+
+  /**
+   * Whether run `runId`'s post went out to the session's channel: its `delivery.sent` is among the
+   * transcript's newest entries (the post is the last thing its step writes there).
+   */
+  private async postedAlready(entry: SessionEntry, runId: string): Promise<boolean> {
+    const entries = await this.sessions.newestEntries(entry, POSTED_LOOKBACK);
+    return entries.some(
+      (item) => item.type === "event" && item.runId === runId && item.event?.name === "delivery.sent",
+    );
   }
 
   /**

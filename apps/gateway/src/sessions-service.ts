@@ -512,6 +512,11 @@ export class SessionsService {
     });
   }
 
+  /** The newest `limit` entries of the session's transcript, every type, oldest first. */
+  async newestEntries(entry: SessionEntry, limit: number): Promise<TranscriptEntry[]> {
+    return (await this.store.transcripts.read(entry.sessionId, { limit })).entries;
+  }
+
   /**
    * The last `limit` message entries of a session (oldest first) but those of run `exceptRunId`,
    * served from a small in-memory cache that every append through this service keeps current; a
