@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { ChatTypeSchema, SessionKindSchema, UNKNOWN_CHAT_TYPE } from "../keys/classify";
 import { LevelSchema } from "../labels/level";
-import { HookSchema } from "./hooks";
+import { type Hook, HookSchema } from "./hooks";
 
 /** What the policy engine knows about one session. Plain data the gateway fills from the index. */
 export const SessionFactsSchema = z.object({
@@ -168,6 +168,26 @@ export const CLOSED_CONDITION_FIELDS: ReadonlyMap<string, readonly unknown[]> = 
       return values ? [[field, values] as const] : [];
     }),
 );
+
+/**
+ * The parts of the context each hook's evaluations carry, as the gateway builds them: a condition on
+ * another part reads nothing there, so it never matches (or, with `not` or `null`, always does).
+ * `dataLabel` is allowed everywhere (absent where no data moves apart from a session's taint).
+ */
+export const HOOK_CONTEXT_PARTS: Readonly<Record<Hook, readonly string[]>> = {
+  PRE_TOOL_CALL: ["caller", "tool", "dataLabel"],
+  PRE_SEND: ["caller", "target", "text", "facts", "dataLabel"],
+  PRE_HISTORY: ["caller", "target", "facts", "dataLabel"],
+  PRE_SPAWN: ["caller", "target", "text", "facts", "dataLabel"],
+  PRE_OUTPUT: ["caller", "recipient", "text", "dataLabel"],
+};
+
+/** Why a condition on `field` can never apply on `hook`, or undefined. */
+export function hookFieldProblem(hook: Hook, field: string): string | undefined {
+  const part = field.split(".")[0]!;
+  if (part === "hook" || HOOK_CONTEXT_PARTS[hook].includes(part)) return undefined;
+  return `${hook} carries no ${part} (it has ${HOOK_CONTEXT_PARTS[hook].join(", ")}): the condition would never apply`;
+}
 
 /** Channel facts are lower-cased before rules see them: a condition with capitals never matches. */
 export const LOWER_CASE_CONDITION_FIELDS: ReadonlySet<string> = new Set([

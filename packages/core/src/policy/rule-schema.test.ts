@@ -120,6 +120,21 @@ describe("validatePolicyRules", () => {
     expect(rejection(deny({ "target.channel": "Discord" })).message).toContain(
       'when.target.channel: channels are compared lower-cased: write "discord"',
     );
+    // Session 23: a condition on a part of the context its hook never carries (it read nothing
+    // there, so it never applied).
+    for (const [hook, field, part] of [
+      ["PRE_TOOL_CALL", "target.key", "target"],
+      ["PRE_HISTORY", "text", "text"],
+      ["PRE_SEND", "recipient.level", "recipient"],
+      ["PRE_OUTPUT", "facts.hop", "facts"],
+      ["PRE_SPAWN", "tool.name", "tool"],
+    ] as const)
+      expect(
+        rejection([
+          { id: "dead", hook, action: "deny", when: { [field]: field === "facts.hop" ? { gte: 2 } : "x" } },
+        ]).message,
+        `${hook} ${field}`,
+      ).toContain(`when.${field}: ${hook} carries no ${part}`);
     // Session 23: the recipient's channel is lower-cased before rules see it too.
     expect(
       rejection([

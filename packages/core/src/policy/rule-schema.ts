@@ -5,6 +5,7 @@ import { plainRecord } from "../plain-record";
 import {
   CLOSED_CONDITION_FIELDS,
   conditionFieldProblem,
+  hookFieldProblem,
   LEVEL_CONDITION_FIELDS,
   LOWER_CASE_CONDITION_FIELDS,
 } from "./context";
@@ -165,7 +166,7 @@ export const PolicyRuleSchema = z
       }
     });
     for (const [field, condition] of Object.entries(rule.when ?? {})) {
-      const fieldProblem = conditionFieldProblem(field);
+      const fieldProblem = conditionFieldProblem(field) ?? hookFieldProblem(rule.hook, field);
       if (fieldProblem) ctx.addIssue({ code: "custom", path: ["when", field], message: fieldProblem });
       if (LEVEL_CONDITION_FIELDS.has(field)) {
         for (const [where, problem] of levelConditionProblems(condition))
