@@ -1,6 +1,6 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { type RunningAgentWorker, startAgentWorker } from "@switchboard/agent";
 import { connect, type SwitchboardClient } from "@switchboard/client";
 import { loadConfigFile } from "@switchboard/config-loader";

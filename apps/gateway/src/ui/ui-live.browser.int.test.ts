@@ -1,6 +1,6 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { type RunningAgentWorker, startAgentWorker } from "@switchboard/agent";
 import { type AgentWorker, connect, type SwitchboardClient, serve } from "@switchboard/client";
 import { loadConfigFile } from "@switchboard/config-loader";
@@ -111,8 +111,18 @@ describe.skipIf(missing !== undefined)("web UI live data", { timeout: 90_000 }, 
   const signedIn = (at: string, path: string) =>
     `${at}/ui${path}#token=${encodeURIComponent(gateway.operatorToken)}`;
   /** Twelve runs of 200 kB each on sessions of their own: more than the replay window holds. */
-  const flood = async () => {
+  /**
+   * The browser offline while run `runId` ends and more than the replay window happens after it,
+   * then back: its resume cannot replay the run's end.
+   */
+  const missTheEnd = async (relay: Relay, runId: string) => {
+    relay.cut();
+    await page.getByRole("status").filter({ hasText: "Reconnecting…" }).waitFor();
+    release.resolve();
+    expect(await operator.agent.wait({ runId, timeoutMs: 10_000 })).toMatchObject({ status: "ok" });
     for (let i = 0; i < 12; i++) await say(`agent:holder:flood-${i}`, BIG);
+    relay.restore();
+    await page.getByRole("status").filter({ hasText: "Connected" }).waitFor({ timeout: 20_000 });
   };
 
   it("counts, after a page load, a failed run behind 100 newer ended runs and a call blocked behind 500 newer audit entries", async () => {
@@ -168,14 +178,7 @@ describe.skipIf(missing !== undefined)("web UI live data", { timeout: 90_000 }, 
       const { runId } = await operator.chat.send({ sessionKey: "agent:holder:main", message: "hold" });
       await expect.poll(() => tile("working").textContent()).toBe("1");
 
-      // Offline while the run ends and more than the replay window happens after it.
-      relay.cut();
-      await page.getByRole("status").filter({ hasText: "Reconnecting…" }).waitFor();
-      release.resolve();
-      expect(await operator.agent.wait({ runId, timeoutMs: 10_000 })).toMatchObject({ status: "ok" });
-      await flood();
-      relay.restore();
-      await page.getByRole("status").filter({ hasText: "Connected" }).waitFor({ timeout: 20_000 });
+      await missTheEnd(relay, runId);
 
       expect((await operator.run.list({})).runs).toEqual([]);
       await expect.poll(() => tile("working").textContent(), { timeout: 10_000 }).toBe("0");
@@ -200,13 +203,7 @@ describe.skipIf(missing !== undefined)("web UI live data", { timeout: 90_000 }, 
       await log.getByText("partial words").waitFor();
       await log.getByText("writing…").waitFor();
 
-      relay.cut();
-      await page.getByRole("status").filter({ hasText: "Reconnecting…" }).waitFor();
-      release.resolve();
-      expect(await operator.agent.wait({ runId, timeoutMs: 10_000 })).toMatchObject({ status: "ok" });
-      await flood();
-      relay.restore();
-      await page.getByRole("status").filter({ hasText: "Connected" }).waitFor({ timeout: 20_000 });
+      await missTheEnd(relay, runId);
 
       await log.getByText("streamed reply, all of it").waitFor({ timeout: 10_000 });
       await expect.poll(() => log.getByText("writing…").count()).toBe(0);
