@@ -822,6 +822,12 @@ export class AgentFlows {
     });
   }
 
+  /** Whether spawn run `runId`'s findings are among the requester's newest transcript entries. */
+  private async recordedFindings(requester: SessionEntry, runId: string): Promise<boolean> {
+    const entries = await this.sessions.newestEntries(requester, POSTED_LOOKBACK);
+    return entries.some((item) => item.provenance?.kind === "subagent" && item.provenance.runId === runId);
+  }
+
   /**
    * Whether run `runId`'s post went out to the session's channel: its `delivery.sent` is among the
    * transcript's newest entries (the post is the last thing its step writes there).
@@ -1231,15 +1237,17 @@ export class AgentFlows {
       const label = childFacts.taint;
       await this.sessions.raiseTaint(requester.key, label, `announce from ${spawn.childKey}`, spawn.childKey);
       if (this.hostDriven.has(requester.key)) {
-        // No agent turn in a host-driven session: the report is recorded for the host to read.
-        await this.sessions.append(requester.key, [
-          {
-            type: "message",
-            label,
-            provenance: { kind: "subagent", childSessionKey: spawn.childKey, runId: record.runId },
-            message: { role: "user", content: [{ type: "text", text: announced }] },
-          },
-        ]);
+        // No agent turn in a host-driven session: the report is recorded for the host to read,
+        // once: taken up again after a crash between the record and the mark, it is there already.
+        if (!(await this.recordedFindings(requester, record.runId)))
+          await this.sessions.append(requester.key, [
+            {
+              type: "message",
+              label,
+              provenance: { kind: "subagent", childSessionKey: spawn.childKey, runId: record.runId },
+              message: { role: "user", content: [{ type: "text", text: announced }] },
+            },
+          ]);
         await finishAnnounce("delivered");
         await this.audit.append({
           kind: "announce",

@@ -62,4 +62,52 @@ describe("a send's announce taken up again after a restart", () => {
     await gw.gateway.flows.idle();
     expect(await posts()).toBe(1);
   });
+
+  // Same window for a spawn's findings recorded in a host-driven requester (an MCP token's session):
+  // the record and the announce's mark are two writes, and the findings came twice after a kill.
+  it("records a spawn's findings in a host-driven requester once when the announce is taken up again", async () => {
+    const gw = await edge.start(
+      {
+        auth: {
+          tokens: [
+            { name: "worker", token: WORKER_TOKEN, role: "agent" },
+            { name: "host", token: "mcp-host-token-0123456789", role: "mcp", session: MAIN },
+          ],
+        },
+        agents: { list: [{ id: "main", default: true }] },
+      },
+      { store: "file" },
+    );
+    const handler = async () => "THE FINDINGS";
+    await edge.startWorker(handler, ["main"]);
+    let op = await gw.operator();
+    await op.call("sessions.create", { key: MAIN });
+    const spawned = await op.call<{ status: string; runId: string }>("tools.invoke", {
+      tool: "sessions_spawn",
+      args: { task: "find it" },
+      as: MAIN,
+    });
+    expect(spawned.status).toBe("accepted");
+    const announced = () =>
+      gw.gateway.store.runs.get(spawned.runId).then((run) => run?.spawn?.announce.status === "delivered");
+    await until(announced, "the findings recorded");
+    await gw.gateway.flows.idle();
+    const versioned = await gw.gateway.store.runs.getVersioned(spawned.runId);
+    const spawn = versioned!.row.spawn!;
+    await gw.gateway.store.runs.put(
+      { ...versioned!.row, spawn: { ...spawn, announce: { ...spawn.announce, status: "pending" } } },
+      { expectedVersion: versioned!.version },
+    );
+
+    await gw.restart();
+    await edge.startWorker(handler, ["main"]);
+    op = await gw.operator();
+    await until(announced, "the announce taken up and done again");
+    await gw.gateway.flows.idle();
+    const { messages } = await op.call<{ messages: Array<{ content: Array<{ text?: string }> }> }>(
+      "sessions.history",
+      { sessionKey: MAIN, limit: 50 },
+    );
+    expect(messages.filter((message) => message.content[0]?.text?.includes("THE FINDINGS"))).toHaveLength(1);
+  });
 });
