@@ -12,6 +12,7 @@ import {
   MethodParamsChecked,
   RequestFrameSchema,
   SwitchboardError,
+  warnThrottle,
 } from "@switchboard/core";
 import type { Logger } from "pino";
 import { WebSocketServer } from "ws";
@@ -21,7 +22,6 @@ import { isLoopbackAddress, rebindingProblem } from "./http/rebinding";
 import { KeyedCounts } from "./keyed-counts";
 import { ConnectionCaps, peerAddress, SOCKET_SLACK } from "./transport/connection-caps";
 import { defaultMaxConnections, RESERVED_FILES, readOpenFileLimit } from "./transport/fd-limit";
-import { warnThrottle } from "./transport/warn-throttle";
 
 /**
  * Plain HTTP (not upgraded) sockets one address may keep alive between requests; more are closed

@@ -15,6 +15,30 @@ export interface Logger {
   child(bindings: LogFields): Logger;
 }
 
+/**
+ * A warning logged at most once per `intervalMs`, with how many were held back since: an attack of
+ * thousands of refused sockets (or cancellations, or failed writes) must not turn into thousands of
+ * log lines (disk and CPU it would cost).
+ */
+export function warnThrottle(
+  log: Pick<Logger, "warn">,
+  intervalMs = 10_000,
+  now: () => number = Date.now,
+): (fields: LogFields, message: string) => void {
+  let last = Number.NEGATIVE_INFINITY;
+  let suppressed = 0;
+  return (fields, message) => {
+    const time = now();
+    if (time - last < intervalMs) {
+      suppressed++;
+      return;
+    }
+    last = time;
+    log.warn(suppressed > 0 ? { ...fields, suppressed } : fields, message);
+    suppressed = 0;
+  };
+}
+
 const ignore = (): void => {};
 
 export const silentLogger: Logger = {

@@ -1,4 +1,5 @@
 import { createHash } from "node:crypto";
+import { warnThrottle } from "@switchboard/core";
 import type { Coordination } from "./context";
 
 /**
@@ -80,12 +81,12 @@ export function openClusterCancellations(
   const toInsert = new Map<number, string>();
   const toDelete = new Set<number>();
   let writing = false;
-  const writeFailed = throttled(reportEveryMs, (count, error) =>
-    logger.warn(
-      { error: (error as Error).message, failures: count },
+  const warnWrite = warnThrottle(logger, reportEveryMs);
+  const writeFailed = (error: unknown) =>
+    warnWrite(
+      { error: (error as Error).message },
       "could not record the calls in flight: cancellations from other instances may miss them",
-    ),
-  );
+    );
 
   // Transient state, not data: committed without waiting for the WAL flush (as `try_wait`), the
   // setting made by the gating filter, which runs once whether or not there are rows to insert.
@@ -131,15 +132,15 @@ export function openClusterCancellations(
   // At most `maxLookups` lookups at once; a finished one hands its slot to the next waiting.
   let lookups = 0;
   const waiting: Array<() => void> = [];
-  const dropped = throttled(reportEveryMs, (count) =>
-    logger.warn(
-      { dropped: count, maxLookups, maxWaiting },
+  const warnDropped = warnThrottle(logger, reportEveryMs);
+  const dropped = () =>
+    warnDropped(
+      { maxLookups, maxWaiting },
       "mcp cancellations dropped: more arrived than this instance looks up (a client flooding them?)",
-    ),
-  );
-  const lookupFailed = throttled(reportEveryMs, (count, error) =>
-    logger.warn({ error: (error as Error).message, failures: count }, "could not look up a cancelled call"),
-  );
+    );
+  const warnLookup = warnThrottle(logger, reportEveryMs);
+  const lookupFailed = (error: unknown) =>
+    warnLookup({ error: (error as Error).message }, "could not look up a cancelled call");
 
   // Other instances' calls only: this instance's own count is `local`, which is never behind.
   const lookup = `SELECT count(*)::int AS others,
@@ -190,7 +191,7 @@ export function openClusterCancellations(
       if (lookups < maxLookups) lookups += 1;
       else if (waiting.length < maxWaiting) await new Promise<void>((resolve) => waiting.push(resolve));
       else {
-        dropped(undefined);
+        dropped();
         return "dropped";
       }
       try {
@@ -220,30 +221,5 @@ export function openClusterCancellations(
         },
       });
     },
-  };
-}
-
-/**
- * `report(count, latest)` at the first event and then at most once per `everyMs` with the number of
- * events since: a flood must not become a flood of log lines.
- */
-function throttled(
-  everyMs: number,
-  report: (count: number, latest: unknown) => void,
-): (latest: unknown) => void {
-  let count = 0;
-  let last: unknown;
-  let timer: NodeJS.Timeout | undefined;
-  const tick = () => {
-    timer = undefined;
-    if (count === 0) return;
-    report(count, last);
-    count = 0;
-    timer = setTimeout(tick, everyMs).unref();
-  };
-  return (latest) => {
-    count += 1;
-    last = latest;
-    if (!timer) tick();
   };
 }

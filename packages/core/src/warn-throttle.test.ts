@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { warnThrottle } from "./warn-throttle";
+import { warnThrottle } from "./logger";
 
 describe("warnThrottle", () => {
   it("logs the first warning, holds back the rest of the interval, then reports how many were held", () => {
