@@ -24,6 +24,7 @@ import {
   SwitchboardError,
   TERMINAL_RUN_STATUSES,
   type ToolCaller,
+  type TranscriptEntry,
   tryParseKey,
 } from "@switchboard/core";
 import type { Logger } from "pino";
@@ -84,8 +85,6 @@ const isConflict = (error: unknown) => error instanceof SwitchboardError && erro
  * The agent-to-agent flows (agent-to-agent.md): send → wait → reply-back loop → announce, and
  * spawn → run → announce. Every step is labelled and checked like a send.
  */
-/** Newest transcript entries searched for an announce's `delivery.sent` before posting it again. */
-const POSTED_LOOKBACK = 50;
 
 export class AgentFlows {
   private readonly background = new Set<Promise<unknown>>();
@@ -815,28 +814,14 @@ export class AgentFlows {
     const fresh = (await this.sessions.get(targetKey)) ?? target;
     // Taken up again after a restart, the step finds its announce run ended and would post it
     // again: a post that went out left its `delivery.sent` in the target's transcript.
-    if (await this.postedAlready(fresh, ended.runId)) return;
+    const runId = ended.runId;
+    const posted = (item: TranscriptEntry) =>
+      item.type === "event" && item.runId === runId && item.event?.name === "delivery.sent";
+    if (await this.sessions.wroteRecently(fresh, posted)) return;
     await this.output.deliver(atEndLabel(fresh, ended.label), ended.reply!, {
       reason: "announce",
       runId: ended.runId,
     });
-  }
-
-  /** Whether spawn run `runId`'s findings are among the requester's newest transcript entries. */
-  private async recordedFindings(requester: SessionEntry, runId: string): Promise<boolean> {
-    const entries = await this.sessions.newestEntries(requester, POSTED_LOOKBACK);
-    return entries.some((item) => item.provenance?.kind === "subagent" && item.provenance.runId === runId);
-  }
-
-  /**
-   * Whether run `runId`'s post went out to the session's channel: its `delivery.sent` is among the
-   * transcript's newest entries (the post is the last thing its step writes there).
-   */
-  private async postedAlready(entry: SessionEntry, runId: string): Promise<boolean> {
-    const entries = await this.sessions.newestEntries(entry, POSTED_LOOKBACK);
-    return entries.some(
-      (item) => item.type === "event" && item.runId === runId && item.event?.name === "delivery.sent",
-    );
   }
 
   /**
@@ -1239,7 +1224,9 @@ export class AgentFlows {
       if (this.hostDriven.has(requester.key)) {
         // No agent turn in a host-driven session: the report is recorded for the host to read,
         // once: taken up again after a crash between the record and the mark, it is there already.
-        if (!(await this.recordedFindings(requester, record.runId)))
+        const recorded = (item: TranscriptEntry) =>
+          item.provenance?.kind === "subagent" && item.provenance.runId === record.runId;
+        if (!(await this.sessions.wroteRecently(requester, recorded)))
           await this.sessions.append(requester.key, [
             {
               type: "message",

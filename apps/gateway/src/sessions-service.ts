@@ -512,9 +512,17 @@ export class SessionsService {
     });
   }
 
-  /** The newest `limit` entries of the session's transcript, every type, oldest first. */
-  async newestEntries(entry: SessionEntry, limit: number): Promise<TranscriptEntry[]> {
-    return (await this.store.transcripts.read(entry.sessionId, { limit })).entries;
+  /**
+   * Whether one of the session's newest `lookback` transcript entries (any type) is `wanted`: how a
+   * step taken up again after a crash finds that it wrote already (a post's `delivery.sent`, a
+   * spawn's recorded findings), which it wrote just before the mark it did not reach.
+   */
+  async wroteRecently(
+    entry: SessionEntry,
+    wanted: (item: TranscriptEntry) => boolean,
+    lookback = 50,
+  ): Promise<boolean> {
+    return (await this.store.transcripts.read(entry.sessionId, { limit: lookback })).entries.some(wanted);
   }
 
   /**
