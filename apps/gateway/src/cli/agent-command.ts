@@ -39,7 +39,7 @@ export const agentCommand: Command = {
   spec,
   async run({ io, args }) {
     const { values } = args;
-    const agents = listOption(values, "agents");
+    const agents = listOption(spec, values, "agents");
     const concurrency = numberOption(spec, values, "concurrency", { min: 1, max: 1024, integer: true });
     const target = await resolveTarget(values);
     const logger = appLogger(spec, values, target.loaded.config);

@@ -182,12 +182,31 @@ export function numberOption(
   return value;
 }
 
-/** A comma-separated list flag (`--kinds main,group`). */
-export function listOption(values: OptionValues, name: string): string[] | undefined {
+/**
+ * A comma-separated list flag (`--kinds main,group`). With `allowed`, an entry outside it is a
+ * UsageError naming it: the protocol ignores unknown kinds (tools.md), so `--kinds bogus` would
+ * otherwise list everything, the opposite of what its user asked for.
+ */
+export function listOption(
+  spec: CommandSpec,
+  values: OptionValues,
+  name: string,
+  allowed?: readonly string[],
+): string[] | undefined {
   const raw = stringOption(values, name);
   if (raw === undefined) return undefined;
-  return raw
+  const items = raw
     .split(",")
     .map((item) => item.trim())
     .filter((item) => item !== "");
+  const unknown = allowed ? items.filter((item) => !allowed.includes(item)) : [];
+  if (items.length === 0 || unknown.length > 0) {
+    const rule = allowed ? `a comma-separated list of ${allowed.join(", ")}` : "a comma-separated list";
+    throw new UsageError(
+      `--${name}: must be ${rule} (${unknown.length > 0 ? `unknown: ${unknown.join(", ")}` : `got "${raw}"`})`,
+      usageLine(spec),
+      spec.name,
+    );
+  }
+  return items;
 }

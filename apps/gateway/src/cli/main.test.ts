@@ -67,6 +67,22 @@ describe("usage errors with --json", () => {
     });
   });
 
+  it("name a kind that does not exist instead of listing every session", async () => {
+    const bogus = await run(["sessions", "list", "--json", "--kinds", "subagent,bogus", "--token", "x"]);
+    expect(bogus.code).toBe(2);
+    expect(JSON.parse(bogus.stdout)).toMatchObject({
+      ok: false,
+      error: {
+        code: "USAGE",
+        message:
+          "--kinds: must be a comma-separated list of main, group, cron, hook, node, subagent, other (unknown: bogus)",
+      },
+    });
+    const empty = await run(["sessions", "list", "--kinds", ",", "--token", "x"]);
+    expect(empty.code).toBe(2);
+    expect(empty.stderr).toContain("--kinds: must be a comma-separated list of main");
+  });
+
   it("keep stdout empty without --json", async () => {
     const missing = await run(["send", "main"]);
     expect(missing.code).toBe(2);

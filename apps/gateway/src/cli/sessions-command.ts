@@ -1,4 +1,4 @@
-import type { SessionRow } from "@switchboard/core";
+import { SESSION_KINDS, type SessionRow } from "@switchboard/core";
 import {
   CLIENT_OPTIONS,
   type CommandSpec,
@@ -25,7 +25,7 @@ const listSpec: CommandSpec = {
     kinds: {
       type: "string",
       value: "LIST",
-      description: "only these kinds: main,group,cron,hook,node,subagent,other",
+      description: `only these kinds: ${SESSION_KINDS.join(",")}`,
     },
     search: { type: "string", value: "TEXT", description: "only keys, labels or names containing TEXT" },
     label: { type: "string", value: "LABEL", description: "only the session with this label" },
@@ -93,7 +93,7 @@ export const sessionsListCommand: Command = {
     const { values } = args;
     const limit = numberOption(listSpec, values, "limit", { min: 1, max: 200, integer: true });
     const active = numberOption(listSpec, values, "active", { min: 1, max: 10_000_000, unit: "minutes" });
-    const kinds = listOption(values, "kinds");
+    const kinds = listOption(listSpec, values, "kinds", SESSION_KINDS);
     const agentId = stringOption(values, "agent");
     const search = stringOption(values, "search");
     const label = stringOption(values, "label");

@@ -51,7 +51,7 @@ export const tailCommand: Command = {
       integer: true,
     });
     const max = numberOption(spec, values, "max", { min: 1, max: Number.MAX_SAFE_INTEGER, integer: true });
-    const names = listOption(values, "events");
+    const names = listOption(spec, values, "events");
     const unknown = names?.filter((name) => !(EVENT_NAMES as string[]).includes(name));
     if (unknown?.length) {
       throw new UsageError(
