@@ -56,6 +56,17 @@ await describeWithPg("cluster audit chains", () => {
     expect(tail.map((record) => record.position)).toEqual(all.slice(-3).map((record) => record.position));
   });
 
+  it("writes no anchor while no chain moved on, however often every instance anchors", async () => {
+    const { a, b } = await twoWriters();
+    for (let n = 0; n < 5; n++) await Promise.all([a.anchor(), b.anchor()]);
+    expect(await a.verify()).toMatchObject({ ok: true, anchors: 1 });
+    const last = await b.append(entry(50, "b"));
+    await a.anchor();
+    await b.anchor();
+    expect(await a.verify()).toMatchObject({ ok: true, anchors: 2 });
+    expect((await a.anchored())[b.chainId]).toEqual({ index: last.index, hash: last.hash });
+  });
+
   it("anchors each chain's head without reading the records below it", async () => {
     // One connection: its statistics are flushed on demand below, before they are read.
     const coordination = await cluster.open({ instanceId: "gw-a", pool: { max: 1 } });
@@ -234,7 +245,10 @@ await describeWithPg("cluster audit chains", () => {
 
   it("detects a removed or edited anchor", async () => {
     const { a, b, sql } = await twoWriters();
+    // Each anchor after a record, or it would be skipped (no chain moved on).
+    await b.append(entry(40, "b"));
     await b.anchor();
+    await a.append(entry(41, "a"));
     await a.anchor();
     await sql(`DELETE FROM $schema.audit_anchors WHERE idx = 1`);
     expect(await a.verify()).toMatchObject({ ok: false, chainId: "anchors", firstBadIndex: 1 });
