@@ -80,6 +80,32 @@ describe("events a resuming client can no longer get", () => {
     expect(answer.missed!.before).toBeLessThanOrEqual(answer.seq);
   }, 30_000);
 
+  it("answers `missed` when a connection adds a session from a cursor below events it was already sent", async () => {
+    await sdk.start({}, { store: STORE });
+    const op = await operator();
+    const a = "agent:main:cron:a";
+    const b = "agent:main:cron:b";
+    await op.sessions.create({ key: a });
+    const keys: string[] = [];
+    op.on("session.updated", (event) => void keys.push(event.payload.key));
+    const start = (await op.subscribe({ sessionKey: a })).seq;
+    await op.sessions.create({ key: b });
+    await op.sessions.patch({ key: a, label: "later" });
+    await until(() => keys.includes(a), "a's event after b's");
+    const cursor = op.lastEventSeq!;
+
+    // b's event lies between `start` and what this connection has had: it cannot come in order.
+    const answer = await op.subscribe({ sessionKey: b, after: start });
+    expect(answer.missed?.after).toBe(start);
+    expect(answer.missed!.before).toBeGreaterThan(start + 1);
+    expect(answer.missed!.before).toBeLessThanOrEqual(cursor);
+    expect(keys).not.toContain(b);
+    // From a cursor at or past b's event nothing is missed, and b's later events arrive.
+    expect((await op.subscribe({ sessionKey: b, after: cursor })).missed).toBeUndefined();
+    await op.sessions.patch({ key: b, label: "seen" });
+    await until(() => keys.includes(b), "b's live event");
+  }, 30_000);
+
   it("after a graceful restart, resuming from the last event seen before it reports nothing missed", async () => {
     const gw = await sdk.start({}, { store: STORE });
     const op = await operator();

@@ -212,7 +212,17 @@ export function eventMethods(
         // nothing at or below it is sent again, replayed or live.
         if (after <= seq) connection.lastEventSeq = Math.max(connection.lastEventSeq, after);
         let refused = false;
+        // Events up to the connection's last seq can no longer go out (a connection's events only
+        // ever rise), so an event of a session it did not follow then, from between `after` and
+        // there, is missed on this connection: said so rather than skipped unseen.
+        let unsentBelow = 0;
         const replayAndSend = (events: BusEvent[]): number => {
+          for (const event of events) {
+            if (event.seq > lastEventSeq) break;
+            const followed =
+              before.has(ALL_EVENTS) || (event.sessionKey !== undefined && before.has(event.sessionKey));
+            if (event.seq > after && !followed) unsentBelow = event.seq + 1;
+          }
           const replay = replayFrames(connection, events);
           if (replay.frames.length === 0) return replay.cut;
           let release: () => void;
@@ -249,7 +259,7 @@ export function eventMethods(
           }
         }
         // Read after the replay: a prune during it makes this later, never hides what it removed.
-        const from = Math.max(await bus.replayableFrom(), cut);
+        const from = Math.max(await bus.replayableFrom(), cut, unsentBelow);
         if (after + 1 < from && after < seq) missed = { after, before: from };
       } else {
         connection.lastEventSeq = Math.max(connection.lastEventSeq, seq);
