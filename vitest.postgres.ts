@@ -34,6 +34,7 @@ export const GATEWAY_PROTOCOL_SUITE = [
   "src/reliability/unicode-keys.int.test.ts",
   "src/events-missed.int.test.ts",
   "src/history-redaction.int.test.ts",
+  "src/clearance-follows-config.int.test.ts",
 ];
 
 /**

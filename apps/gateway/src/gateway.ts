@@ -294,7 +294,8 @@ export class Gateway {
       );
       const backend = new SessionToolsBackend(
         config,
-        store,
+        // Its listings read the index as served: rows with the clearance in force.
+        { sessions: sessions.index, transcripts: store.transcripts },
         sessions,
         policy,
         scheduler,

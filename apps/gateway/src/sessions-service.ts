@@ -15,11 +15,17 @@ import {
   type Level,
   LOWEST_LEVEL,
   mainKeyFor,
+  minLevel,
+  OUTSIDE_CHANNEL_KINDS,
   resetSessionTranscript,
   resolveClearance,
   resolveKeyInput,
   type SessionEntry,
+  type SessionIndexStore,
   type SessionKind,
+  type SessionListOptions,
+  type SessionListQuery,
+  type SessionListResult,
   type Store,
   SwitchboardError,
   type TranscriptEntry,
@@ -84,6 +90,13 @@ export class SessionsService {
   private readonly keyFacts = new Map<string, KeyFacts>();
   /** Row touches not settled yet, per key (all of them issued so far). */
   private readonly touches = new Map<string, Promise<void>>();
+  /**
+   * The sessions index as the gateway serves it: the store's rows with the clearance in force
+   * (`clearanceOf`) in place of the stored one. Every read of a row goes through it (this service's
+   * own, and the listings of the methods and session tools), so no decision, status or list row
+   * ever sees a clearance the current config no longer gives. Writes pass through unchanged.
+   */
+  readonly index: SessionIndexStore;
 
   constructor(
     private readonly store: Store,
@@ -93,7 +106,9 @@ export class SessionsService {
     private readonly log: Logger,
     private readonly locks: SessionLocks,
     private readonly recent: RecentMessagesCache,
-  ) {}
+  ) {
+    this.index = this.servedIndex(store.sessions);
+  }
 
   get mainKey(): string {
     return this.config.session.mainKey;
@@ -110,6 +125,75 @@ export class SessionsService {
 
   agentClearance(agentId: string): Level {
     return this.agentConfig(agentId)?.clearance ?? this.config.agents.defaults.clearance;
+  }
+
+  /**
+   * The clearance the current config gives this session: what `draft` gives a new session with
+   * this row (min(agent clearance, channel classification) for outside-channel sessions, the
+   * agent's clearance for the others).
+   */
+  configuredClearance(entry: SessionEntry): Level {
+    const kind = this.kind(entry);
+    return resolveClearance({
+      kind,
+      agentClearance: this.agentClearance(entry.agentId),
+      // Only outside-channel sessions take the channel's level: the others skip the route lookup.
+      channelLevel: OUTSIDE_CHANNEL_KINDS.includes(kind) ? this.inboundLevel(entry) : LOWEST_LEVEL,
+    });
+  }
+
+  /**
+   * The clearance in force for a session row. The stored clearance was computed from the config
+   * the session was created under; the config may have changed since (an agent's clearance or a
+   * channel's label lowered, then a restart). So:
+   * - a sub-agent session (`spawnedBy`) holds min(stored, configured): its stored clearance carries
+   *   its requester's clearance at the spawn, which the config cannot give again, and its agent's
+   *   configured clearance caps it. An operator's pin on it holds within that cap too (rows written
+   *   before the pin flag meant "operator" carry it for every spawn);
+   * - a clearance an operator set explicitly (`clearancePinned`: `sessions.patch` or
+   *   `sessions.create` with a clearance) holds as set, whatever the config says;
+   * - any other session holds what the config gives now, in both directions: its clearance was
+   *   derived from the config alone, so it is exactly what a session created now at its key gets.
+   * Data the session already holds above a clearance lowered this way stays (its taint is not
+   * touched): no read-up and no write-down refuse whatever would go past the new clearance, and
+   * `sessions.reset` clears it. Computed per read (a few comparisons, no store access), so nothing
+   * is migrated at start and every instance of a cluster applies its own (shared) config.
+   */
+  clearanceOf(entry: SessionEntry): Level {
+    if (entry.spawnedBy !== undefined) return minLevel(entry.clearance, this.configuredClearance(entry));
+    if (entry.clearancePinned) return entry.clearance;
+    return this.configuredClearance(entry);
+  }
+
+  /** The row with the clearance in force (the same object when it is the stored one). */
+  private served(entry: SessionEntry): SessionEntry {
+    const clearance = this.clearanceOf(entry);
+    return clearance === entry.clearance ? entry : { ...entry, clearance };
+  }
+
+  private servedIndex(raw: SessionIndexStore): SessionIndexStore {
+    const served = (entry: SessionEntry | undefined) => (entry ? this.served(entry) : undefined);
+    return {
+      get: async (key) => served(await raw.get(key)),
+      getVersioned: async (key) => {
+        const read = await raw.getVersioned(key);
+        return read ? { row: this.served(read.row), version: read.version } : undefined;
+      },
+      keysForSessionId: (sessionId) => raw.keysForSessionId(sessionId),
+      put: (entry, options) => raw.put(entry, options),
+      touch: (key, touch) => raw.touch(key, touch),
+      delete: (key, options) => raw.delete(key, options),
+      list: async (query: SessionListQuery, options?: SessionListOptions): Promise<SessionListResult> => {
+        // A user rule on `target.clearance` decides on the clearance in force too.
+        const residual = options?.residual;
+        const result = await raw.list(
+          query,
+          residual ? { ...options, residual: (entry) => residual(this.served(entry)) } : options,
+        );
+        return { ...result, entries: result.entries.map((entry) => this.served(entry)) };
+      },
+      count: () => raw.count(),
+    };
   }
 
   keyContext(callerAgentId?: string, field = "sessionKey"): KeyContext {
@@ -217,11 +301,11 @@ export class SessionsService {
   }
 
   get(key: string): Promise<SessionEntry | undefined> {
-    return this.store.sessions.get(key);
+    return this.index.get(key);
   }
 
   async require(key: string): Promise<SessionEntry> {
-    const entry = await this.store.sessions.get(key);
+    const entry = await this.index.get(key);
     if (!entry) throw new SwitchboardError("NOT_FOUND", `session not found: ${key}`, { details: { key } });
     return entry;
   }
@@ -244,10 +328,10 @@ export class SessionsService {
     key: string,
     options: CreateSessionOptions = {},
   ): Promise<{ entry: SessionEntry; created: boolean }> {
-    const existing = await this.store.sessions.get(key);
+    const existing = await this.index.get(key);
     if (existing) return { entry: existing, created: false };
     return this.withLock(key, async () => {
-      const again = await this.store.sessions.get(key);
+      const again = await this.index.get(key);
       if (again) return { entry: again, created: false };
       const draft = this.draft(key, options);
       const { agentId, createdAt: now } = draft;
@@ -258,7 +342,7 @@ export class SessionsService {
         await this.store.sessions.put(draft, { expectedVersion: 0 });
       } catch (error) {
         if (!(error instanceof SwitchboardError) || error.code !== "CONFLICT") throw error;
-        const winner = await this.store.sessions.get(key);
+        const winner = await this.index.get(key);
         if (!winner) throw error;
         return { entry: winner, created: false };
       }
@@ -302,7 +386,9 @@ export class SessionsService {
       channelLevel: this.inboundLevel(draft),
       ...(options.clearance ? { override: options.clearance } : {}),
     });
-    if (options.clearance) draft.clearancePinned = true;
+    // An operator's explicit clearance is pinned (it holds whatever the config says later); a
+    // spawn's is its requester's cap, which `clearanceOf` keeps under the agent's configured one.
+    if (options.clearance && !options.spawnedBy) draft.clearancePinned = true;
     return draft;
   }
 
@@ -315,7 +401,7 @@ export class SessionsService {
       this.rewrite(key, async ({ row: entry, version }) => {
         const next = change({ ...entry });
         if (!next) return entry;
-        return this.write(entry, next, reason, version);
+        return this.served(await this.write(entry, next, reason, version));
       }),
     );
   }
@@ -329,7 +415,7 @@ export class SessionsService {
    */
   private async rewrite<T>(key: string, step: (read: Versioned<SessionEntry>) => Promise<T>): Promise<T> {
     for (let attempt = 1; ; attempt++) {
-      const read = await this.store.sessions.getVersioned(key);
+      const read = await this.index.getVersioned(key);
       if (!read) throw new SwitchboardError("NOT_FOUND", `session not found: ${key}`, { details: { key } });
       try {
         return await step(read);
@@ -349,7 +435,7 @@ export class SessionsService {
    */
   async archive(key: string, sessionId: string, idle?: ArchiveCheck): Promise<boolean> {
     return this.withLock(key, async () => {
-      const entry = await this.store.sessions.get(key);
+      const entry = await this.index.get(key);
       if (!entry || entry.archivedAt || entry.sessionId !== sessionId) return false;
       if (idle && !(await idle.settled())) return false;
       // Nothing awaited from here to the archived row's write (issued as `archiveSession` starts),
@@ -413,7 +499,7 @@ export class SessionsService {
     if (level === LOWEST_LEVEL) return undefined;
     // Fast path without the lock: taint only rises (a reset replaces the row), so a row already at
     // or above `level` needs nothing.
-    const current = await this.store.sessions.get(key);
+    const current = await this.index.get(key);
     if (current && !escalateTaint(current.taint, level, { at: 0, reason, source }).event) return undefined;
     return this.withLock(key, () =>
       this.rewrite(key, async ({ row: entry, version }) => {
@@ -475,7 +561,7 @@ export class SessionsService {
     activity: { addTokens?: number } = {},
   ): Promise<TranscriptEntry[]> {
     return this.locks.run(key, async () => {
-      const entry = await this.store.sessions.get(key);
+      const entry = await this.index.get(key);
       const inputs = entry ? build(entry) : undefined;
       return entry && inputs ? this.appendTo(entry, inputs, activity) : [];
     });

@@ -42,7 +42,7 @@ export function sessionMethods({
     "sessions.list": async (params) => {
       const limit = clampInteger(params.limit, SESSIONS_LIST_LIMIT);
       const kinds = params.kinds?.filter(isSessionKind);
-      const result = await store.sessions.list({
+      const result = await sessions.index.list({
         limit,
         mainKey: sessions.mainKey,
         ...(kinds?.length ? { kinds } : {}),
@@ -77,7 +77,7 @@ export function sessionMethods({
         const entry = await sessions.require(key);
         return { key: displayKey(entry.key, undefined, sessions.mainKey), sessionId: entry.sessionId };
       }
-      const found = await store.sessions.list({
+      const found = await sessions.index.list({
         label: params.label!,
         limit: 2,
         ...(params.agentId ? { agentId: params.agentId.toLowerCase() } : {}),
