@@ -185,6 +185,9 @@ describe("a history page rewritten by PRE_HISTORY redact rules", () => {
         auth: { tokens: [{ name: "worker", token: WORKER_TOKEN, role: "agent" }] },
         agents: { list: [{ id: "main", default: true }] },
         policy: {
+          // 15 000 replacements a read: on a slow, loaded machine past the default 50 ms budget,
+          // which would refuse the page (fail closed); the budget is not what this test is about.
+          hookBudgetMs: 10_000,
           rules: [
             {
               id: "spell-out",

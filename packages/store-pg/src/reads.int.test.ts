@@ -71,7 +71,8 @@ await describeWithPg("PostgreSQL store: tail reads match core's memory store", (
             compared++;
           }
     expect(compared).toBe(4 * 6 * 7 * 4);
-  });
+    // 672 reads one after another: seconds on a slow machine.
+  }, 60_000);
 });
 
 await describeWithPg("PostgreSQL store: session reads under load", () => {
