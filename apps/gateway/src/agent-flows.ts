@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import {
   archiveWindowMinutes,
   type Config,
+  canFlowTo,
   displayKey,
   hostDrivenSessionKeys,
   isSwitchboardError,
@@ -674,11 +675,12 @@ export class AgentFlows {
       const targetNow = await this.liveSession(targetKey);
       if (!requesterNow || !targetNow) return;
       const passed = await this.passReply(requesterNow, targetNow, latest, latestLabel, position);
-      if (!passed) latest = roundOneReply;
+      const refused =
+        passed && (await this.raiseWithin(targetKey, passed.label, `reply from ${latestFrom}`, latestFrom));
+      if (!passed || refused) latest = roundOneReply;
       else {
         latest = passed.text;
         announceLabel = maxLevel(passed.label, roundOneLabel ?? passed.label);
-        await this.sessions.raiseTaint(targetKey, passed.label, `reply from ${latestFrom}`, latestFrom);
       }
     } else if (latestLabel) announceLabel = maxLevel(latestLabel, roundOneLabel ?? latestLabel);
     await this.announce(
@@ -783,10 +785,18 @@ export class AgentFlows {
       `If you want to remain silent, reply exactly "${ANNOUNCE_SKIP}".`,
     ].join("\n");
     // Replies computed before a reset of the target come back into its new transcript with their
-    // own label, which the session takes on.
+    // own label, which the session takes on: within its clearance as it is now, which an operator
+    // may have lowered since (after a reset, or with `force`). Above it the announce is not made.
     const label = dataLabel ? maxLevel(target.taint, dataLabel) : target.taint;
-    if (label !== target.taint)
-      await this.sessions.raiseTaint(targetKey, label, `announce of ${primary.runId}`, targetKey);
+    const refused =
+      dataLabel && !canFlowTo(dataLabel, target.clearance)
+        ? `read-up blocked: announce of ${primary.runId} (${dataLabel}) cannot flow to ${targetKey} (clearance ${target.clearance})`
+        : label !== target.taint &&
+          (await this.raiseWithin(targetKey, label, `announce of ${primary.runId}`, targetKey));
+    if (refused) {
+      await this.announceRefused(primary, requesterKey, target, refused);
+      return;
+    }
     const ended = await this.stepEnd(primary, "announce", async (key) => {
       const { record } = await this.scheduler.enqueue({
         sessionKey: targetKey,
@@ -822,6 +832,53 @@ export class AgentFlows {
       reason: "announce",
       runId: ended.runId,
     });
+  }
+
+  /**
+   * A send's announce the target may not take in: recorded in its transcript, as an announce
+   * skipped for want of a route is, and audited, so the operator who lowered the clearance sees
+   * what it held back.
+   */
+  private async announceRefused(
+    primary: RunRecord,
+    requesterKey: string,
+    target: SessionEntry,
+    reason: string,
+  ): Promise<void> {
+    this.log.info({ runId: primary.runId, sessionKey: target.key, reason }, "announce refused");
+    await this.sessions.append(target.key, [
+      {
+        type: "event",
+        label: target.taint,
+        runId: primary.runId,
+        event: { name: "announce.skipped", data: { reason, requester: requesterKey } },
+      },
+    ]);
+    await this.audit.append({
+      kind: "announce",
+      sessionKey: target.key,
+      data: { runId: primary.runId, requester: requesterKey, refused: true, error: reason },
+    });
+  }
+
+  /**
+   * A taint rise for data the gateway's own flow hands a session, bounded by the session's clearance
+   * as the rise writes it (`SessionsService.raiseTaint`): the step decided on a row read before, and
+   * an operator may have lowered the clearance since. Returns why the rise was refused, if it was.
+   */
+  private async raiseWithin(
+    key: string,
+    level: Level,
+    reason: string,
+    source: string,
+  ): Promise<string | undefined> {
+    try {
+      await this.sessions.raiseTaint(key, level, reason, source, "clearance");
+      return undefined;
+    } catch (error) {
+      if (isSwitchboardError(error) && error.code === "FORBIDDEN") return error.message;
+      throw error;
+    }
   }
 
   /**
@@ -1183,44 +1240,13 @@ export class AgentFlows {
       "",
       `Stats: runtime ${(runtimeMs / 1000).toFixed(1)}s • tokens ${tokens}${record.usage ? ` (in ${record.usage.inputTokens} / out ${record.usage.outputTokens})` : ""} • session ${spawn.childKey} • sessionId ${spawn.childSessionId} • transcript ${this.sessions.transcriptPathOf(spawn.childSessionId)}`,
     ].join("\n");
-    // The findings carry the taint of the transcript they were written in. A child reset (or
-    // deleted) since its run ended has a taint that says nothing of them: they are labelled with the
-    // label the reply was written with, or, not known here (an announce resumed after a restart or
-    // taken over), the most that transcript could have held: the child's clearance (an over-taint,
-    // never a leak).
-    const sameChild = child?.sessionId === spawn.childSessionId ? child : undefined;
-    const clearance = child?.clearance ?? this.childClearance(requester, record.agentId);
-    const written = replyLabel ?? record.endLabel;
-    const childFacts = sameChild
-      ? { ...this.policy.facts(sameChild), taint: maxLevel(sameChild.taint, written ?? sameChild.taint) }
-      : {
-          key: spawn.childKey,
-          agentId: record.agentId,
-          kind: "subagent" as const,
-          channel: "internal",
-          taint: written ?? clearance,
-          clearance,
-        };
-    const decision = await this.policy.enforce({
-      hook: "PRE_SEND",
-      caller: childFacts,
-      target: this.policy.facts(requester),
-      text: message,
-      facts: { origin: "gateway" },
-    });
-    // The requester takes the child's findings in: PRE_HISTORY judges and redacts them as its read
-    // of the child's data, as its `sessions_history` of the child would be.
-    const announced =
-      decision.action === "BLOCK"
-        ? undefined
-        : await this.takenIn(requester, childFacts, decision.text ?? message);
-    if (announced === undefined) {
-      await finishAnnounce("failed", {
-        lastError: decision.message ?? "the requester may not read the sub-agent's findings",
-      });
+    const childFacts = this.findingsFacts(record, child, replyLabel ?? record.endLabel);
+    const handed = await this.handFindings(requester, childFacts, message);
+    if ("refused" in handed) {
+      await finishAnnounce("failed", { lastError: handed.refused });
     } else {
+      const announced = handed.text;
       const label = childFacts.taint;
-      await this.sessions.raiseTaint(requester.key, label, `announce from ${spawn.childKey}`, spawn.childKey);
       if (this.hostDriven.has(requester.key)) {
         // No agent turn in a host-driven session: the report is recorded for the host to read,
         // once: taken up again after a crash between the record and the mark, it is there already.
@@ -1285,8 +1311,70 @@ export class AgentFlows {
   }
 
   /**
+   * The child's findings as the data of a session: `written`, the label the reply was written
+   * with, when known. The findings carry the taint of the transcript they were written in; a child
+   * reset (or deleted) since its run ended has a taint that says nothing of them. Not known here (an
+   * announce resumed after a restart or taken over), the label is the most that transcript could
+   * have held: the child's clearance, or, the child gone, its agent's, which bounds it whatever the
+   * requester's clearance was at the spawn (an over-taint, never a leak).
+   */
+  private findingsFacts(
+    record: RunRecord,
+    child: SessionEntry | undefined,
+    written: Level | undefined,
+  ): SessionFacts {
+    const spawn = record.spawn!;
+    if (child?.sessionId === spawn.childSessionId)
+      return { ...this.policy.facts(child), taint: maxLevel(child.taint, written ?? child.taint) };
+    const clearance = child?.clearance ?? this.sessions.agentClearance(record.agentId);
+    return {
+      key: spawn.childKey,
+      agentId: record.agentId,
+      kind: "subagent",
+      channel: "internal",
+      taint: written ?? clearance,
+      clearance,
+    };
+  }
+
+  /**
+   * The requester takes a child's findings in, judged on its row as it is now (the first announce
+   * and every retry alike: a reset and a lowered clearance since refuse them). PRE_SEND judges them
+   * as a message from the child; PRE_HISTORY as the requester's read of the child's data, whose
+   * redact rules rewrite them as in its `sessions_history` of the child; then its taint rises to
+   * their label, within its clearance as the rise writes it. Returns the text handed over, or why
+   * the findings were refused.
+   */
+  private async handFindings(
+    requester: SessionEntry,
+    child: SessionFacts,
+    message: string,
+  ): Promise<{ text: string } | { refused: string }> {
+    const sent = await this.policy.enforce({
+      hook: "PRE_SEND",
+      caller: child,
+      target: this.policy.facts(requester),
+      text: message,
+      facts: { origin: "gateway" },
+    });
+    if (sent.action === "BLOCK")
+      return { refused: sent.message ?? "the sub-agent may not write to the requester" };
+    const read = await this.judgeRead(requester, child, sent.text ?? message);
+    if (read.action === "BLOCK")
+      return { refused: read.message ?? "the requester may not read the sub-agent's findings" };
+    const refused = await this.raiseWithin(
+      requester.key,
+      child.taint,
+      `announce from ${child.key}`,
+      child.key,
+    );
+    return refused ? { refused } : { text: read.texts?.[0] ?? sent.text ?? message };
+  }
+
+  /**
    * The spawn's latest announce run ended: `ok` delivers the announce; otherwise the same announce
-   * (message, label, chain) goes into a new run on the requester, each attempt under its own key so
+   * (message, chain), judged again as the first one was, goes into a new run on the requester, or
+   * fails when the requester may no longer take it in; each attempt under its own key so
    * a retry is never confused with the run it replaces, until `MAX_ANNOUNCE_ATTEMPTS`.
    */
   private async settleAnnounce(record: RunRecord): Promise<void> {
@@ -1308,8 +1396,7 @@ export class AgentFlows {
       const lostTry = isLostWithProcess(run);
       const lostTries = (spawn.announce.lostTries ?? 0) + (lostTry ? 1 : 0);
       const counted = spawn.announce.attempts - lostTries;
-      if (!run || !requester || counted >= MAX_ANNOUNCE_ATTEMPTS || lostTries > MAX_LOST_ANNOUNCE_TRIES) {
-        const reason = run && !requester ? "requester session no longer exists (or was archived)" : lastError;
+      const fail = async (reason: string) => {
         await this.markAnnounce(record, { status: "failed", lastError: reason });
         await this.audit.append({
           kind: "announce",
@@ -1322,22 +1409,26 @@ export class AgentFlows {
             error: reason,
           },
         });
+      };
+      if (!run || !requester || counted >= MAX_ANNOUNCE_ATTEMPTS || lostTries > MAX_LOST_ANNOUNCE_TRIES) {
+        await fail(run && !requester ? "requester session no longer exists (or was archived)" : lastError);
         return;
       }
-      // The requester may have been reset since: the findings label its new transcript too.
-      if (run.label)
-        await this.sessions.raiseTaint(
-          requester.key,
-          run.label,
-          `announce from ${spawn.childKey}`,
-          spawn.childKey,
-        );
+      // The requester may have been reset, and its clearance lowered, since the run before: the
+      // retry is judged again on its row as it is now, and the findings label its new transcript.
+      const child = await this.sessions.get(spawn.childKey);
+      const childFacts = this.findingsFacts(record, child, run.label ?? record.endLabel);
+      const handed = await this.handFindings(requester, childFacts, run.message);
+      if ("refused" in handed) {
+        await fail(handed.refused);
+        return;
+      }
       const attempt = spawn.announce.attempts + 1;
       const { record: retry, existing } = await this.scheduler.enqueue({
         sessionKey: requester.key,
         lane: "nested",
         origin: "spawn-announce",
-        message: run.message,
+        message: handed.text,
         ...(run.context ? { context: run.context } : {}),
         provenance: run.provenance ?? {
           kind: "subagent",
@@ -1345,7 +1436,7 @@ export class AgentFlows {
           runId: record.runId,
         },
         ...(run.flow ? { flow: run.flow } : {}),
-        label: run.label ?? "PUBLIC",
+        label: childFacts.taint,
         idempotencyKey: `${spawn.announce.idempotencyKey}:${attempt}`,
         timeoutSeconds: this.stepTimeoutSeconds,
       });

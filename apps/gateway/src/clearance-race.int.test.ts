@@ -55,3 +55,62 @@ describe("a clearance lowered while a message into the session is delivered", ()
     expect(JSON.stringify(await op.call("sessions.history", { sessionKey: RECV }))).not.toContain("-38%");
   });
 });
+
+// The same race for a session's own reads: sessions_history and session_status decided no read-up
+// on the caller's row as it was at the start of the call, and a tool's result label on the row as
+// it was before the tool ran; the taint rise after it took no account of a clearance lowered since.
+describe("a clearance lowered while the session reads", () => {
+  /** READER's clearance is lowered to PUBLIC (no force: its taint is still PUBLIC) just before the rise. */
+  async function readerLoweredDuring(reason: string, tools: Record<string, "CONFIDENTIAL"> = {}) {
+    const gw = await edge.start(
+      {
+        auth: { tokens: [{ name: "worker", token: WORKER_TOKEN, role: "agent" }] },
+        agents: { list: [{ id: "main", default: true }] },
+        labels: { channels: { vault: "CONFIDENTIAL" }, tools },
+      },
+      { store: testStoreKind() },
+    );
+    const op = await gw.operator();
+    await op.call("sessions.create", { key: VAULT, channel: "vault" });
+    await op.call("chat.send", { sessionKey: VAULT, message: "Q3 revenue miss: -38% (embargoed)" });
+    await op.call("sessions.create", { key: RECV });
+    const sessions = gw.gateway.sessions;
+    const raiseTaint = sessions.raiseTaint.bind(sessions);
+    const state = { patched: false };
+    sessions.raiseTaint = async (...args: Parameters<typeof raiseTaint>) => {
+      if (!state.patched && args[0] === RECV && args[2].startsWith(reason)) {
+        state.patched = true;
+        await op.call("sessions.patch", { key: RECV, clearance: "PUBLIC" });
+      }
+      return raiseTaint(...args);
+    };
+    const invoke = (tool: string, args: Record<string, unknown>) =>
+      op.call<{ status: string } & Record<string, unknown>>("tools.invoke", { tool, args, as: RECV });
+    const reader = () =>
+      op.call<{ taint: string; clearance: string }>("sessions.status", { sessionKey: RECV });
+    return { state, invoke, reader };
+  }
+
+  for (const tool of ["sessions_history", "session_status"]) {
+    it(`${tool} answers forbidden and leaves the reader at its new clearance`, async () => {
+      const { state, invoke, reader } = await readerLoweredDuring("read ");
+      const result = await invoke(tool, { sessionKey: VAULT });
+      expect(state.patched).toBe(true);
+      expect(result).toMatchObject({ status: "forbidden" });
+      expect(String(result.error)).toContain("clearance PUBLIC");
+      expect(JSON.stringify(result)).not.toContain("-38%");
+      expect(await reader()).toMatchObject({ taint: "PUBLIC", clearance: "PUBLIC" });
+    });
+  }
+
+  it("withholds a tool's result labelled above the new clearance", async () => {
+    const { state, invoke, reader } = await readerLoweredDuring("result of tool", {
+      agents_list: "CONFIDENTIAL",
+    });
+    const result = await invoke("agents_list", {});
+    expect(state.patched).toBe(true);
+    expect(result).toMatchObject({ status: "forbidden" });
+    expect(result).not.toHaveProperty("agents");
+    expect(await reader()).toMatchObject({ taint: "PUBLIC", clearance: "PUBLIC" });
+  });
+});

@@ -41,8 +41,11 @@ async function start(config: ConfigInput): Promise<TestGateway> {
   return gw;
 }
 
-/** The first background wait for a `send` run of ALICE is followed by a reset of ALICE. */
-function resetAliceAfterItsSend(gw: TestGateway): () => boolean {
+/**
+ * The first background wait for a `send` run of ALICE is followed by a reset of ALICE, and with
+ * `clearance`, by the operator setting ALICE's clearance (no force needed: it holds nothing now).
+ */
+function resetAliceAfterItsSend(gw: TestGateway, clearance?: string): () => boolean {
   const flows = gw.gateway.flows as unknown as { waitEnd(runId: string): Promise<unknown> };
   const waitEnd = flows.waitEnd.bind(flows);
   let reset = false;
@@ -52,6 +55,7 @@ function resetAliceAfterItsSend(gw: TestGateway): () => boolean {
     if (!reset && record?.sessionKey === ALICE && record.origin === "send") {
       reset = true;
       await op.call("sessions.reset", { key: ALICE });
+      if (clearance) await op.call("sessions.patch", { key: ALICE, clearance });
     }
     return result;
   };
@@ -91,7 +95,7 @@ describe("a send's follow-up after a reset of its target", () => {
    * PUB sends to ALICE and waits; ALICE answers the secret, every follow-up step skips, and ALICE is
    * reset right after its reply. Returns the worker once the follow-up settled.
    */
-  async function sendFromPubWithAliceReset(turns: number) {
+  async function sendFromPubWithAliceReset(turns: number, clearance?: string) {
     const gw = await labelled(turns);
     const worker = await edge.startWorker(
       scripted((run) => {
@@ -103,7 +107,7 @@ describe("a send's follow-up after a reset of its target", () => {
     );
     await op.call("sessions.create", { key: PUB, channel: "discord" });
     await aliceHeardFrom();
-    const reset = resetAliceAfterItsSend(gw);
+    const reset = resetAliceAfterItsSend(gw, clearance);
     await sendFrom(PUB, ALICE);
     await gw.gateway.flows.idle();
     expect(reset()).toBe(true);
@@ -130,6 +134,26 @@ describe("a send's follow-up after a reset of its target", () => {
       as: PUB,
     });
     expect(JSON.stringify(read)).not.toContain(SECRET);
+  });
+
+  it("makes no announce into a target whose clearance was lowered below the reply's label", async () => {
+    const worker = await sendFromPubWithAliceReset(0, "PUBLIC");
+    const announce = worker.runs.find((run) => run.input.context.includes("announce step"));
+    expect(announce).toBeUndefined();
+    const audit = await op.call<{ entries: Array<{ kind: string; sessionKey?: string; data: object }> }>(
+      "audit.tail",
+      { limit: 1000 },
+    );
+    const refused = audit.entries.find((record) => record.kind === "announce" && record.sessionKey === ALICE);
+    expect(refused?.data).toMatchObject({
+      refused: true,
+      error: expect.stringContaining("clearance PUBLIC"),
+    });
+    const alice = await op.call<{ taint: string; clearance: string }>("sessions.status", {
+      sessionKey: ALICE,
+    });
+    expect(alice).toMatchObject({ taint: "PUBLIC", clearance: "PUBLIC" });
+    expect(await transcriptOf(ALICE)).not.toContain(SECRET);
   });
 });
 
@@ -185,5 +209,54 @@ describe("PRE_HISTORY redaction of what a follow-up hands over", () => {
     );
     expect(announce.input.message).toContain("found [REDACTED]");
     expect(announce.input.message).not.toContain(SECRET);
+  });
+});
+
+describe("a spawn's announce retried after a reset of its requester", () => {
+  // The first announce run on the requester waits for a worker; meanwhile the operator resets the
+  // requester and lowers its clearance. That run ends unrun, and the retry used to re-deliver the
+  // findings, raising the requester above its new clearance, with none of the first one's checks.
+  it("is judged again on the requester as it is now, and fails instead of delivering", async () => {
+    const HELPER_CHAT = "agent:helper:webchat:dm:alice";
+    const gw = await edge.start({
+      auth: { tokens: [{ name: "worker", token: WORKER_TOKEN, role: "agent" }] },
+      agents: {
+        list: [{ id: "main", default: true, subagents: { allowAgents: ["helper"] } }, { id: "helper" }],
+      },
+      tools: { agentToAgent: { enabled: true, allow: ["*"] } },
+      labels: { channels: { webchat: "CONFIDENTIAL" } },
+    });
+    op = await gw.operator();
+    // Only the helper agent has a worker for now: runs on MAIN stay queued.
+    await edge.startWorker(
+      async ({ run }) => (run.sessionKey === HELPER_CHAT ? "hello" : `found ${SECRET}`),
+      ["helper"],
+    );
+    await op.call("sessions.create", { key: HELPER_CHAT, channel: "webchat" });
+    const hi = await op.call<{ runId: string }>("chat.send", { sessionKey: HELPER_CHAT, message: "hi" });
+    await op.call("agent.wait", { runId: hi.runId, timeoutMs: 10_000 });
+    await op.call("sessions.create", { key: MAIN });
+    await op.call("tools.invoke", { tool: "sessions_history", args: { sessionKey: HELPER_CHAT }, as: MAIN });
+    const spawned = await op.call<{ status: string; runId: string }>("tools.invoke", {
+      tool: "sessions_spawn",
+      args: { task: "find it", agentId: "helper" },
+      as: MAIN,
+    });
+    expect(spawned.status).toBe("accepted");
+    await op.call("agent.wait", { runId: spawned.runId, timeoutMs: 10_000 });
+    const announceOf = async () => (await gw.gateway.store.runs.get(spawned.runId))?.spawn?.announce;
+    await until(async () => (await announceOf())?.runId !== undefined, "the announce run queued on MAIN");
+
+    await op.call("sessions.reset", { key: MAIN });
+    await op.call("sessions.patch", { key: MAIN, clearance: "PUBLIC" });
+    const mainWorker = await edge.startWorker(async () => "ANNOUNCE_SKIP", ["main"]);
+    await until(async () => (await announceOf())?.status === "failed", "the announce reported failed");
+    await gw.gateway.flows.idle();
+
+    expect((await announceOf())?.lastError).toContain("clearance PUBLIC");
+    const main = await op.call<{ taint: string; clearance: string }>("sessions.status", { sessionKey: MAIN });
+    expect(main).toMatchObject({ taint: "PUBLIC", clearance: "PUBLIC" });
+    expect(JSON.stringify(mainWorker.runs)).not.toContain(SECRET);
+    expect(await transcriptOf(MAIN)).not.toContain(SECRET);
   });
 });

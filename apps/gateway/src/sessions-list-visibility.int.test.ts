@@ -79,3 +79,35 @@ describe("sessions_list visibility", () => {
     expect(viaMethod.sessions.every((row) => row.kind === "main")).toBe(true);
   });
 });
+
+describe("sessions_list of a caller whose clearance was lowered below its taint", () => {
+  // `sessions.patch` with `force` lowers a clearance and keeps what the session holds: its
+  // sessions_history of a CONFIDENTIAL session is refused from then on, and its list previews of
+  // that session used to hand over the same new data, bounded by the taint alone.
+  it("hides a session above the clearance, with its previews, as its history is refused", async () => {
+    const ALICE = "agent:main:webchat:dm:alice";
+    const BOB = "agent:main:main";
+    await setup({ labels: { channels: { webchat: "CONFIDENTIAL" } } });
+    await op.call("sessions.create", { key: ALICE, channel: "webchat" });
+    const chat = async (message: string) => {
+      const { runId } = await op.call<{ runId: string }>("chat.send", { sessionKey: ALICE, message });
+      await op.call("agent.wait", { runId, timeoutMs: 10_000 });
+    };
+    await chat("hi");
+    await op.call("tools.invoke", { tool: "sessions_history", args: { sessionKey: ALICE }, as: BOB });
+    await op.call("sessions.patch", { key: BOB, clearance: "PUBLIC", force: true });
+    await chat("the new code is victor-9191");
+
+    const history = await op.call<{ status: string }>("tools.invoke", {
+      tool: "sessions_history",
+      args: { sessionKey: ALICE },
+      as: BOB,
+    });
+    expect(history.status).toBe("forbidden");
+    const listed = await list(BOB, { messageLimit: 5 });
+    expect(JSON.stringify(listed)).not.toContain("victor-9191");
+    expect(keys(listed)).not.toContain(ALICE);
+    expect(keys(listed)).toContain("main");
+    expect(listed.hidden).toBe(1);
+  });
+});

@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import {
   type Config,
+  isSwitchboardError,
   isToolName,
   type Level,
   MAX_INPUT_MESSAGE_BYTES,
@@ -166,7 +167,8 @@ export class ToolCalls {
     if (decision.action === "BLOCK") return finish({ status: "forbidden", error: decision.message });
     const result = await this.executor.invoke(tool, args, holding);
     if (result.status === "ok" || result.status === "accepted") {
-      await this.takeIn(entry.key, tool, toolLevel(this.config.labels, tool));
+      const refused = await this.takeIn(entry.key, tool, toolLevel(this.config.labels, tool));
+      if (refused) return finish({ status: "forbidden", error: refused });
     }
     return finish(result);
   }
@@ -197,8 +199,10 @@ export class ToolCalls {
     if (decision.action === "BLOCK") {
       throw new SwitchboardError("FORBIDDEN", decision.message, { details: { ruleId: decision.ruleId } });
     }
+    // Taken in before it is recorded: a result refused here never reaches the transcript.
+    const refused = await this.takeIn(run.sessionKey, name, label);
+    if (refused) throw new SwitchboardError("FORBIDDEN", refused);
     await this.record(call, { result: { value: event.result ?? null, label } });
-    await this.takeIn(run.sessionKey, name, label);
   }
 
   /** `policy.simulate`: the `simulate_tool_call` tool, run as the given caller. */
@@ -206,8 +210,25 @@ export class ToolCalls {
     return this.executor.invoke("simulate_tool_call", { tool_name: tool, args }, caller);
   }
 
-  private takeIn(sessionKey: string, tool: string, label: Level) {
-    return this.sessions.raiseTaint(sessionKey, label, `result of tool ${tool}`, `tool:${tool}`);
+  /**
+   * Raises the session's taint to a tool result's label. PRE_TOOL_CALL decided no read-up on the row
+   * as it was before the call, which may have waited long on its executor: a clearance lowered since
+   * is judged on the row the rise writes over. Returns why the result is refused, if it is.
+   */
+  private async takeIn(sessionKey: string, tool: string, label: Level): Promise<string | undefined> {
+    try {
+      await this.sessions.raiseTaint(
+        sessionKey,
+        label,
+        `result of tool ${tool}`,
+        `tool:${tool}`,
+        "clearance",
+      );
+      return undefined;
+    } catch (error) {
+      if (isSwitchboardError(error) && error.code === "FORBIDDEN") return error.message;
+      throw error;
+    }
   }
 
   /** The one place tool calls and results become transcript entries. */

@@ -60,7 +60,8 @@ export const PolicyFactsSchema = z.object({
   origin: z.enum(["tool", "gateway"]).optional(),
   /**
    * PRE_HISTORY for `sessions_list` rows: discovery without escalation. The row is shown only when
-   * the target's taint <= the caller's *current* taint, and the caller's taint does not rise.
+   * the target's taint <= the caller's *current* taint and its clearance (`discoveryCeiling`), and
+   * the caller's taint does not rise.
    */
   discovery: z.boolean().optional(),
   /** PRE_SPAWN: active (not yet ended) children of the requester; `maxChildren` checks it. */

@@ -2,6 +2,7 @@ import { canFlowTo, type Level } from "../labels/level";
 import type { SessionVisibility } from "../store/session-visibility";
 import { type AgentToAgentConfig, checkAgentToAgent, matchesAnyAgentPattern } from "./agent-to-agent";
 import type { SessionFacts } from "./context";
+import { discoveryCeiling } from "./flow";
 
 /** The fields of a row that discovery decides on; a store row has them all. */
 export interface DiscoveryRow {
@@ -61,13 +62,14 @@ export function compileDiscovery(
     return allowed;
   };
   const sandboxed = caller.sandboxed === true && (settings.sandboxVisibility ?? "spawned") === "spawned";
+  const ceiling = discoveryCeiling(caller);
   const builtinsPass = (row: DiscoveryRow): boolean =>
-    canFlowTo(row.taint, caller.taint) &&
+    canFlowTo(row.taint, ceiling) &&
     agentAllowed(row.agentId) &&
     (!sandboxed || row.key === caller.key || row.spawnedBy === caller.key);
   const visibility: SessionVisibility = {
     selfKey: caller.key,
-    maxTaint: caller.taint,
+    maxTaint: ceiling,
     agents: visibleAgents(settings.agentToAgent, caller.agentId),
     sandboxed,
   };

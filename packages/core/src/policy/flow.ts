@@ -1,5 +1,5 @@
-import { canFlowTo, type Level, LOWEST_LEVEL, maxLevel } from "../labels/level";
-import type { PolicyContext } from "./context";
+import { canFlowTo, type Level, LOWEST_LEVEL, maxLevel, minLevel } from "../labels/level";
+import type { PolicyContext, SessionFacts } from "./context";
 
 /** The level of the data a session writes: its taint, or higher when the data carries a higher label. */
 export function outgoingLevel(ctx: PolicyContext): Level {
@@ -21,9 +21,19 @@ export function incomingLevel(ctx: PolicyContext): Level | undefined {
 }
 
 /**
+ * The highest taint of a row `sessions_list` shows the caller (with its previews): its current
+ * taint, so listing never escalates, and never above its clearance. A clearance an operator lowered
+ * below the taint (`sessions.patch` with `force`) keeps what the session holds but lets no more in,
+ * and a preview is as much a read of that session as its history.
+ */
+export function discoveryCeiling(caller: Pick<SessionFacts, "taint" | "clearance">): Level {
+  return minLevel(caller.taint, caller.clearance);
+}
+
+/**
  * No read-up: data above the caller's clearance is refused. For `sessions_list` discovery
- * (`facts.discovery`) the bar is the caller's current taint, so listing never escalates.
- * Operator reads (no caller) are not a session taking in data.
+ * (`facts.discovery`) the bar is `discoveryCeiling`. Operator reads (no caller) are not a session
+ * taking in data.
  */
 export function readUpViolation(ctx: PolicyContext): string | undefined {
   const caller = ctx.caller;
@@ -35,9 +45,12 @@ export function readUpViolation(ctx: PolicyContext): string | undefined {
       ? `${ctx.target?.key ?? "data"} (taint ${incoming})`
       : `${ctx.tool ? `results of tool ${ctx.tool.name}` : "data"} (label ${incoming})`;
   if (ctx.facts?.discovery) {
-    return canFlowTo(incoming, caller.taint)
+    const bar = canFlowTo(caller.taint, caller.clearance)
+      ? `the current taint ${caller.taint}`
+      : `the clearance ${caller.clearance}`;
+    return canFlowTo(incoming, discoveryCeiling(caller))
       ? undefined
-      : `hidden: ${what} is above the current taint ${caller.taint} of ${caller.key}`;
+      : `hidden: ${what} is above ${bar} of ${caller.key}`;
   }
   return canFlowTo(incoming, caller.clearance)
     ? undefined
