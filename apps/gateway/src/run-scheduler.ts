@@ -19,7 +19,12 @@ import {
 } from "@switchboard/core";
 import type { Logger } from "pino";
 import type { Connection } from "./connection";
-import { type ActiveRun as ActiveRunOf, type ActiveRuns, runInputBytes } from "./ports/active-runs";
+import {
+  type ActiveRun as ActiveRunOf,
+  type ActiveRuns,
+  type RunLoad,
+  runInputBytes,
+} from "./ports/active-runs";
 import type { EventLog } from "./ports/event-log";
 import type { RunLanes } from "./ports/run-lanes";
 import type { RunWaiters } from "./ports/run-waiters";
@@ -123,10 +128,20 @@ export interface ClusterRunHooks {
    * or waits in the cluster's queue (false: the run must join the queue behind them).
    */
   claimAtOnce(record: RunRecord): Promise<boolean>;
-  /** Puts a run no worker here can take into the cluster's queue. */
-  handOff(record: RunRecord): Promise<void>;
+  /**
+   * Puts a run no worker here can take into the cluster's queue. `deadlineInMs`: the time it has
+   * left, on this instance's clock (undefined: no timeout); the database keeps its deadline on its
+   * own clock from there.
+   */
+  handOff(record: RunRecord, deadlineInMs: number | undefined): Promise<void>;
   /** A run holding its lane here goes back to the head of it in the cluster's queue. */
-  handBack(record: RunRecord): Promise<void>;
+  handBack(record: RunRecord, deadlineInMs: number | undefined): Promise<void>;
+  /**
+   * What the runs this instance handed to the cluster's queue weigh until their end is heard (or
+   * it is adopted here, and `active` counts it): they count against this instance's
+   * `gateway.limits` like its runs not ended, wherever they run.
+   */
+  queuedLoad(sessionKey: string): RunLoad;
   /** The run ended: its lane is free for any instance. */
   release(record: RunRecord): Promise<void>;
   /** Takes a run out of the cluster's queue (false: it was not there). */
@@ -166,6 +181,8 @@ export class RunScheduler {
   private readonly handingOff = new Map<string, Promise<void>>();
   /** Each lane's last step in order here (see `inLaneOrder`). */
   private readonly laneOrder = new Map<string, Promise<void>>();
+  /** Each timed run's deadline on this process's monotonic clock (see `armTimeout`, `timeLeft`). */
+  private readonly dues = new WeakMap<ActiveRun, number>();
   private stopping = false;
   private cluster: ClusterRunHooks | undefined;
   /** Retries writing ended runs whose final record the store refused (disk full). */
@@ -331,7 +348,17 @@ export class RunScheduler {
    * all slip under the limit together.
    */
   private admit(sessionKey: string, bytes: number): void {
-    const load = this.active.load(sessionKey);
+    const here = this.active.load(sessionKey);
+    // Several instances: the runs this one handed to the cluster's queue count until they end
+    // (they left `active`, and would otherwise count nowhere, on no instance).
+    const queued = this.cluster?.queuedLoad(sessionKey);
+    const load: RunLoad = queued
+      ? {
+          sessionRuns: here.sessionRuns + queued.sessionRuns,
+          runs: here.runs + queued.runs,
+          bytes: here.bytes + queued.bytes,
+        }
+      : here;
     const { maxRunsPerSession, maxRuns, maxRunInputBytes } = this.limits;
     if (load.sessionRuns >= maxRunsPerSession)
       throw new SwitchboardError(
@@ -613,13 +640,21 @@ export class RunScheduler {
     await this.recordInput(record, record.label ?? entry.taint);
   }
 
-  private armTimeout(active: ActiveRun): void {
+  /**
+   * `deadlineInMs`: the time the run has left as the cluster's database counts it (a run adopted
+   * from the cluster's queue); without it the deadline is its `createdAt` plus its timeout, on this
+   * instance's clock (which wrote `createdAt`, unless another instance created the run).
+   */
+  private armTimeout(active: ActiveRun, deadlineInMs?: number): void {
     const seconds = active.record.timeoutSeconds;
     if (!seconds || seconds <= 0) return;
-    const deadline = active.record.createdAt + seconds * 1000;
+    const wallNow = Date.now();
+    const deadline =
+      deadlineInMs === undefined ? active.record.createdAt + seconds * 1000 : wallNow + deadlineInMs;
     active.deadline = deadline;
     // Counted on the monotonic clock: a wall clock set back must not keep the run (and its lane) on.
-    const due = monotonicDeadline(deadline);
+    const due = monotonicDeadline(deadline, wallNow);
+    this.dues.set(active, due);
     const arm = () => {
       active.timer = setTimeout(
         () => {
@@ -691,9 +726,10 @@ export class RunScheduler {
     // Stored first: the instance adopting it stores it `running` again (attempts counted).
     await this.store.runs.put(record);
     if (this.lanes.holder(laneKey) === record.runId) this.lanes.release(laneKey, record.runId);
+    const left = this.timeLeft(active);
     this.active.delete(record.runId);
     if (active.timer) clearTimeout(active.timer);
-    await this.cluster!.handBack(record);
+    await this.cluster!.handBack(record, left);
     this.waiters.moved(record.runId);
     this.pump(laneKey);
   }
@@ -736,14 +772,31 @@ export class RunScheduler {
     void this.dispatch(active, worker).catch((error) => this.dispatchFailed(active, error));
   }
 
+  /**
+   * The time a run has left before its timeout, on this process's clocks (undefined: none): from
+   * its armed timer, else from its `createdAt`. Only this duration crosses to the cluster, whose
+   * database keeps the deadline on its own clock.
+   */
+  private timeLeft(active: ActiveRun): number | undefined {
+    const seconds = active.record.timeoutSeconds;
+    if (!seconds || seconds <= 0) return undefined;
+    const due = this.dues.get(active);
+    if (due !== undefined) return due - performance.now();
+    return active.record.createdAt + seconds * 1000 - Date.now();
+  }
+
   /** The run leaves this instance for the cluster's queue (waits here are answered from its events). */
   private handOffNow(active: ActiveRun): void {
     const runId = active.record.runId;
+    const left = this.timeLeft(active);
+    // Counted by the cluster from here on (`queuedLoad`), in the same synchronous step.
     this.active.delete(runId);
     if (active.timer) clearTimeout(active.timer);
     // The cluster tracks the run's end from here on (synchronously, before its first write), so a
     // wait started here before it left follows it there.
-    const handing = this.cluster!.handOff(active.record).catch((error) => this.dispatchFailed(active, error));
+    const handing = this.cluster!.handOff(active.record, left).catch((error) =>
+      this.dispatchFailed(active, error),
+    );
     this.waiters.moved(runId);
     this.handingOff.set(runId, handing);
     void handing.then(() => this.handingOff.delete(runId));
@@ -766,7 +819,12 @@ export class RunScheduler {
    */
   adopt(
     record: RunRecord,
-    options: { started?: boolean; session?: { session: SessionEntry | undefined } } = {},
+    options: {
+      started?: boolean;
+      session?: { session: SessionEntry | undefined };
+      /** The time it has left, as the cluster's database counts it (see `armTimeout`). */
+      deadlineInMs?: number;
+    } = {},
   ): boolean {
     if (this.stopping || TERMINAL_RUN_STATUSES.includes(record.status)) return false;
     const laneKey = laneKeyOf(record);
@@ -775,7 +833,7 @@ export class RunScheduler {
     if (!worker) return false;
     const active: ActiveRun = { record };
     this.active.add(active);
-    this.armTimeout(active);
+    this.armTimeout(active, options.deadlineInMs);
     this.lanes.claim(laneKey, record.runId);
     void this.dispatch(active, worker, options.started, options.session).catch((error) =>
       this.dispatchFailed(active, error),

@@ -1,18 +1,22 @@
 // Child process of the cluster tests (src/cluster/*.int.test.ts) and benchmarks B9/B10: one gateway
 // instance on a postgres store, killed with SIGKILL by the parent when a test needs a dead instance.
-// Usage: node cluster-gateway.mjs <postgres url> <schema> [workerToken] [flowWaitSliceMs]. Prints
-// one JSON line {url, token, pid, instanceId} once it accepts connections.
+// Usage: node cluster-gateway.mjs <postgres url> <schema> [workerToken] [flowWaitSliceMs] [limits].
+// `limits`: JSON of `gateway.limits` to set (small ones for the admission tests); an empty
+// `flowWaitSliceMs` keeps the default. Prints one JSON line {url, token, pid, instanceId} once it
+// accepts connections.
 import { parseConfig } from "@switchboard/core";
 import { Gateway } from "../dist/index.js";
 
-const [url, schema, workerToken = "cluster-worker-token-0123456789", flowWaitSliceMs] = process.argv.slice(2);
+const [url, schema, workerToken = "cluster-worker-token-0123456789", flowWaitSliceMs, limits] =
+  process.argv.slice(2);
 if (!url || !schema) {
   process.stderr.write(
-    "usage: node cluster-gateway.mjs <postgres url> <schema> [workerToken] [flowWaitSliceMs]\n",
+    "usage: node cluster-gateway.mjs <postgres url> <schema> [workerToken] [flowWaitSliceMs] [limits]\n",
   );
   process.exit(2);
 }
 const config = parseConfig({
+  ...(limits ? { gateway: { limits: JSON.parse(limits) } } : {}),
   store: { kind: "postgres", url, schema },
   auth: {
     tokens: [

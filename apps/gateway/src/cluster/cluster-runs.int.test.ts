@@ -67,7 +67,9 @@ class FakeLocal implements LocalRuns {
  * An instance on a fresh schema. Its run reads go to a map that counts them, or with `postgres` to
  * the store on the same schema (opened first, so the claims return and start records).
  */
-async function start(options: { postgres?: boolean } = {}) {
+async function start(
+  options: { postgres?: boolean; getRun?: (runId: string) => Promise<RunRecord | undefined> } = {},
+) {
   const schema = testSchemaName("sbclruns");
   const postgres = options.postgres
     ? await openPostgresStore({ url: testPgUrl(), schema, pool: { max: 2 } })
@@ -87,7 +89,7 @@ async function start(options: { postgres?: boolean } = {}) {
     runs: {
       get: async (runId: string) => {
         reads.push(runId);
-        return stored.get(runId);
+        return options.getRun ? options.getRun(runId) : stored.get(runId);
       },
     },
   } as unknown as ConstructorParameters<typeof ClusterRuns>[1];
@@ -145,7 +147,7 @@ describe.skipIf(unavailable !== undefined && process.env.SWITCHBOARD_REQUIRE_PG 
       const { runs, bus, reads, stored } = await start();
       const early = queuedRun();
       stored.set(early.runId, early);
-      await runs.handOff(early);
+      await runs.handOff(early, undefined);
       // Ended before anyone waited: the end was heard since the hand-off.
       publishEnd(bus, early, "first");
       expect(await runs.wait(early.runId, 5_000)).toMatchObject({
@@ -156,7 +158,7 @@ describe.skipIf(unavailable !== undefined && process.env.SWITCHBOARD_REQUIRE_PG 
 
       const late = queuedRun();
       stored.set(late.runId, late);
-      await runs.handOff(late);
+      await runs.handOff(late, undefined);
       const waiting = runs.wait(late.runId, 5_000);
       publishEnd(bus, late, "second");
       expect(await waiting).toMatchObject({ runId: late.runId, status: "ok", reply: "second" });
@@ -260,6 +262,42 @@ describe.skipIf(unavailable !== undefined && process.env.SWITCHBOARD_REQUIRE_PG 
       const polls = Math.ceil((Date.now() - began) / 1000);
       expect(empty).toBeLessThanOrEqual(1 + 2 * polls);
       expect(claims).toBeLessThanOrEqual(queued.length + 1 + 2 * polls);
+    });
+
+    it("counts the runs it handed off against its limits until it hears their end", async () => {
+      const { runs, bus, schema } = await start();
+      const first = queuedRun();
+      const second = { ...queuedRun(), sessionKey: "agent:main:u", message: "hi" };
+      await runs.handOff(first, 30_000);
+      await runs.handOff(second, undefined);
+      expect(runs.queuedLoad(first.sessionKey)).toEqual({ sessionRuns: 1, runs: 2, bytes: 7 });
+      // Their deadlines are on the database's clock: `now()` plus the time each had left.
+      const deadlines = await adminQuery<{ run_id: string; left: number | null; finite: boolean }>(
+        `SELECT run_id, CASE WHEN isfinite(deadline_at) THEN extract(epoch FROM deadline_at - now())::float8 END AS left,
+           isfinite(deadline_at) AS finite
+         FROM "${schema}".run_queue`,
+      );
+      const byRun = new Map(deadlines.rows.map((row) => [row.run_id, row]));
+      expect(byRun.get(first.runId)!.left).toBeGreaterThan(25);
+      expect(byRun.get(first.runId)!.left).toBeLessThanOrEqual(30);
+      expect(byRun.get(second.runId)!.finite).toBe(false);
+      publishEnd(bus, first, "done");
+      expect(runs.queuedLoad(first.sessionKey)).toEqual({ sessionRuns: 0, runs: 1, bytes: 2 });
+      publishEnd(bus, second, "done");
+      expect(runs.queuedLoad(second.sessionKey)).toEqual({ sessionRuns: 0, runs: 0, bytes: 0 });
+    });
+
+    it("answers UNAVAILABLE at the wait's time when its first read of the run gets no answer", async () => {
+      // A store that never answers (a stalled database: no reply, no error).
+      const { runs } = await start({ getRun: () => new Promise(() => undefined) });
+      const began = performance.now();
+      await expect(runs.wait(randomUUID(), 2_500)).rejects.toMatchObject({
+        code: "UNAVAILABLE",
+        retryable: true,
+      });
+      const took = performance.now() - began;
+      expect(took).toBeGreaterThanOrEqual(2_400);
+      expect(took).toBeLessThan(4_000);
     });
 
     it("listens for queued runs only while it has workers, on the event log's connection", async () => {

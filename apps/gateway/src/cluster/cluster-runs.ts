@@ -1,7 +1,6 @@
 import { createHash } from "node:crypto";
 import {
   type EventPayload,
-  monotonicDeadline,
   type RunRecord,
   type SessionEntry,
   type Store,
@@ -11,6 +10,8 @@ import {
 } from "@switchboard/core";
 import type { Cluster, ClusterRunLanes, LostRun } from "@switchboard/store-pg";
 import type { Logger } from "pino";
+import { KeyedCounts } from "../keyed-counts";
+import { type RunLoad, runInputBytes } from "../ports/active-runs";
 import type { EventLog } from "../ports/event-log";
 import {
   lostInstanceError,
@@ -50,6 +51,51 @@ const WAIT_EVENT_GRACE_MS = 1_000;
  * slow (lock contention, a group-commit backlog) or gone for good (it died between the two writes).
  */
 const WAIT_REPLY_PATIENCE_MS = 10_000;
+/**
+ * How long a wait gives its first read of the run's record (where it is, whether it ended) at the
+ * least, when its own time is shorter: a wait of 0 ms still answers from the record. Past that, and
+ * past the wait's time, the wait answers UNAVAILABLE rather than hang on a database that stalls
+ * (the pool's own read timeout is the statement timeout plus 5 s: 35 s by default).
+ */
+const WAIT_FIRST_READ_MIN_MS = 2_000;
+/**
+ * A run handed off from here whose end was not heard after this long is looked up in the store
+ * (its `run.ended` may have been lost: the log refused it, or its instance died before publishing
+ * it), so it stops counting against this instance's limits (`queuedLoad`). One read for all of them.
+ */
+const UNHEARD_CHECK_MS = 10_000;
+const UNHEARD_CHECK_BATCH = 1_000;
+
+/** A handed-off run's weight against this instance's limits, while counted (see `queuedLoad`). */
+interface Weight {
+  sessionKey: string;
+  bytes: number;
+  /** Monotonic time it was counted from. */
+  since: number;
+}
+
+/** A run this instance handed to the cluster's queue (see `ClusterRuns.handedOff`). */
+interface HandedOff {
+  ended?: WaitResult;
+  until: number;
+  /** Set while it counts against this instance's limits. */
+  weight?: Weight | undefined;
+}
+
+/**
+ * The time a run created on this instance has left before its timeout, on this instance's clock
+ * (which wrote its `createdAt`); undefined when it has none.
+ */
+function timeLeftOf(record: RunRecord): number | undefined {
+  const seconds = record.timeoutSeconds;
+  if (!seconds || seconds <= 0) return undefined;
+  return record.createdAt + seconds * 1000 - Date.now();
+}
+
+/** A wait whose caller went away before anything was known. */
+function cancelled(runId: string): WaitResult {
+  return { runId, status: "timeout", error: "the wait was cancelled", stillRunning: true };
+}
 
 /** What the cluster asks of this instance's scheduler. */
 export interface LocalRuns {
@@ -61,7 +107,12 @@ export interface LocalRuns {
    */
   adopt(
     record: RunRecord,
-    options?: { started?: boolean; session?: { session: SessionEntry | undefined } },
+    options?: {
+      started?: boolean;
+      session?: { session: SessionEntry | undefined };
+      /** The time the run has left, as the database counts it at the claim. */
+      deadlineInMs?: number;
+    },
   ): boolean;
 }
 
@@ -132,8 +183,17 @@ export class ClusterRuns {
    * start anywhere: a wait for one needs no store read to learn whether it ended before the wait
    * subscribed (see `wait`). `ended` is kept for a few seconds after the end (`forgetHandedOff`).
    */
-  private readonly handedOff = new Map<string, { ended?: WaitResult; until: number }>();
+  private readonly handedOff = new Map<string, HandedOff>();
   private handedOffSubscription: (() => void) | undefined;
+  /**
+   * What the handed-off runs not heard ended weigh (each entry's `weight`): they count against this
+   * instance's `gateway.limits` as its runs not ended do (see `queuedLoad`).
+   */
+  private readonly owedPerSession = new KeyedCounts();
+  private owedRuns = 0;
+  private owedBytes = 0;
+  private lastUnheardCheck = performance.now();
+  private unheardCheck: Promise<void> | undefined;
 
   constructor(
     private readonly cluster: Cluster,
@@ -144,6 +204,7 @@ export class ClusterRuns {
     this.lanes = cluster.lanes;
     this.poll = setInterval(() => {
       this.forgetHandedOff(Date.now());
+      this.checkUnheard();
       // Names older than a poll were taken elsewhere, or are found by claiming the queue's heads.
       this.wakeups.clear();
       this.pull();
@@ -208,8 +269,80 @@ export class ClusterRuns {
     for (const timer of this.queuedTimers) clearTimeout(timer);
     clearInterval(this.poll);
     this.handedOffSubscription?.();
+    for (const tracked of this.handedOff.values()) this.uncount(tracked);
     this.handedOff.clear();
     void this.listenWhileWorkers();
+  }
+
+  /**
+   * The runs this instance handed to the cluster's queue and has not heard end (nor adopted back,
+   * where `active` counts them): the scheduler adds them to its own load when it admits a run, so a
+   * session's runs not ended stay bounded (`gateway.limits`) when no worker here takes them. They
+   * count here wherever they run; an instance adopting one counts it there too while it runs.
+   */
+  queuedLoad(sessionKey: string): RunLoad {
+    return { sessionRuns: this.owedPerSession.get(sessionKey), runs: this.owedRuns, bytes: this.owedBytes };
+  }
+
+  private count(record: RunRecord): Weight {
+    const weight = { sessionKey: record.sessionKey, bytes: runInputBytes(record), since: performance.now() };
+    this.owedPerSession.add(weight.sessionKey, 1);
+    this.owedRuns += 1;
+    this.owedBytes += weight.bytes;
+    return weight;
+  }
+
+  private uncount(tracked: HandedOff): void {
+    const weight = tracked.weight;
+    if (!weight) return;
+    tracked.weight = undefined;
+    this.owedPerSession.add(weight.sessionKey, -1);
+    this.owedRuns -= 1;
+    this.owedBytes -= weight.bytes;
+  }
+
+  /** The run leaves the handed-off runs (its end heard, its hand-off failed, its keep time past). */
+  private untrack(runId: string): void {
+    const tracked = this.handedOff.get(runId);
+    if (!tracked) return;
+    this.uncount(tracked);
+    this.handedOff.delete(runId);
+  }
+
+  /**
+   * Handed-off runs counted for longer than `UNHEARD_CHECK_MS` are looked up in one read, at most
+   * every `UNHEARD_CHECK_MS`: one found ended (its event lost) stops counting. Waits are not
+   * answered from this (they re-read the record themselves).
+   */
+  private checkUnheard(): void {
+    const now = performance.now();
+    if (this.unheardCheck || this.owedRuns === 0 || now - this.lastUnheardCheck < UNHEARD_CHECK_MS) return;
+    this.lastUnheardCheck = now;
+    const ids: string[] = [];
+    for (const [runId, tracked] of this.handedOff) {
+      if (tracked.weight && now - tracked.weight.since >= UNHEARD_CHECK_MS) ids.push(runId);
+      if (ids.length >= UNHEARD_CHECK_BATCH) break;
+    }
+    if (ids.length === 0) return;
+    const { db, q } = this.cluster.coordination;
+    this.unheardCheck = db
+      .read<{ run_id: string }>(
+        "looking up handed-off runs not heard ended",
+        `SELECT run_id FROM ${q("runs")} WHERE run_id = ANY($1::text[]) AND status IN ('ok', 'error', 'timeout')`,
+        [ids],
+      )
+      .then(
+        (ended) => {
+          for (const row of ended.rows) {
+            const tracked = this.handedOff.get(row.run_id);
+            if (tracked) this.uncount(tracked);
+          }
+        },
+        (error: unknown) => this.log.warn({ err: error }, "could not look up handed-off runs"),
+      )
+      .finally(() => {
+        this.unheardCheck = undefined;
+      });
   }
 
   /** Agents with a worker on another live instance (read every second). */
@@ -285,7 +418,8 @@ export class ClusterRuns {
     for (;;) {
       if (TERMINAL_RUN_STATUSES.includes(record.status)) return;
       // One statement in the common case (the lane is free); a refusal says who holds it.
-      if (await this.lanes.claim(laneKey, record.runId, record.agentId)) return;
+      const deadlineInMs = timeLeftOf(record);
+      if (await this.lanes.claim(laneKey, record.runId, record.agentId, { deadlineInMs })) return;
       const holder = await this.lanes.holder(laneKey);
       if (holder?.runId === record.runId) {
         // Adopted from the queue (claimed by `claimNext`), or reassigned to another worker here.
@@ -304,25 +438,32 @@ export class ClusterRuns {
   async claimAtOnce(record: RunRecord): Promise<boolean> {
     const taken = await this.lanes.claim(clusterLaneKey(record), record.runId, record.agentId, {
       unlessQueued: true,
+      deadlineInMs: timeLeftOf(record),
     });
     // Its dispatch's `claim` then has nothing left to do.
     if (taken) this.adopted.add(record.runId);
     return taken;
   }
 
-  /** No worker of the agent on this instance: the run waits in the cluster's queue for any. */
-  async handOff(record: RunRecord): Promise<void> {
-    this.trackHandedOff(record);
+  /**
+   * No worker of the agent on this instance: the run waits in the cluster's queue for any.
+   * `deadlineInMs`: the time it has left on this instance's clock (undefined: no timeout); the
+   * queue stores its deadline on the database's clock, which every instance then goes by.
+   */
+  async handOff(record: RunRecord, deadlineInMs: number | undefined): Promise<void> {
+    this.trackHandedOff(record, deadlineInMs);
     try {
       await this.lanes.enqueue(clusterLaneKey(record), record.runId, {
         agentId: record.agentId,
         notify: runChannel(this.cluster.coordination.schema),
+        ...(deadlineInMs === undefined ? {} : { deadlineInMs }),
       });
     } catch (error) {
-      this.handedOff.delete(record.runId);
+      this.untrack(record.runId);
       throw error;
     }
-    this.armQueuedTimeout(record);
+    // Armed once the deadline is stored: it fires no sooner than the database's deadline.
+    this.armQueuedTimeout(record, deadlineInMs);
   }
 
   /**
@@ -330,25 +471,26 @@ export class ClusterRuns {
    * lane in the cluster's queue (its claim given up in the same statement) for a worker of any
    * instance. Waits here hear its end from the event log, as for any handed-off run.
    */
-  async handBack(record: RunRecord): Promise<void> {
+  async handBack(record: RunRecord, deadlineInMs: number | undefined): Promise<void> {
     this.adopted.delete(record.runId);
-    this.trackHandedOff(record);
+    this.trackHandedOff(record, deadlineInMs);
     try {
       await this.lanes.handBack(
         clusterLaneKey(record),
         record.runId,
         record.agentId,
         runChannel(this.cluster.coordination.schema),
+        deadlineInMs === undefined ? {} : { deadlineInMs },
       );
     } catch (error) {
-      this.handedOff.delete(record.runId);
+      this.untrack(record.runId);
       throw error;
     }
-    this.armQueuedTimeout(record);
+    this.armQueuedTimeout(record, deadlineInMs);
   }
 
-  /** Listens for the run's end before it can start elsewhere (see `handedOff`). */
-  private trackHandedOff(record: RunRecord): void {
+  /** Listens for the run's end before it can start elsewhere (see `handedOff`); counts it here. */
+  private trackHandedOff(record: RunRecord, deadlineInMs: number | undefined): void {
     this.handedOffSubscription ??= this.bus.subscribe({
       accepts: (event) => event.event === "run.ended" && this.handedOff.has(event.payload.runId as string),
       deliver: (event) => {
@@ -357,8 +499,9 @@ export class ClusterRuns {
         if (!tracked || tracked.ended) return;
         const heard = waitResultOfEnded(payload);
         // An end without its fields (an older instance): waits read the record, as for any run.
-        if (!heard) this.handedOff.delete(payload.runId);
+        if (!heard) this.untrack(payload.runId);
         else {
+          this.uncount(tracked);
           tracked.ended = heard;
           tracked.until = Date.now() + HANDED_OFF_KEEP_MS;
         }
@@ -366,24 +509,27 @@ export class ClusterRuns {
     });
     const now = Date.now();
     // Kept past the run's deadline only until the leader's sweep must have ended it.
-    const deadline = record.timeoutSeconds
-      ? record.createdAt + record.timeoutSeconds * 1000
-      : now + 3_600_000;
-    this.handedOff.set(record.runId, { until: Math.max(deadline, now) + HANDED_OFF_KEEP_MS });
+    const left = deadlineInMs ?? (record.timeoutSeconds ? undefined : 3_600_000);
+    const deadline = left === undefined ? now : now + left;
+    const existing = this.handedOff.get(record.runId);
+    // Handed back after being handed off from here and adopted here: counted once.
+    const weight = existing?.weight ?? this.count(record);
+    this.handedOff.set(record.runId, { until: Math.max(deadline, now) + HANDED_OFF_KEEP_MS, weight });
   }
 
   private forgetHandedOff(now: number): void {
-    for (const [runId, tracked] of this.handedOff) if (tracked.until <= now) this.handedOff.delete(runId);
+    for (const [runId, tracked] of this.handedOff) if (tracked.until <= now) this.untrack(runId);
   }
 
   /**
    * A handed-off run still in the queue at its deadline ends `timeout` then, as it would on one
-   * process (the leader's one-second sweep is the net for runs whose instance died).
+   * process (the leader's one-second sweep is the net for runs whose instance died). `deadlineInMs`
+   * is what was stored with it: the database's deadline is no later than this timer.
    */
-  private armQueuedTimeout(record: RunRecord): void {
+  private armQueuedTimeout(record: RunRecord, deadlineInMs: number | undefined): void {
     const seconds = record.timeoutSeconds;
-    if (!seconds || seconds <= 0) return;
-    const due = monotonicDeadline(record.createdAt + seconds * 1000);
+    if (!seconds || seconds <= 0 || deadlineInMs === undefined) return;
+    const due = performance.now() + deadlineInMs;
     const arm = () => {
       const timer = setTimeout(
         () => {
@@ -490,7 +636,16 @@ export class ClusterRuns {
       this.adopted.add(record.runId);
       // With the record, the claim read the session's row too (none: the session is gone).
       const session = claim.record ? { session: claim.session } : undefined;
-      if (!local.adopt(record, { started: claim.started === true, ...(session ? { session } : {}) })) {
+      const adopted = local.adopt(record, {
+        started: claim.started === true,
+        ...(session ? { session } : {}),
+        ...(claim.deadlineInMs === undefined ? {} : { deadlineInMs: claim.deadlineInMs }),
+      });
+      if (adopted) {
+        // Handed off from here, and back: `active` counts it now.
+        const tracked = this.handedOff.get(record.runId);
+        if (tracked) this.uncount(tracked);
+      } else {
         this.adopted.delete(record.runId);
         // Taken meanwhile here: back to `queued` as it was, and to the head of its lane for the next
         // free worker anywhere.
@@ -625,25 +780,37 @@ export class ClusterRuns {
    */
   async expireQueued(): Promise<number> {
     const { db, q } = this.cluster.coordination;
+    // Past their deadline on the database's clock (never this instance's: the run's instance
+    // counted its time on its own clock, and only that duration went to the database). A run
+    // queued by an instance that stores no deadline is checked from its record, as before.
     const queued = await db.read<{ run_id: string; lane_key: string }>(
-      "listing queued runs",
-      `SELECT run_id, lane_key FROM ${q("run_queue")} ORDER BY position LIMIT 1000`,
+      "listing queued runs past their deadline",
+      `SELECT run_id, lane_key FROM ${q("run_queue")}
+       WHERE deadline_at <= now() OR deadline_at IS NULL ORDER BY position LIMIT 1000`,
     );
     let expired = 0;
     for (const row of queued.rows) if (await this.expire(row.run_id)) expired += 1;
     return expired;
   }
 
-  /** Ends one queued run `timeout` if it is past its deadline and still in the queue. */
+  /**
+   * Ends one queued run `timeout` if it is past its deadline (on the database's clock) and still in
+   * the queue.
+   */
   private async expire(runId: string): Promise<boolean> {
     const { db, q } = this.cluster.coordination;
     const record = await this.store.runs.get(runId);
     const seconds = record?.timeoutSeconds;
-    if (!record || !seconds || record.createdAt + seconds * 1000 > Date.now()) return false;
+    if (!record || !seconds) return false;
+    // Only for a row without a deadline (queued by an earlier version): its record's deadline, as
+    // such an instance checked it.
+    const pastByRecord = record.createdAt + seconds * 1000 <= Date.now();
     const taken = await db.query(
       "taking an expired run out of the queue",
-      `DELETE FROM ${q("run_queue")} WHERE run_id = $1 RETURNING run_id`,
-      [runId],
+      `DELETE FROM ${q("run_queue")}
+       WHERE run_id = $1 AND (deadline_at <= now() OR (deadline_at IS NULL AND $2::boolean))
+       RETURNING run_id`,
+      [runId, pastByRecord],
     );
     if (taken.rowCount === 0 || TERMINAL_RUN_STATUSES.includes(record.status)) return false;
     const error = `run timed out after ${seconds}s`;
@@ -765,7 +932,9 @@ export class ClusterRuns {
       if (tracked?.ended) return tracked.ended;
       if (!tracked) {
         // Subscribed first: an end committed from now on is heard; one committed before is stored.
-        const stored = await this.store.runs.get(runId);
+        const first = await this.firstRead(runId, timeoutMs, ended, signal);
+        if ("heard" in first) return first.heard ?? cancelled(runId);
+        const stored = first.stored;
         if (!stored)
           throw new SwitchboardError("NOT_FOUND", `run not found: ${runId}`, { details: { runId } });
         if (TERMINAL_RUN_STATUSES.includes(stored.status)) return toWaitResult(stored);
@@ -786,6 +955,43 @@ export class ClusterRuns {
       signal?.removeEventListener("abort", onAbort);
       unsubscribe();
     }
+  }
+
+  /**
+   * A wait's first read of the run, within the wait's own time (at least `WAIT_FIRST_READ_MIN_MS`):
+   * a database that stalls (no answer, no error) must not hold the wait past it. Answers the end
+   * when it is heard first, or nothing when the caller went away; past the time, UNAVAILABLE
+   * (retryable): whether the run exists, or ended, is not known.
+   */
+  private async firstRead(
+    runId: string,
+    timeoutMs: number,
+    ended: Promise<WaitResult | undefined>,
+    signal: AbortSignal | undefined,
+  ): Promise<{ stored: RunRecord | undefined } | { heard: WaitResult | undefined }> {
+    const limitMs = Math.max(timeoutMs, WAIT_FIRST_READ_MIN_MS);
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<"late">((resolve) => {
+      timer = setTimeout(() => resolve("late"), limitMs);
+      timer.unref();
+    });
+    try {
+      const outcome = await Promise.race([
+        this.store.runs.get(runId).then((stored) => ({ stored })),
+        // The end heard, or the caller gone; the wait's timer alone does not cut the read short (a
+        // wait of 0 ms still answers from the record).
+        ended.then((heard) => (heard || signal?.aborted ? { heard } : new Promise<never>(() => undefined))),
+        late,
+      ]);
+      if (outcome !== "late") return outcome;
+    } finally {
+      clearTimeout(timer);
+    }
+    throw new SwitchboardError(
+      "UNAVAILABLE",
+      `could not read run ${runId} within ${limitMs} ms: the database did not answer in time`,
+      { retryable: true, details: { runId } },
+    );
   }
 
   /** Whether an ended run's reply is in its session's transcript yet (its newest entries). */

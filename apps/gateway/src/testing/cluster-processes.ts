@@ -29,12 +29,20 @@ export interface ClusterProcesses {
   /**
    * Instances on one fresh schema, started one after the other (the first creates the schema).
    * `flowWaitSliceMs`: how long their background flows wait for a run before waiting again. `urls`:
-   * each instance's database URL (one through a proxy, say), else `url` for all.
+   * each instance's database URL (one through a proxy, say), else `url` for all. `limits`: their
+   * `gateway.limits` (small ones, so a test reaches them quickly).
    */
   start(
     count: number,
-    options?: { url?: string; urls?: string[]; flowWaitSliceMs?: number },
+    options?: {
+      url?: string;
+      urls?: string[];
+      flowWaitSliceMs?: number;
+      limits?: { maxRunsPerSession?: number; maxRuns?: number; maxRunInputBytes?: number };
+    },
   ): Promise<{ schema: string; instances: ChildGateway[] }>;
+  /** One more instance on a schema `start` created (started apart, e.g. in another environment). */
+  join(schema: string): Promise<ChildGateway>;
   operator(gateway: ChildGateway): Promise<TestPeer>;
 }
 
@@ -80,11 +88,13 @@ export async function useClusterProcesses(name: string, schemaPrefix: string): P
       const instances: ChildGateway[] = [];
       for (let i = 0; i < count; i++) {
         const args = [options.urls?.[i] ?? options.url ?? testPgUrl(), schema, CLUSTER_WORKER_TOKEN];
-        if (options.flowWaitSliceMs) args.push(String(options.flowWaitSliceMs));
+        if (options.flowWaitSliceMs || options.limits) args.push(String(options.flowWaitSliceMs ?? ""));
+        if (options.limits) args.push(JSON.stringify(options.limits));
         instances.push(await startChildGateway(childScript, args, children));
       }
       return { schema, instances };
     },
+    join: (schema) => startChildGateway(childScript, [testPgUrl(), schema, CLUSTER_WORKER_TOKEN], children),
     operator: (gateway) => TestPeer.connect(gateway.url, { token: gateway.token, role: "operator" }),
   };
 }

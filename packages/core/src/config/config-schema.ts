@@ -58,13 +58,14 @@ const GatewayConfigSchema = z.strictObject({
        */
       maxQueuedReplayBytes: intAtLeast(1_048_576).default(67_108_864),
       /**
-       * Runs of one session not ended yet on this instance (queued, running or being created). A new
+       * Runs of one session not ended yet on this instance (queued, running or being created; in a
+       * cluster also those it handed to the cluster's queue, until their end is heard). A new
        * send, spawn or summary past it is answered RATE_LIMITED (retryable); a flow's own follow-ups
        * (reply turns, announces) are never refused.
        */
       maxRunsPerSession: intAtLeast(1).default(1_000),
       /**
-       * Runs not ended yet on this instance, all sessions together: each holds a record and its
+       * Runs not ended yet on this instance (and, in a cluster, those it queued there), all sessions together: each holds a record and its
        * bookkeeping (~2 KB) however small its input, so a client spraying sends over many sessions
        * is bounded too. Past it, RATE_LIMITED (follow-ups are never refused).
        */

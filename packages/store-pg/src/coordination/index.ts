@@ -42,7 +42,13 @@ export {
   type SweepResult,
 } from "./membership";
 export { type ClusterRunEnds, openClusterRunEnds } from "./run-ends";
-export { type ClusterRunLanes, createRunOnce, openClusterRunLanes, type RunClaim } from "./run-lanes";
+export {
+  type ClusterRunLanes,
+  createRunOnce,
+  openClusterRunLanes,
+  type RunClaim,
+  type RunDeadline,
+} from "./run-lanes";
 export { COORDINATION_MIGRATIONS, COORDINATION_VERSION } from "./schema";
 export { type ClusterSecrets, openClusterSecrets } from "./secrets";
 export { type ClusterWaitGraph, openClusterWaitGraph } from "./wait-graph";

@@ -81,6 +81,8 @@ interface ClaimRow {
   agent_id: string;
   instance_id: string;
   attempts: number;
+  /** As text, so it goes back into the queue as it was (`infinity` and NULL included). */
+  deadline_at: string | null;
 }
 
 export function openMembership(
@@ -115,9 +117,10 @@ export function openMembership(
       `DELETE FROM ${q("run_claims")} c
            WHERE c.instance_id = ANY($1::text[])
               OR NOT EXISTS (SELECT 1 FROM ${instances} i WHERE i.instance_id = c.instance_id)
-           RETURNING run_id, lane_key, agent_id, instance_id, attempts`,
+           RETURNING run_id, lane_key, agent_id, instance_id, attempts, deadline_at::text`,
       [dead],
     );
+    const deadlines = new Map(claims.rows.map((row) => [row.run_id, row.deadline_at]));
     const requeued: LostRun[] = [];
     const failed: LostRun[] = [];
     for (const row of claims.rows) {
@@ -135,17 +138,20 @@ export function openMembership(
       }
     }
     if (requeued.length > 0) {
-      // Back at the head of the lane (below every normal position), one attempt more.
+      // Back at the head of the lane (below every normal position), one attempt more, with the
+      // deadline its claim carried (on the database's clock).
       await client.query(
-        `INSERT INTO ${q("run_queue")} (run_id, lane_key, agent_id, position, attempts)
-             SELECT t.run_id, t.lane_key, t.agent_id, -nextval('${q("run_queue_position").replaceAll("'", "''")}'), t.attempts + 1
-             FROM unnest($1::text[], $2::text[], $3::text[], $4::int[]) AS t(run_id, lane_key, agent_id, attempts)
+        `INSERT INTO ${q("run_queue")} (run_id, lane_key, agent_id, position, attempts, deadline_at)
+             SELECT t.run_id, t.lane_key, t.agent_id, -nextval('${q("run_queue_position").replaceAll("'", "''")}'), t.attempts + 1, t.deadline_at
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::timestamptz[])
+               AS t(run_id, lane_key, agent_id, attempts, deadline_at)
              ON CONFLICT (run_id) DO NOTHING`,
         [
           requeued.map((run) => run.runId),
           requeued.map((run) => run.laneKey),
           requeued.map((run) => run.agentId),
           requeued.map((run) => run.attempts),
+          requeued.map((run) => deadlines.get(run.runId) ?? null),
         ],
       );
       // Their records go back to `queued` in the same transaction (beside a gateway's tables, always

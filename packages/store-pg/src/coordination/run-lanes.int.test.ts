@@ -192,6 +192,44 @@ await describeWithPg("cluster run lanes", () => {
     expect(await a.membership.renew()).toEqual({ lost: false });
   });
 
+  it("keeps a run's deadline on the database's clock from the queue to its claims and back, across a lost instance", async () => {
+    const leaseMs = 400;
+    const a = await instance("gw-a", leaseMs);
+    const b = await instance("gw-b", leaseMs);
+    for (const who of [a, b]) who.membership.start();
+    const stored = async (table: "run_queue" | "run_claims") => {
+      const found = await a.coordination.db.read<{ at: string }>(
+        "reading a deadline",
+        `SELECT deadline_at::text AS at FROM ${a.coordination.q(table)} WHERE run_id = 'timed'`,
+      );
+      return found.rows[0]?.at;
+    };
+    // Queued with 60 s left: the deadline is the database's now() plus that, set once.
+    await a.lanes.enqueue("lane", "timed", { agentId: "w", deadlineInMs: 60_000 });
+    await a.lanes.enqueue("other", "untimed", { agentId: "w" });
+    const deadline = await stored("run_queue");
+    expect(deadline).toBeDefined();
+    await a.lanes.enqueue("lane", "timed", { agentId: "w", deadlineInMs: 1_000 });
+    expect(await stored("run_queue")).toBe(deadline);
+    // A claim carries it, and answers the time left as the database counts it.
+    const claim = await a.lanes.claimNext(["w"], { runId: "timed" });
+    expect(claim?.deadlineInMs).toBeGreaterThan(55_000);
+    expect(claim?.deadlineInMs).toBeLessThanOrEqual(60_000);
+    expect(await stored("run_claims")).toBe(deadline);
+    // Handed back: the claim's deadline, not the one the instance offers.
+    await a.lanes.handBack("lane", "timed", "w", "unheard", { deadlineInMs: 5 });
+    expect(await stored("run_queue")).toBe(deadline);
+    expect(await b.lanes.claimNext(["w"], { runId: "timed" })).toMatchObject({ runId: "timed" });
+    // b is lost: the sweep puts the run back in the queue with its deadline.
+    b.membership.stop();
+    await eventually(async () => (await a.membership.sweep()).requeued.length > 0, 3000, "b's run requeued");
+    expect(await stored("run_queue")).toBe(deadline);
+    // No timeout: no deadline (infinity), and no time left answered.
+    const untimed = await a.lanes.claimNext(["w"], { runId: "untimed" });
+    expect(untimed).toMatchObject({ runId: "untimed" });
+    expect(untimed).not.toHaveProperty("deadlineInMs");
+  });
+
   it("frees what a previous process with the same instance id held when it registers again", async () => {
     const before = await instance("gw-fixed");
     await before.lanes.enqueue("lane", "r1", { agentId: "w" });

@@ -28,6 +28,22 @@ export interface RunClaim {
    * when the session is gone): what the claimer would read right after to check and assign it.
    */
   session?: SessionEntry;
+  /**
+   * Milliseconds left before the run's deadline, as the database counts them at the claim (its
+   * `deadline_at` minus its `now()`; negative once past). Absent: the run has no timeout, or it was
+   * queued by an instance that did not record its deadline.
+   */
+  deadlineInMs?: number;
+}
+
+/**
+ * The time a run has left, as its instance counts it: `deadlineInMs`. The database turns it into a
+ * deadline on its own clock (`now()` plus that) where the run is first queued or claimed; from then
+ * on the deadline moves with the run between queue and claims, and whoever needs the time left asks
+ * the database, never another instance's clock. Absent: no timeout ('infinity').
+ */
+export interface RunDeadline {
+  deadlineInMs?: number | undefined;
 }
 
 /**
@@ -46,10 +62,11 @@ export interface RunClaim {
 export interface ClusterRunLanes {
   /** Queues a run at the back of its lane (`front`: at the head, for a run handed back). */
   /** `notify`: a LISTEN channel to wake when the run is queued (in the same statement). */
+  /** A run queued again keeps the deadline it was first queued with. */
   enqueue(
     laneKey: string,
     runId: string,
-    options: { agentId: string; front?: boolean; notify?: string },
+    options: { agentId: string; front?: boolean; notify?: string } & RunDeadline,
   ): Promise<void>;
   /** The run next in line, or undefined when nothing waits. */
   next(laneKey: string): Promise<string | undefined>;
@@ -64,7 +81,7 @@ export interface ClusterRunLanes {
     laneKey: string,
     runId: string,
     agentId: string,
-    options?: { unlessQueued?: boolean },
+    options?: { unlessQueued?: boolean } & RunDeadline,
   ): Promise<boolean>;
   /**
    * Claims the oldest lane head among `agentIds` whose lane is free; undefined when none. With
@@ -80,8 +97,15 @@ export interface ClusterRunLanes {
   /**
    * `runId`, holding its lane here, gives it up and goes back to the head of the lane's queue in one
    * statement (no run can take the lane between the two), waking `notify`'s listeners with its id.
+   * It keeps the deadline its claim carried (`deadlineInMs` counts only for a claim without one).
    */
-  handBack(laneKey: string, runId: string, agentId: string, notify: string): Promise<void>;
+  handBack(
+    laneKey: string,
+    runId: string,
+    agentId: string,
+    notify: string,
+    options?: RunDeadline,
+  ): Promise<void>;
   /** The run holding a lane, and the instance holding it. */
   holder(laneKey: string): Promise<{ runId: string; instanceId: string } | undefined>;
   /** `runId` ended or was handed back: it gives up the lane, or leaves the queue. True when the lane's queue is empty. */
@@ -111,20 +135,30 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
     );
 
   let withRecords: Promise<boolean> | undefined;
+  /** The deadline, on the database's clock, of a run with `ms` left (undefined: no timeout). */
+  const deadlineOf = (param: string) =>
+    `CASE WHEN ${param}::float8 IS NULL THEN 'infinity'::timestamptz ELSE now() + make_interval(secs => ${param}::float8 / 1000) END`;
+  /** Milliseconds left before `column` on the database's clock (NULL: none known). */
+  const leftUntil = (column: string) =>
+    `CASE WHEN isfinite(${column}) THEN (extract(epoch FROM ${column} - now()) * 1000)::float8 END`;
 
   return {
-    async enqueue(laneKey, runId, { agentId, front = false, notify }) {
-      const insert = `INSERT INTO ${queue} (run_id, lane_key, agent_id, position)
-         VALUES ($1, $2, $3, ${front ? "-" : ""}nextval(${position}))
-         ON CONFLICT (run_id) DO UPDATE SET position = EXCLUDED.position, lane_key = EXCLUDED.lane_key`;
+    async enqueue(laneKey, runId, { agentId, front = false, notify, deadlineInMs }) {
+      const insert = `INSERT INTO ${queue} AS qr (run_id, lane_key, agent_id, position, deadline_at)
+         VALUES ($1, $2, $3, ${front ? "-" : ""}nextval(${position}), ${deadlineOf("$4")})
+         ON CONFLICT (run_id) DO UPDATE SET position = EXCLUDED.position, lane_key = EXCLUDED.lane_key,
+           deadline_at = coalesce(qr.deadline_at, EXCLUDED.deadline_at)`;
+      const deadline = deadlineInMs ?? null;
       await db.query(
         "queuing a run",
         // The wake-up goes out at the insert's commit: one round trip, and no wake-up without the run.
         notify === undefined
           ? insert
           : // The payload names the run, so a woken instance can claim it by its key (`claimNext`).
-            `WITH queued AS (${insert} RETURNING run_id) SELECT pg_notify($4, run_id) FROM queued`,
-        notify === undefined ? [runId, laneKey, agentId] : [runId, laneKey, agentId, notify],
+            `WITH queued AS (${insert} RETURNING run_id) SELECT pg_notify($5, run_id) FROM queued`,
+        notify === undefined
+          ? [runId, laneKey, agentId, deadline]
+          : [runId, laneKey, agentId, deadline, notify],
       );
     },
     async next(laneKey) {
@@ -144,7 +178,7 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
         [laneKey],
       );
     },
-    async claim(laneKey, runId, agentId, { unlessQueued = false } = {}) {
+    async claim(laneKey, runId, agentId, { unlessQueued = false, deadlineInMs } = {}) {
       try {
         // One statement: a lane held by another run refuses the insert and the whole statement
         // (the queue row's delete too) rolls back; without this instance's lease nothing is done.
@@ -155,15 +189,16 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
              SELECT $5::boolean AND EXISTS (SELECT 1 FROM ${queue} WHERE lane_key = $2 AND run_id <> $1) AS yes
            ), queued AS (
              DELETE FROM ${queue} WHERE run_id = $1 AND ${member} AND NOT (SELECT yes FROM ahead)
-             RETURNING attempts
+             RETURNING attempts, deadline_at
            ), claimed AS (
-             INSERT INTO ${claims} (run_id, lane_key, agent_id, instance_id, attempts)
-             SELECT $1, $2, $3, $4, coalesce((SELECT attempts FROM queued), 0)
+             INSERT INTO ${claims} (run_id, lane_key, agent_id, instance_id, attempts, deadline_at)
+             SELECT $1, $2, $3, $4, coalesce((SELECT attempts FROM queued), 0),
+               coalesce((SELECT deadline_at FROM queued), ${deadlineOf("$6")})
              WHERE ${member} AND NOT (SELECT yes FROM ahead)
              RETURNING run_id
            )
            SELECT (SELECT yes FROM ahead) AS ahead, EXISTS (SELECT 1 FROM claimed) AS claimed`,
-          [runId, laneKey, agentId, instanceId, unlessQueued],
+          [runId, laneKey, agentId, instanceId, unlessQueued, deadlineInMs ?? null],
         );
         const row = found.rows[0]!;
         if (row.ahead) return false;
@@ -200,12 +235,12 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
         ? `, (SELECT r.row FROM ${q("runs")} r WHERE r.run_id = c.run_id) AS record, ${session("c.run_id")} AS session`
         : "";
       const version = `nextval('${q("row_versions").replaceAll("'", "''")}')`;
-      const claimed = `INSERT INTO ${claims} AS c (run_id, lane_key, agent_id, instance_id, attempts)
-             SELECT run_id, lane_key, agent_id, $2, attempts FROM taken`;
+      const claimed = `INSERT INTO ${claims} AS c (run_id, lane_key, agent_id, instance_id, attempts, deadline_at)
+             SELECT run_id, lane_key, agent_id, $2, attempts, deadline_at FROM taken`;
       // The record as the scheduler's dispatch would write it: status, attempts + 1, startedAt unless
       // set by an earlier attempt. Only a run still `queued` (one ended meanwhile is released).
       const finish = start
-        ? `, claimed AS (${claimed} RETURNING c.run_id, c.lane_key, c.agent_id, c.attempts),
+        ? `, claimed AS (${claimed} RETURNING c.run_id, c.lane_key, c.agent_id, c.attempts, c.deadline_at),
              started AS (
                UPDATE ${q("runs")} r SET status = 'running', version = ${version},
                  row = (r.row::jsonb || jsonb_build_object(
@@ -217,12 +252,14 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
                RETURNING r.run_id, r.row
              )
              SELECT c.run_id, c.lane_key, c.agent_id, c.attempts, started.run_id IS NOT NULL AS started,
+               ${leftUntil("c.deadline_at")} AS deadline_in_ms,
                coalesce(started.row, (SELECT r.row FROM ${q("runs")} r WHERE r.run_id = c.run_id)) AS record,
                ${session("c.run_id")} AS session
              FROM claimed c LEFT JOIN started ON started.run_id = c.run_id`
         : `
              ${claimed}
-             RETURNING c.run_id, c.lane_key, c.agent_id, c.attempts${record}`;
+             RETURNING c.run_id, c.lane_key, c.agent_id, c.attempts,
+               ${leftUntil("c.deadline_at")} AS deadline_in_ms${record}`;
       // A few tries: a lane head can be claimed by another instance between our snapshot and our
       // insert (the lane's UNIQUE claim refuses the second, and the statement rolls back whole).
       for (let attempt = 0; attempt < 5; attempt++) {
@@ -235,6 +272,7 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
             record?: RunRecord | null;
             started?: boolean;
             session?: SessionEntry | null;
+            deadline_in_ms: number | null;
           }>(
             "claiming the next run",
             `WITH head AS (
@@ -247,7 +285,8 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
                LIMIT 1
                FOR UPDATE OF r SKIP LOCKED
              ), taken AS (
-               DELETE FROM ${queue} WHERE run_id IN (SELECT run_id FROM head) RETURNING run_id, lane_key, agent_id, attempts
+               DELETE FROM ${queue} WHERE run_id IN (SELECT run_id FROM head)
+               RETURNING run_id, lane_key, agent_id, attempts, deadline_at
              )${finish}`,
             [agentIds, instanceId, ...(start ? [startAt] : []), ...(runId === undefined ? [] : [runId])],
           );
@@ -261,6 +300,7 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
                 ...(row.record ? { record: row.record } : {}),
                 ...(row.started ? { started: true } : {}),
                 ...(row.session ? { session: row.session } : {}),
+                ...(row.deadline_in_ms != null ? { deadlineInMs: row.deadline_in_ms } : {}),
               }
             : undefined;
         } catch (error) {
@@ -269,19 +309,22 @@ export function openClusterRunLanes(coordination: Coordination): ClusterRunLanes
       }
       return undefined;
     },
-    async handBack(laneKey, runId, agentId, notify) {
+    async handBack(laneKey, runId, agentId, notify, { deadlineInMs } = {}) {
       await db.query(
         "handing a run back to the queue",
         `WITH freed AS (
-           DELETE FROM ${claims} WHERE run_id = $1 AND lane_key = $2 AND instance_id = $5 RETURNING attempts
+           DELETE FROM ${claims} WHERE run_id = $1 AND lane_key = $2 AND instance_id = $5
+           RETURNING attempts, deadline_at
          ), queued AS (
-           INSERT INTO ${queue} (run_id, lane_key, agent_id, position, attempts)
-           VALUES ($1, $2, $3, -nextval(${position}), coalesce((SELECT attempts FROM freed), 0))
-           ON CONFLICT (run_id) DO UPDATE SET position = EXCLUDED.position, lane_key = EXCLUDED.lane_key
+           INSERT INTO ${queue} AS qr (run_id, lane_key, agent_id, position, attempts, deadline_at)
+           VALUES ($1, $2, $3, -nextval(${position}), coalesce((SELECT attempts FROM freed), 0),
+             coalesce((SELECT deadline_at FROM freed), ${deadlineOf("$6")}))
+           ON CONFLICT (run_id) DO UPDATE SET position = EXCLUDED.position, lane_key = EXCLUDED.lane_key,
+             deadline_at = coalesce(qr.deadline_at, EXCLUDED.deadline_at)
            RETURNING run_id
          )
          SELECT pg_notify($4, run_id) FROM queued`,
-        [runId, laneKey, agentId, notify, instanceId],
+        [runId, laneKey, agentId, notify, instanceId, deadlineInMs ?? null],
       );
     },
     async holder(laneKey) {

@@ -255,6 +255,21 @@ export const COORDINATION_MIGRATIONS: readonly Migration[] = [
       `CREATE INDEX cancellable_calls_key ON ${q("cancellable_calls")} (key_hash)`,
     ],
   },
+  {
+    version: 8,
+    name: "run deadlines on the database's clock",
+    statements: (q) => [
+      // When a queued or claimed run times out, on the database's clock: set at its first insert as
+      // `now()` plus the time its instance had left, carried from the queue to the claim and back,
+      // and compared with `now()` only. Instances' wall clocks differ (a host ahead timed runs out
+      // early, one behind kept them on); only durations cross from an instance to the database.
+      // 'infinity': the run has no timeout. NULL: unknown (inserted by an instance of an earlier
+      // version, which the timeout sweep then checks as before, from the run's record).
+      `ALTER TABLE ${q("run_queue")} ADD COLUMN deadline_at timestamptz`,
+      `ALTER TABLE ${q("run_claims")} ADD COLUMN deadline_at timestamptz`,
+      `CREATE INDEX run_queue_deadline ON ${q("run_queue")} (deadline_at)`,
+    ],
+  },
 ];
 
 export const COORDINATION_VERSION = COORDINATION_MIGRATIONS.at(-1)!.version;
