@@ -276,3 +276,125 @@ describe("doctor and doctor --repair", () => {
     await store.close();
   });
 });
+
+/** Replaces record `index` (1: the first after the header) of the journal in `dir`; returns its path. */
+function replaceJournalRecord(dir: string, index: number, record: string): string {
+  const file = path.join(dir, fs.readdirSync(dir).find((name) => /^journal-\d{12}\.jsonl$/.test(name))!);
+  const lines = fs.readFileSync(file, "utf8").split("\n");
+  lines[index] = record;
+  fs.writeFileSync(file, lines.join("\n"));
+  return file;
+}
+
+describe("doctor --repair of journal records that are valid JSON of the wrong shape", () => {
+  // The open refuses each as a damaged record before intact ones (since session 14); the repair
+  // must drop exactly what the open refuses, or the data dir stays down however often it runs.
+  for (const [name, record] of [
+    ["a put of null", '{"op":"put","value":null}'],
+    ["an unknown op", '{"op":"bogus"}'],
+    ["a row whose key is a number", '{"op":"put","value":{"key":42}}'],
+    ["a row without a key", '{"op":"put","value":{"sessionId":"x"}}'],
+    ["a del without a key", '{"op":"del"}'],
+    ["a row the reviver cannot take", '{"op":"put","value":{"key":"k","deliveryContext":"x"}}'],
+  ] as const) {
+    it(`sessions, ${name}: reported, dropped (kept in the copy), and the store opens with the intact rows`, async () => {
+      const dataDir = await freshDir();
+      const store = await open(dataDir);
+      const rows = [await session(store), await session(store), await session(store)];
+      await store.close();
+      // Record 1 is the first row's: lost with the damage (its transcript is archived as an orphan).
+      const journal = replaceJournalRecord(path.join(dataDir, "sessions"), 1, record);
+      await expect(open(dataDir)).rejects.toThrow(/doctor --repair/);
+      expectErrorWithFileAndFix((await checkDataDir(dataDir)).issues, "damaged-file", journal);
+
+      const result = await expectHealthyAfterRepair(dataDir);
+      const kept = result.actions.join("\n").match(/original kept as (\S+)\)/)?.[1];
+      expect(kept, result.actions.join("\n")).toBeDefined();
+      expect(fs.readFileSync(kept!, "utf8").split("\n")[1]).toBe(record);
+      const again = await open(dataDir);
+      for (const row of rows.slice(1)) expect(await again.sessions.get(row.key)).toEqual(row);
+      expect(await again.sessions.count()).toBe(2);
+      await again.close();
+      // Nothing is left to do: a second repair changes nothing.
+      expect((await repairDataDir(dataDir)).actions).toEqual([]);
+    });
+  }
+
+  for (const [map, record] of [
+    ["runs", '{"op":"put","value":{"status":"ok"}}'],
+    ["runs", '{"op":"put","value":{"runId":7,"status":"ok"}}'],
+    ["meta", '{"op":"put","value":{"value":"v"}}'],
+    ["meta", '{"op":"del","key":["x"]}'],
+  ] as const) {
+    it(`${map}, ${record}: dropped without rebuilding a snapshot, and the store opens with the intact records`, async () => {
+      const dataDir = await freshDir();
+      const store = await open(dataDir);
+      const runs = [sampleRun({ status: "ok", endedAt: 5 }), sampleRun({ status: "ok", endedAt: 6 })];
+      for (const run of runs) await store.runs.put(run);
+      await store.meta.set("test:a", "a");
+      await store.meta.set("test:b", "b");
+      await store.close();
+      const dir = path.join(dataDir, map);
+      // The first record is replaced when the damage is a put; a del goes in as a record of its own.
+      if (record.includes('"del"')) {
+        const file = path.join(dir, fs.readdirSync(dir).find((name) => name.startsWith("journal-"))!);
+        const lines = fs.readFileSync(file, "utf8").split("\n");
+        lines.splice(1, 0, record);
+        fs.writeFileSync(file, lines.join("\n"));
+      } else replaceJournalRecord(dir, 1, record);
+      await expect(open(dataDir)).rejects.toThrow(/doctor --repair/);
+      expect((await checkDataDir(dataDir)).ok).toBe(false);
+
+      await expectHealthyAfterRepair(dataDir);
+      // Only the journal was rewritten: no snapshot holding the bad row.
+      expect(fs.readdirSync(dir).filter((name) => name.startsWith("snapshot-"))).toEqual([]);
+      const again = await open(dataDir);
+      const keptRuns = map === "runs" ? runs.slice(1) : runs;
+      expect((await again.runs.list({})).map((run) => run.runId).sort()).toEqual(
+        keptRuns.map((run) => run.runId).sort(),
+      );
+      const a = await again.meta.get("test:a");
+      expect(a).toBe(map === "meta" && !record.includes('"del"') ? undefined : "a");
+      expect(await again.meta.get("test:b")).toBe("b");
+      await again.close();
+    });
+  }
+});
+
+describe("a journaled map whose dir holds only a repair's kept copies", () => {
+  // What a kill -9 between moving a journal aside and writing its replacement left (repairs before
+  // the original was kept in place): an empty map would open silently, every run (or meta value) lost.
+  for (const map of ["runs", "meta", "sessions"] as const) {
+    it(`${map}: the start is refused and the doctor reports it; the repair puts the copy back`, async () => {
+      const dataDir = await freshDir();
+      const store = await open(dataDir);
+      const runs = [sampleRun({ status: "ok", endedAt: 5 }), sampleRun({ status: "ok", endedAt: 6 })];
+      for (const run of runs) await store.runs.put(run);
+      await store.meta.set("test:a", "a");
+      await store.sessions.put(sampleSession({ key: "agent:main:only-row" }));
+      await store.close();
+      const dir = path.join(dataDir, map);
+      for (const name of fs.readdirSync(dir))
+        fs.renameSync(path.join(dir, name), path.join(dir, `${name}.damaged-2020-01-01T00-00-00-000Z`));
+
+      await expect(open(dataDir)).rejects.toThrow(
+        new RegExp(`${map} (map|index) is missing: .*only 1 copy .*doctor --repair`),
+      );
+      expectErrorWithFileAndFix((await checkDataDir(dataDir)).issues, "incomplete-index", dir);
+
+      const result = await repairDataDir(dataDir);
+      expect(result.actions.join("\n")).toMatch(/put .*damaged-2020-01-01T00-00-00-000Z back as/);
+      const again = await open(dataDir);
+      expect((await again.runs.list({})).map((run) => run.runId).sort()).toEqual(
+        runs.map((run) => run.runId).sort(),
+      );
+      expect(await again.meta.get("test:a")).toBe("a");
+      expect(await again.sessions.get("agent:main:only-row")).toBeDefined();
+      await again.close();
+      // The kept copy stays.
+      expect(fs.readdirSync(dir).some((name) => name.endsWith(".damaged-2020-01-01T00-00-00-000Z"))).toBe(
+        true,
+      );
+    });
+  }
+});

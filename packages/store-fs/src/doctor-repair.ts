@@ -9,10 +9,27 @@ import {
   type SessionEntry,
 } from "@switchboard/core";
 import { parseCommitRecord, readPendingCommits } from "./commit-log";
-import { type DoctorReport, damagedLines, inspectDataDir } from "./doctor";
-import { openFileStore } from "./file-store";
-import { closeFile, fileSize, openFile, syncData, writeAllAt } from "./fs-io";
-import { generationName, journalHeader, readJournaledState, writeSnapshotFile } from "./journaled-map";
+import { type DoctorReport, damagedLines, type IndexFormat, indexRowReader, inspectDataDir } from "./doctor";
+import { keptCopiesWithoutMap, openFileStore } from "./file-store";
+import {
+  closeFile,
+  errorCode,
+  fileSize,
+  linkPath,
+  openFile,
+  renamePath,
+  syncData,
+  syncDirectory,
+  writeAllAt,
+} from "./fs-io";
+import {
+  checkRow,
+  generationName,
+  journalHeader,
+  parseJournalRecord,
+  readJournaledState,
+  writeSnapshotFile,
+} from "./journaled-map";
 import { storeLayout } from "./layout";
 import { findIntactEnd, forEachLineText, parseJsonLine, readFirstLine, scanForward } from "./line-scan";
 import { acquireLock, releaseLock } from "./lock-file";
@@ -28,7 +45,7 @@ export interface RepairResult {
 }
 
 const INDEX_FILE = /^(journal|snapshot)-(\d{12})\.jsonl$/;
-const KEY_FIELDS: Record<string, string> = { sessions: "key", runs: "runId", meta: "name" };
+const KEPT_COPY = /^((?:journal|snapshot)-\d{12}\.jsonl)\.damaged-(.+)$/;
 
 /**
  * `doctor --repair`: fixes what `checkDataDir` reports and can be fixed without guessing, with
@@ -173,14 +190,53 @@ async function awaitingReplay(commitLogDir: string): Promise<Set<string> | "all"
   }
 }
 
-/** Moves a file aside (same directory), keeping it for inspection. */
+/**
+ * Moves a file aside (same directory), keeping it for inspection, once nothing needs it any more:
+ * what replaces it must be durable before. A copy of it kept under that name already (the same
+ * repair replaced it before) holds the original, so the file itself then just goes.
+ */
 async function moveAside(filePath: string, stamp: string): Promise<string> {
   const target = `${filePath}.damaged-${stamp}`;
-  await fs.promises.rename(filePath, target);
+  if (fs.existsSync(target)) await fs.promises.rm(filePath);
+  else await renamePath(filePath, target);
   return target;
 }
 
-/** Writes `content` to `filePath` through a synced temp file and a rename. */
+/**
+ * Keeps the file as it is under `<file>.damaged-<stamp>` (a hard link, else a synced copy), durably,
+ * and leaves the file itself in place: a crash at any point after leaves both. One kept already
+ * under that name (the same repair replaced the file before) is the original and stays.
+ */
+async function keepCopy(filePath: string, stamp: string): Promise<string> {
+  const target = `${filePath}.damaged-${stamp}`;
+  try {
+    await linkPath(filePath, target);
+  } catch (error) {
+    if (errorCode(error) === "EEXIST") return target;
+    if (!["EPERM", "ENOTSUP", "EOPNOTSUPP", "EXDEV", "EMLINK"].includes(errorCode(error) ?? "")) throw error;
+    await copyDurably(filePath, target);
+    return target;
+  }
+  await syncDirectory(path.dirname(filePath));
+  return target;
+}
+
+/** Copies `from` to `to`, with the copy and its directory entry synced. */
+async function copyDurably(from: string, to: string): Promise<void> {
+  await fs.promises.copyFile(from, to);
+  const fd = await openFile(to, "r+");
+  try {
+    await syncData(fd);
+  } finally {
+    await closeFile(fd);
+  }
+  await syncDirectory(path.dirname(to));
+}
+
+/**
+ * Writes a file's new content through a synced temp file renamed over it, then syncs the directory:
+ * a crash at any point leaves either the old content or the new one under its name, never neither.
+ */
 async function replaceFile(filePath: string, write: (fd: number) => Promise<void>): Promise<void> {
   const temp = `${filePath}.repair.tmp`;
   const fd = await openFile(temp, "w");
@@ -190,7 +246,23 @@ async function replaceFile(filePath: string, write: (fd: number) => Promise<void
   } finally {
     await closeFile(fd);
   }
-  await fs.promises.rename(temp, filePath);
+  await renamePath(temp, filePath);
+  await syncDirectory(path.dirname(filePath));
+}
+
+/**
+ * Replaces a file's content and keeps the original beside it (`*.damaged-<stamp>`): the copy is
+ * made first and the new content renamed over the file, so the file is never missing, not even
+ * for a moment a crash could catch. Returns where the original is kept.
+ */
+async function replaceKeepingOriginal(
+  filePath: string,
+  stamp: string,
+  write: (fd: number) => Promise<void>,
+): Promise<string> {
+  const kept = await keepCopy(filePath, stamp);
+  await replaceFile(filePath, write);
+  return kept;
 }
 
 interface TranscriptFacts {
@@ -245,10 +317,12 @@ async function repairTranscripts(
         // Whose it is may be in the index once that is repaired: leave it for the next run.
         if (key === undefined && !indexReadable) continue;
         const archived = path.join(layout.archive, `${sessionId}.${stamp}.damaged.jsonl`);
-        await fs.promises.copyFile(filePath, archived);
+        await fs.promises.mkdir(layout.archive, { recursive: true, mode: 0o700 });
+        await copyDurably(filePath, archived);
         if (key === undefined) {
           // No row says whose it is: keep it only in the archive.
           await fs.promises.rm(filePath);
+          await syncDirectory(layout.transcripts);
           actions.push(
             `moved ${filePath} to ${archived}: its header is unreadable and no session points at it`,
           );
@@ -337,19 +411,21 @@ function rowsFromTranscripts(_dir: string, facts: Map<string, TranscriptFacts>):
 }
 
 /**
- * Makes a journaled map readable again: drops damaged journal records, and when the state is
- * still not readable (a snapshot lost or damaged), writes a new snapshot from every readable row
- * (`base` first, for the sessions index the transcripts) with the journals replayed on top.
+ * Makes a journaled map readable again: drops the journal records the open refuses (the same check,
+ * `parseJournalRecord`), and when the state is still not readable (a snapshot lost or damaged),
+ * writes a new snapshot from every readable row (`base` first, for the sessions index the
+ * transcripts) with the journals replayed on top. Every file is replaced in place, the original
+ * kept beside it, so a crash at any point leaves a map that is whole or that the open refuses.
  */
 async function repairIndex(
   dir: string,
-  format: "sessions" | "runs" | "meta",
+  format: IndexFormat,
   stamp: string,
   actions: string[],
   base?: () => SessionEntry[],
 ): Promise<void> {
-  const keyField = KEY_FIELDS[format]!;
-  const keyOf = (value: Record<string, unknown>) => String(value[keyField]);
+  const reader = indexRowReader(format);
+  await restoreKeptCopies(dir, actions);
   const names = await fs.promises.readdir(dir).catch(() => [] as string[]);
   const files = names
     .map((name) => INDEX_FILE.exec(name))
@@ -358,16 +434,15 @@ async function repairIndex(
     .sort((a, b) => a.generation - b.generation || (a.kind === "snapshot" ? -1 : 1));
 
   for (const file of files.filter((entry) => entry.kind === "journal")) {
-    const { kept, dropped } = await readLines(file.path, true);
+    const { kept, dropped } = await readJournalLines(file.path, format, true);
     if (dropped === 0) continue;
-    const backup = await moveAside(file.path, stamp);
-    await replaceFile(file.path, (fd) => writeAllAt(fd, kept, 0));
+    const backup = await replaceKeepingOriginal(file.path, stamp, (fd) => writeAllAt(fd, kept, 0));
     actions.push(`dropped ${dropped} damaged record(s) from ${file.path} (original kept as ${backup})`);
   }
   const lostIndex = format === "sessions" && files.length === 0 && base !== undefined && base().length > 0;
   if (!lostIndex) {
     try {
-      await readJournaledState(dir, format, keyOf);
+      await readJournaledState(dir, format, reader.keyOf, reader.revive);
       return;
     } catch {
       // Rebuilt below.
@@ -376,40 +451,83 @@ async function repairIndex(
 
   const values = new Map<string, Record<string, unknown>>();
   for (const row of base?.() ?? []) values.set(row.key, row as unknown as Record<string, unknown>);
-  const replaced: string[] = [];
   for (const file of files) {
-    const { kept } = await readLines(file.path, false);
-    for (const line of kept.slice(1)) {
-      const record = parseJsonLine(line.subarray(0, line.length - 1));
-      if (!record) continue;
-      if (file.kind === "snapshot") {
-        // Rows of a damaged snapshot are kept when readable; taints are checked against the
-        // transcripts afterwards, so an edited row cannot lower one.
-        if (record.type !== "end" && record[keyField] !== undefined) values.set(keyOf(record), record);
-      } else if (record.op === "put" && record.value && typeof record.value === "object") {
-        const value = record.value as Record<string, unknown>;
-        values.set(keyOf(value), value);
-      } else if (record.op === "del" && typeof record.key === "string") values.delete(record.key);
+    if (file.kind === "journal") {
+      for (const line of (await readJournalLines(file.path, format, false)).kept.slice(1)) {
+        const record = parseJournalRecord(line.subarray(0, line.length - 1), reader.keyOf, reader.revive);
+        if (record?.op === "put") values.set(record.key, record.value);
+        else if (record?.op === "del") values.delete(record.key);
+      }
+      continue;
+    }
+    // Rows of a damaged snapshot are kept when the open would take them; taints are checked against
+    // the transcripts afterwards, so an edited row cannot lower one.
+    for (const line of (await readAllLines(file.path)).slice(1)) {
+      const parsed = parseJsonLine(line);
+      if (!parsed || parsed.type === "end") continue;
+      const row = checkRow(parsed, reader.keyOf, reader.revive);
+      if (row) values.set(row.key, row.value);
     }
   }
   const generation = Math.max(1, ...files.map((file) => file.generation));
   await fs.promises.mkdir(dir, { recursive: true, mode: 0o700 });
-  for (const file of files) {
-    if (file.kind === "journal" && file.generation === generation) continue;
-    replaced.push(await moveAside(file.path, stamp));
-  }
   // Journal N first, as a compaction makes it: a snapshot without its journal is refused at open.
   const journalPath = path.join(dir, generationName("journal", generation));
   if (!files.some((file) => file.kind === "journal" && file.generation === generation))
     await replaceFile(journalPath, (fd) =>
       writeAllAt(fd, [Buffer.from(`${journalHeader(format, generation)}\n`)], 0),
     );
+  // Then snapshot N in place (the old one kept beside it): from here on the map reads whole, and
+  // the older generations are leftovers, moved aside only now.
   const snapshotPath = path.join(dir, generationName("snapshot", generation));
-  await replaceFile(snapshotPath, (fd) => writeSnapshotFile(fd, format, generation, [...values.values()]));
+  const write = (fd: number) => writeSnapshotFile(fd, format, generation, [...values.values()]);
+  const replaced: string[] = [];
+  if (files.some((file) => file.path === snapshotPath))
+    replaced.push(await replaceKeepingOriginal(snapshotPath, stamp, write));
+  else await replaceFile(snapshotPath, write);
+  for (const file of files) {
+    if (file.generation === generation) continue;
+    replaced.push(await moveAside(file.path, stamp));
+  }
+  if (replaced.length > 0) await syncDirectory(dir);
   actions.push(
     `rebuilt ${snapshotPath} with ${values.size} ${format} record(s)${format === "sessions" ? " (from the readable index files and the transcripts)" : ""}` +
       (replaced.length > 0 ? `; old files kept as *.damaged-${stamp}` : ""),
   );
+}
+
+/**
+ * A map dir holding no journal or snapshot, only copies a repair kept (`*.damaged-<stamp>`), lost
+ * its files to a crash in the middle of that repair (before repairs kept the original in place until
+ * its replacement was durable): the open refuses it. Puts the newest repair's copies back (copied,
+ * so they stay kept), for the rest of the repair to drop their damaged records again.
+ */
+async function restoreKeptCopies(dir: string, actions: string[]): Promise<void> {
+  const copies = (await keptCopiesWithoutMap(dir))
+    .map((name) => KEPT_COPY.exec(name))
+    .filter((match): match is RegExpExecArray => match !== null)
+    .map((match) => ({ copy: match[0], original: match[1]!, stamp: match[2]! }));
+  if (copies.length === 0) return;
+  const newest = copies
+    .map((copy) => copy.stamp)
+    .sort()
+    .at(-1)!;
+  for (const { copy, original } of copies.filter((entry) => entry.stamp === newest)) {
+    const temp = path.join(dir, `${original}.repair.tmp`);
+    await fs.promises.rm(temp, { force: true });
+    await fs.promises.copyFile(path.join(dir, copy), temp);
+    const fd = await openFile(temp, "r+");
+    try {
+      await syncData(fd);
+    } finally {
+      await closeFile(fd);
+    }
+    await renamePath(temp, path.join(dir, original));
+    actions.push(
+      `put ${path.join(dir, copy)} back as ${path.join(dir, original)}: ${dir} held no journal or snapshot (a repair was interrupted)`,
+    );
+  }
+  await syncDirectory(dir);
 }
 
 const SEGMENT_FILE = /^\d{12}\.log$/;
@@ -442,32 +560,50 @@ async function repairCommitLog(dir: string, stamp: string, actions: string[]): P
     const dropped = lines.slice(0, end).filter((entry) => !entry.ok).length;
     if (dropped === 0) continue;
     const kept = lines.filter((entry) => entry.ok).map((entry) => entry.line);
-    const backup = await moveAside(filePath, stamp);
-    await replaceFile(filePath, (out) => writeAllAt(out, kept, 0));
+    const backup = await replaceKeepingOriginal(filePath, stamp, (out) => writeAllAt(out, kept, 0));
     actions.push(
       `dropped ${dropped} damaged record(s) from commit-log segment ${filePath} (original kept as ${backup})`,
     );
   }
 }
 
-/** Lines of a JSONL index file: header plus intact records (with `\n`); `dropped` counts damaged middle ones. */
-async function readLines(filePath: string, dropTail: boolean): Promise<{ kept: Buffer[]; dropped: number }> {
+/** Every complete line of a file, each with its `\n`. */
+async function readAllLines(filePath: string): Promise<Buffer[]> {
   const fd = await openFile(filePath, "r");
   try {
-    const lines: Array<{ line: Buffer; ok: boolean }> = [];
+    const lines: Buffer[] = [];
     await scanForward(fd, 0, await fileSize(fd), (line) => {
-      lines.push({ line: Buffer.from(`${line.toString("utf8")}\n`), ok: parseJsonLine(line) !== undefined });
+      lines.push(Buffer.from(`${line.toString("utf8")}\n`));
       return true;
     });
-    // Bad lines at the very end are a torn tail, which open cuts by itself.
-    let end = lines.length;
-    if (dropTail) while (end > 1 && !lines[end - 1]!.ok) end--;
-    const body = lines.slice(0, end);
-    const kept = body.filter((entry, index) => index === 0 || entry.ok).map((entry) => entry.line);
-    return { kept, dropped: body.length - kept.length };
+    return lines;
   } finally {
     await closeFile(fd);
   }
+}
+
+/**
+ * Lines of a journal: header plus the records the open takes (with `\n`; the open's own check);
+ * `dropped` counts damaged records before intact ones. Damaged lines at the very end (a torn tail,
+ * which the open cuts by itself) are left out but not counted when `dropTail`.
+ */
+async function readJournalLines(
+  filePath: string,
+  format: IndexFormat,
+  dropTail: boolean,
+): Promise<{ kept: Buffer[]; dropped: number }> {
+  const reader = indexRowReader(format);
+  const lines = (await readAllLines(filePath)).map((line, index) => ({
+    line,
+    ok:
+      index === 0 ||
+      parseJournalRecord(line.subarray(0, line.length - 1), reader.keyOf, reader.revive) !== undefined,
+  }));
+  let end = lines.length;
+  if (dropTail) while (end > 1 && !lines[end - 1]!.ok) end--;
+  const body = lines.slice(0, end);
+  const kept = body.filter((entry) => entry.ok).map((entry) => entry.line);
+  return { kept, dropped: body.length - kept.length };
 }
 
 /**
@@ -533,7 +669,9 @@ async function restoreMissingTranscripts(
     const copies = archived.filter((name) => name.startsWith(`${sessionId}.`) && !name.includes(".damaged."));
     const newest = copies.at(-1);
     if (!newest) continue;
-    await fs.promises.rename(path.join(layout.archive, newest), target);
+    await renamePath(path.join(layout.archive, newest), target);
+    await syncDirectory(layout.transcripts);
+    await syncDirectory(layout.archive);
     actions.push(`moved ${newest} back from archive/ to ${target}: ${row.key} still points at it`);
   }
 }

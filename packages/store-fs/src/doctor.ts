@@ -10,12 +10,16 @@ import {
 } from "@switchboard/core";
 import { AUDIT_FILE, auditHeaderProblem, isIntactAuditLine } from "./audit-log";
 import { readPendingCommits } from "./commit-log";
+import { keptCopiesWithoutMap, lostMapMessage } from "./file-store";
 import { inspectFormatVersion, STORE_ENTRIES, STORE_FORMAT_VERSION, versionFix } from "./format-version";
 import { closeFile, errorCode, fileSize, isNotFound, openFile } from "./fs-io";
 import { IncompleteStateError, readJournaledState } from "./journaled-map";
 import { storeLayout } from "./layout";
 import { findIntactEnd, parseJsonLine, readFirstLine, scanForward, seqOfLine } from "./line-scan";
 import { isLockHolderAlive, LOCK_FILE, readLockHolder } from "./lock-file";
+import { metaKey } from "./meta-store";
+import { runKey } from "./run-registry";
+import { sessionRowKey, sessionRowReviver } from "./session-index";
 import { checkTranscriptHeader, isIntactEntryLine } from "./transcript-store";
 
 export type DoctorIssueCode =
@@ -71,6 +75,28 @@ export interface DoctorReport {
 }
 
 const TRANSCRIPT_NAME = /^(.+)\.jsonl$/;
+
+export type IndexFormat = "sessions" | "runs" | "meta";
+
+/**
+ * How the store's open reads the rows of each journaled map (the key, and for sessions the reviver,
+ * which throws on a row of the wrong shape): the doctor and the repair read with exactly these, so a
+ * record they keep is one the open takes, and one it refuses they report and drop.
+ */
+export function indexRowReader(format: IndexFormat): {
+  keyOf: (value: Record<string, unknown>) => string;
+  revive?: (value: Record<string, unknown>) => Record<string, unknown>;
+} {
+  type Row = Record<string, unknown>;
+  if (format === "sessions") {
+    const revive = sessionRowReviver();
+    return {
+      keyOf: sessionRowKey as unknown as (value: Row) => string,
+      revive: revive as unknown as (value: Row) => Row,
+    };
+  }
+  return { keyOf: (format === "runs" ? runKey : metaKey) as unknown as (value: Row) => string };
+}
 const REPAIR = "run `switchboard doctor --repair` with the gateway stopped";
 const ACTIVE_RUN_STATUSES = new Set(["queued", "running"]);
 
@@ -228,8 +254,24 @@ export async function inspectDataDir(
     ["meta", layout.meta],
   ] as const) {
     try {
-      const state = await readJournaledState<Record<string, unknown>>(dir, format, (value) =>
-        String(format === "sessions" ? value.key : format === "runs" ? value.runId : value.name),
+      const copies = await keptCopiesWithoutMap(dir);
+      if (copies.length > 0) {
+        const lost = lostMapMessage(dir, format, copies);
+        issues.push({
+          severity: "error",
+          code: "incomplete-index",
+          message: `${lost.message}; the store refuses to start`,
+          path: dir,
+          fix: lost.fix,
+        });
+        continue;
+      }
+      const reader = indexRowReader(format);
+      const state = await readJournaledState<Record<string, unknown>>(
+        dir,
+        format,
+        reader.keyOf,
+        reader.revive,
       );
       if (format === "sessions") {
         report.counts.sessions = state.values.size;

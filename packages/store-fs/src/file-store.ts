@@ -126,6 +126,12 @@ export async function openFileStore(options: FileStoreOptions): Promise<FileStor
   try {
     await ensureFormatVersion(layout.dataDir, durable);
     await refuseLostIndex(layout.sessions, layout.transcripts);
+    for (const [format, dir] of [
+      ["sessions", layout.sessions],
+      ["runs", layout.runs],
+      ["meta", layout.meta],
+    ] as const)
+      await refuseLostMap(dir, format);
     const shared = { durable, snapshotEvery: config.snapshotEvery, logger, health };
     const sessions = await FileSessionIndex.open({ dir: layout.sessions, ...shared });
     opened.push(sessions);
@@ -277,4 +283,42 @@ async function refuseLostIndex(sessionsDir: string, transcriptsDir: string): Pro
     `sessions index is missing: ${sessionsDir} holds no journal or snapshot, but ${transcripts.length} transcript(s) exist, so every session would be silently lost; restore the index from a backup, or run \`switchboard doctor --repair\` to rebuild it from the transcripts`,
     sessionsDir,
   );
+}
+
+const INDEX_FILE = /^(journal|snapshot)-\d{12}\.jsonl$/;
+const KEPT_COPY = /^((?:journal|snapshot)-\d{12}\.jsonl)\.damaged-(.+)$/;
+
+/**
+ * The copies `doctor --repair` kept (`<journal or snapshot>.damaged-<stamp>`) in a journaled map's
+ * dir that holds no journal or snapshot: what a crash left in the middle of a repair that moved the
+ * original aside before its replacement was in place (as repairs did until the original was kept
+ * until then). Empty when the map has its files, or when there are no such copies (a new map).
+ */
+export async function keptCopiesWithoutMap(dir: string): Promise<string[]> {
+  const names = await fs.promises.readdir(dir).catch(() => [] as string[]);
+  if (names.some((name) => INDEX_FILE.test(name))) return [];
+  return names.filter((name) => KEPT_COPY.test(name)).sort();
+}
+
+/** What to do about a map whose only files are `doctor --repair`'s kept copies (for the open and the doctor). */
+export function lostMapMessage(
+  dir: string,
+  format: string,
+  copies: readonly string[],
+): { message: string; fix: string } {
+  return {
+    message: `${format} ${format === "sessions" ? "index" : "map"} is missing: ${dir} holds no journal or snapshot, only ${copies.length} cop${copies.length === 1 ? "y" : "ies"} \`doctor --repair\` kept of replaced files (${copies.join(", ")}), so every ${format} record would be silently lost`,
+    fix: `run \`switchboard doctor --repair\` with the gateway stopped: it puts the newest kept copies back and drops their damaged records; or restore ${dir} from a backup (to start with an empty ${format} map instead, move the *.damaged-* files out of ${dir})`,
+  };
+}
+
+/**
+ * A journaled map whose dir holds only `*.damaged-*` copies would open as an empty map and silently
+ * drop every row (every run, the audit anchor, the taint-rise intents): refuse instead.
+ */
+async function refuseLostMap(dir: string, format: string): Promise<void> {
+  const copies = await keptCopiesWithoutMap(dir);
+  if (copies.length === 0) return;
+  const { message, fix } = lostMapMessage(dir, format, copies);
+  throw new IncompleteStateError(`${message}; ${fix}`, dir);
 }

@@ -35,7 +35,54 @@ export const LAZY_FLUSH_MS = 100;
 const LOAD_CHUNK_BYTES = 1024 * 1024;
 const SNAPSHOT_BATCH = 2000;
 
-type JournalRecord<V> = { op: "put"; value: V } | { op: "del"; key: string };
+/** A journal record as the open applies it: a `put` with its value's key, or a `del`. */
+export type CheckedJournalRecord<V> = { op: "put"; key: string; value: V } | { op: "del"; key: string };
+
+/**
+ * A row of a snapshot or journal `put` with its key, or undefined when it is valid JSON of the
+ * wrong shape (not an object, no string key, or one `revive` cannot take): such a row is as damaged
+ * as a torn line, reported as one rather than as a TypeError from inside the reviver.
+ */
+export function checkRow<V>(
+  parsed: unknown,
+  keyOf: (value: V) => string,
+  revive: (value: V) => V = (value) => value,
+): { key: string; value: V } | undefined {
+  if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) return undefined;
+  try {
+    const value = revive(parsed as V);
+    const key = keyOf(value);
+    if (typeof key !== "string" || key === "undefined" || key === "null") return undefined;
+    return { key, value };
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The one check of a journal record line (without its newline), shared by the open (which refuses a
+ * damaged record before intact ones) and `doctor --repair` (which drops exactly those): the
+ * record, or undefined when it is damaged (unreadable, an unknown op, a `put` of a malformed row,
+ * a `del` without a string key).
+ */
+export function parseJournalRecord<V>(
+  line: Buffer | string,
+  keyOf: (value: V) => string,
+  revive: (value: V) => V = (value) => value,
+): CheckedJournalRecord<V> | undefined {
+  let record: unknown;
+  try {
+    record = JSON.parse(typeof line === "string" ? line : line.toString("utf8"));
+  } catch {
+    return undefined;
+  }
+  if (record === null || typeof record !== "object") return undefined;
+  const { op, key, value } = record as { op?: unknown; key?: unknown; value?: unknown };
+  if (op === "del") return typeof key === "string" ? { op, key } : undefined;
+  if (op !== "put") return undefined;
+  const row = checkRow(value, keyOf, revive);
+  return row && { op, key: row.key, value: row.value };
+}
 
 const generationName = (kind: "journal" | "snapshot", generation: number) =>
   `${kind}-${String(generation).padStart(12, "0")}.jsonl`;
@@ -239,17 +286,12 @@ async function loadSnapshot<V>(
           return true;
         }
         // Valid JSON of the wrong shape (no row where one belongs) is as damaged as a torn line.
-        let value: V;
-        let key: string;
-        try {
-          value = revive(parsed as V);
-          key = keyOf(value);
-          if (typeof key !== "string" || key === "undefined" || key === "null") throw new TypeError("no key");
-        } catch {
+        const row = checkRow(parsed, keyOf, revive);
+        if (row === undefined) {
           bad = "a malformed record";
           return false;
         }
-        values.set(key, value);
+        values.set(row.key, row.value);
         count++;
         return true;
       },
@@ -310,37 +352,17 @@ async function replayJournal<V>(
           validEnd = lineStart + line.length + 1;
           return true;
         }
-        let record: JournalRecord<V> | undefined;
-        try {
-          record = JSON.parse(line.toString("utf8")) as JournalRecord<V>;
-        } catch {
-          record = undefined;
-        }
-        let valid = record !== undefined && (record.op === "put" || record.op === "del");
-        // A `put` whose value is of the wrong shape (valid JSON, no row) is a damaged record too,
-        // reported as one rather than as a TypeError from inside the reviver.
-        let put: { key: string; value: V } | undefined;
-        if (valid && record!.op === "put") {
-          try {
-            const value = revive(record!.value);
-            const key = keyOf(value);
-            if (typeof key !== "string" || key === "undefined" || key === "null")
-              throw new TypeError("no key");
-            put = { key, value };
-          } catch {
-            valid = false;
-          }
-        }
+        const record = parseJournalRecord(line, keyOf, revive);
         if (badAt !== undefined) {
-          if (valid) intactAfterBad = true;
+          if (record) intactAfterBad = true;
           return true;
         }
-        if (!valid) {
+        if (!record) {
           badAt = lineStart;
           return true;
         }
-        if (put) values.set(put.key, put.value);
-        else if (record!.op === "del") values.delete(record!.key);
+        if (record.op === "put") values.set(record.key, record.value);
+        else values.delete(record.key);
         records++;
         validEnd = lineStart + line.length + 1;
         return true;

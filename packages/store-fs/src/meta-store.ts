@@ -3,10 +3,13 @@ import { JournaledMap } from "./journaled-map";
 import type { StoreLogger } from "./logger";
 import type { StoreHealthTracker } from "./store-health";
 
-interface MetaValue {
+export interface MetaValue {
   name: string;
   value: string;
 }
+
+/** The meta store's key: what its journal and snapshot records are stored under. */
+export const metaKey = (item: MetaValue): string => item.name;
 
 /** Small named values, persisted through a journal + snapshot pair like the other maps. */
 export class FileMetaStore implements MetaStore {
@@ -22,7 +25,7 @@ export class FileMetaStore implements MetaStore {
     const journal = await JournaledMap.open<MetaValue>({
       dir: options.dir,
       format: "meta",
-      keyOf: (item) => item.name,
+      keyOf: metaKey,
       durable: options.durable,
       snapshotEvery: options.snapshotEvery,
       logger: options.logger,

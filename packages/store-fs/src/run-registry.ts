@@ -39,6 +39,9 @@ export interface FileRunRegistryOptions {
 
 const isActive = (run: RunRecord) => !TERMINAL_RUN_STATUSES.includes(run.status);
 
+/** The run registry's key: what its journal and snapshot records are stored under. */
+export const runKey = (run: RunRecord): string => run.runId;
+
 /** The run registry: records in memory, persisted through a journal + snapshot pair. */
 export class FileRunRegistry implements RunRegistryStore {
   private readonly runIdByIdempotencyKey = new Map<string, string>();
@@ -81,7 +84,7 @@ export class FileRunRegistry implements RunRegistryStore {
     const journal = await JournaledMap.open<RunRecord>({
       dir: options.dir,
       format: "runs",
-      keyOf: (run) => run.runId,
+      keyOf: runKey,
       durable: options.durable,
       snapshotEvery: options.snapshotEvery,
       logger: options.logger,

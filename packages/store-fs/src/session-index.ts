@@ -81,6 +81,30 @@ class StringPool {
   }
 }
 
+/** The sessions index's key: what its journal and snapshot records are stored under. */
+export const sessionRowKey = (row: SessionEntry): string => row.key;
+
+/**
+ * What the index applies to each row read from disk (shares repeated strings, freezes it); it throws
+ * on a row of the wrong shape, which the reader then counts as damaged. `doctor --repair` checks
+ * rows with it too, so it drops exactly what the open refuses.
+ */
+export function sessionRowReviver(): (row: SessionEntry) => SessionEntry {
+  const pool = new StringPool();
+  return (row) => {
+    const record = row as unknown as Record<string, unknown>;
+    for (const field of SHARED_FIELDS) {
+      const value = record[field];
+      if (typeof value === "string") record[field] = pool.share(value);
+    }
+    if (row.deliveryContext) {
+      row.deliveryContext.channel = pool.share(row.deliveryContext.channel);
+      Object.freeze(row.deliveryContext);
+    }
+    return Object.freeze(row);
+  };
+}
+
 /** A caller's own copy of a stored (frozen) row. */
 function copySession(row: SessionEntry): SessionEntry {
   const copy = { ...row };
@@ -161,23 +185,11 @@ export class FileSessionIndex implements SessionIndexStore {
   }
 
   static async open(options: FileSessionIndexOptions): Promise<FileSessionIndex> {
-    const pool = new StringPool();
-    const revive = (row: SessionEntry): SessionEntry => {
-      const record = row as unknown as Record<string, unknown>;
-      for (const field of SHARED_FIELDS) {
-        const value = record[field];
-        if (typeof value === "string") record[field] = pool.share(value);
-      }
-      if (row.deliveryContext) {
-        row.deliveryContext.channel = pool.share(row.deliveryContext.channel);
-        Object.freeze(row.deliveryContext);
-      }
-      return Object.freeze(row);
-    };
+    const revive = sessionRowReviver();
     const journal = await JournaledMap.open<SessionEntry>({
       dir: options.dir,
       format: "sessions",
-      keyOf: (row) => row.key,
+      keyOf: sessionRowKey,
       durable: options.durable,
       snapshotEvery: options.snapshotEvery,
       logger: options.logger,
