@@ -50,7 +50,10 @@ describe("the data dir lock between processes", () => {
     for (let trial = 0; trial < 4; trial++) {
       const dataDir = path.join(workDir, `stale-${trial}`);
       fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-      fs.writeFileSync(path.join(dataDir, "LOCK"), `${JSON.stringify({ pid: 2 ** 22 - 3, acquiredAt: 1 })}\n`);
+      fs.writeFileSync(
+        path.join(dataDir, "LOCK"),
+        `${JSON.stringify({ pid: 2 ** 22 - 3, acquiredAt: 1 })}\n`,
+      );
       // Held well past the two starts' spread, so a second open can only mean two holders at once.
       const outs = await Promise.all([start(dataDir, "a", 1_500), start(dataDir, "b", 1_500)]);
       expect(opened(outs), outs.join("")).toBe(1);

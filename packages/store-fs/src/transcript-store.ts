@@ -90,6 +90,13 @@ export function checkTranscriptHeader(
 class TranscriptHandle {
   users = 0;
   retired = false;
+  /**
+   * Where the acknowledged entries end: reads stop here. The file's bytes after it are appends
+   * whose commit is still in flight and may yet be refused and cut out (their seqs handed out
+   * again), so they are never served. Advanced as commits resolve (in the order they were made:
+   * the commit log resolves them in order, across a rotation too), cut back by a failed one.
+   */
+  acknowledged: number;
   /** seq of an entry → offset of its line: where a `before` page continues. */
   readonly cursors = new Map<number, number>();
   private idleWaiters: Array<() => void> = [];
@@ -100,7 +107,9 @@ class TranscriptHandle {
     readonly file: SyncAppendFile,
     readonly dataStart: number,
     public lastSeq: number,
-  ) {}
+  ) {
+    this.acknowledged = file.size;
+  }
 
   get fd(): number {
     return this.file.descriptor;
@@ -151,8 +160,9 @@ const notFound = (sessionId: string) =>
 
 /**
  * Transcripts as one JSONL file per sessionId. Appends are group-committed through the commit
- * log; reads scan backwards from the end in chunks. Open files are kept in a small LRU with each
- * transcript's last seq, so appends never scan.
+ * log; reads scan backwards in chunks from the end of the acknowledged entries (an append is
+ * served once its commit resolved, never while it may still be refused). Open files are kept in a
+ * small LRU with each transcript's last seq, so appends never scan.
  */
 export class FileTranscriptStore implements TranscriptStore {
   private readonly handles = new Map<string, TranscriptHandle>();
@@ -273,24 +283,32 @@ export class FileTranscriptStore implements TranscriptStore {
       for (const line of prepared.lines) records += `${id} ${line}\n`;
       const start = handle.file.size;
       const previousSeq = handle.lastSeq;
+      let end: number;
       try {
         handle.file.append(Buffer.from(`${prepared.lines.join("\n")}\n`));
+        end = handle.file.size;
       } catch (error) {
         this.options.health?.fail("transcripts", error);
         throw error;
       }
       this.options.health?.ok("transcripts");
       handle.lastSeq = prepared.lastSeq;
-      // A failed commit takes the entries back out of the transcript, so an unacknowledged entry
-      // is never served nor followed by new ones. Every later append fails with it (the commit
-      // log sees to that, across a rotation too), so the undo can cut everything from `start`.
-      // The oldest failed append's undo wins whatever order they run in: a rotation's next
-      // segment fails its queue only after the previous one's failed batch undid its appends.
+      // Reads stop at `acknowledged`, so the entries are served only once their commit resolved.
+      // A failed commit takes them back out of the transcript, so an unacknowledged entry is
+      // never followed by new ones. Every later append fails with it (the commit log sees to
+      // that, across a rotation too), so the undo can cut everything from `start`. The oldest
+      // failed append's undo wins whatever order they run in: a rotation's next segment fails
+      // its queue only after the previous one's failed batch undid its appends.
       await this.commitLog.commit(id, records, () => {
         handle.file.rollback(start);
         handle.lastSeq = Math.min(handle.lastSeq, previousSeq);
+        handle.acknowledged = Math.min(handle.acknowledged, start);
         handle.cursors.clear();
       });
+      // Commits resolve in order and an earlier append's bytes lie before this one's, so this
+      // only moves forward over acknowledged bytes (an earlier append resolving late ends at or
+      // before any later failed append's `start`).
+      if (end > handle.acknowledged) handle.acknowledged = end;
       this.counters.appendedEntries += prepared.entries.length;
       return prepared.entries;
     } finally {
@@ -304,7 +322,8 @@ export class FileTranscriptStore implements TranscriptStore {
     const handle = await this.acquire(id);
     try {
       const collector = new TailCollector(normalised);
-      let end = handle.file.size;
+      // Only acknowledged entries: an append whose commit is in flight may still be refused.
+      let end = handle.acknowledged;
       if (normalised.before !== undefined) end = await this.endBefore(handle, normalised.before, end);
       let accepted = { seq: 0, start: 0 };
       let offered = { seq: 0, start: 0 };
@@ -811,6 +830,8 @@ export class FileTranscriptStore implements TranscriptStore {
           return this.cannotRestore(id, error);
         }
         handle.lastSeq = missing.at(-1)![0];
+        // Restored from the commit log: acknowledged by the run that logged them.
+        handle.acknowledged = handle.file.size;
         this.counters.entriesRestored += missing.length;
         this.options.logger.warn(
           {
