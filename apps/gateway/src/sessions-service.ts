@@ -623,12 +623,19 @@ export class SessionsService {
         : entries.filter((item) => item.runId !== exceptRunId).slice(-limit);
     const cached = this.recent.get(entry.sessionId);
     if (cached) return others(cached);
-    const read = await this.store.transcripts.read(entry.sessionId, {
-      limit: this.recent.depth,
-      maxBytes: RUN_HISTORY_MAX_BYTES,
-      filter: (item) => item.type === "message",
-    });
-    this.recent.fill(entry.sessionId, read.entries, read.truncated);
+    const fill = this.recent.fillFrom(entry.sessionId);
+    let read: Awaited<ReturnType<Store["transcripts"]["read"]>>;
+    try {
+      read = await this.store.transcripts.read(entry.sessionId, {
+        limit: this.recent.depth,
+        maxBytes: RUN_HISTORY_MAX_BYTES,
+        filter: (item) => item.type === "message",
+      });
+    } catch (error) {
+      fill();
+      throw error;
+    }
+    fill(read);
     // The byte budget went partly to the run's own input (written before the run was assigned):
     // read again without it, or a big message before it would be missing from the run's history.
     if (
