@@ -2,15 +2,14 @@ import type { TranscriptEntry } from "@switchboard/core";
 import { describe, expect, it } from "vitest";
 import { InProcessRecentMessages } from "./recent-messages";
 
-const message = (seq: number): TranscriptEntry =>
-  ({
-    type: "message",
-    seq,
-    id: `m${seq}`,
-    at: seq,
-    label: "PUBLIC",
-    message: { role: "user", content: `message ${seq}` },
-  }) as TranscriptEntry;
+const message = (seq: number): TranscriptEntry => ({
+  type: "message",
+  seq,
+  id: `m${seq}`,
+  ts: seq,
+  label: "PUBLIC",
+  message: { role: "user", content: [{ type: "text", text: `message ${seq}` }] },
+});
 const seqs = (entries: TranscriptEntry[] | undefined) => entries?.map((entry) => entry.seq);
 
 describe("the recent-messages cache filled while appends land", () => {
