@@ -441,7 +441,8 @@ export class AgentFlows {
     const label = options.label ?? from.taint;
     await this.sessions.raiseTaint(to.key, label, `message from ${from.key}`, from.key, "clearance");
     let audited: Promise<void> | undefined;
-    const result = await this.scheduler.enqueue({
+    let created: RunRecord | undefined;
+    const enqueued = this.scheduler.enqueue({
       sessionKey: to.key,
       lane: options.lane ?? "nested",
       origin: options.origin,
@@ -456,6 +457,7 @@ export class AgentFlows {
       ...(options.followUp ? { followUp: options.followUp } : {}),
       // Issued with the run's write, so it shares a commit with the call's impersonation record.
       onCreate: (record) => {
+        created = record;
         audited = this.audit
           .append({
             kind: "delivery",
@@ -468,12 +470,49 @@ export class AgentFlows {
         audited.catch(() => undefined);
       },
     });
+    let result: Awaited<typeof enqueued>;
+    try {
+      result = await enqueued;
+    } catch (error) {
+      if (created && audited) await this.deliveryFailed(created, from.key, to.key, audited, error);
+      throw error;
+    }
     if (result.existing || !audited) return result;
     if (!options.auditWhileWaiting) {
       await audited;
       return result;
     }
     return { ...result, audited };
+  }
+
+  /**
+   * The delivery's record went out with the run's write, to share its commit; the write was then
+   * refused (a full disk, an archived session), so the record names a run that does not exist. The
+   * log cannot take it back: it says so in a record of its own, once the first is in.
+   */
+  private async deliveryFailed(
+    record: RunRecord,
+    from: string,
+    to: string,
+    audited: Promise<void>,
+    error: unknown,
+  ): Promise<void> {
+    const recorded = await audited.then(
+      () => true,
+      () => false,
+    );
+    if (!recorded) return;
+    const stored = await this.store.runs.get(record.runId).catch(() => undefined);
+    if (stored) return;
+    await this.audit
+      .append({
+        kind: "delivery.failed",
+        sessionKey: to,
+        data: { from, to, runId: record.runId, error: `the run was not stored: ${(error as Error).message}` },
+      })
+      .catch((auditError: unknown) =>
+        this.log.error({ err: auditError, runId: record.runId }, "could not record a failed delivery"),
+      );
   }
 
   /**

@@ -1,7 +1,13 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createMemoryStore, parseConfig, type RunRecord, type Store } from "@switchboard/core";
+import {
+  createMemoryStore,
+  parseConfig,
+  type RunRecord,
+  type Store,
+  SwitchboardError,
+} from "@switchboard/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { Gateway } from "./gateway";
 import { TestWorker } from "./testing/test-gateway";
@@ -56,6 +62,25 @@ function heldRunEnds() {
     },
   });
   return Object.assign(valve, { inner, store: { ...inner, runs } as Store });
+}
+
+/** A memory store that refuses the first new run of a send (a full disk, say). */
+function refusedSendRun() {
+  const inner = createMemoryStore();
+  const state = { refused: undefined as string | undefined };
+  const runs = Object.assign(Object.create(inner.runs) as Store["runs"], {
+    put: async (record: RunRecord, options?: Parameters<Store["runs"]["put"]>[1]) => {
+      if (record.origin === "send" && state.refused === undefined) {
+        state.refused = record.runId;
+        await wait(20);
+        throw new SwitchboardError("UNAVAILABLE", "storage full writing the run registry", {
+          retryable: true,
+        });
+      }
+      return inner.runs.put(record, options);
+    },
+  });
+  return Object.assign(state, { inner, store: { ...inner, runs } as Store });
 }
 
 const wait = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -122,6 +147,26 @@ describe("sessions_send as an operator: what its answer waits for", () => {
     expect(await send.answer).toMatchObject({ status: "ok", reply: "pong" });
     const kinds = (await audit.inner.audit.tail(1000)).slice(before).map((record) => record.kind);
     expect(kinds).toEqual(["impersonation", "delivery"]);
+  });
+
+  it("says in the audit log when the run its delivery record names could not be stored", async () => {
+    const runs = refusedSendRun();
+    const { operator } = await start(runs.store);
+    const before = (await runs.inner.audit.tail(1000)).length;
+    const answer = await sendPing(operator).answer;
+    expect(answer).toMatchObject({ status: "error" });
+    expect(runs.refused).toBeDefined();
+    expect(await runs.inner.runs.get(runs.refused!)).toBeUndefined();
+    const records = (await runs.inner.audit.tail(1000)).slice(before);
+    const delivery = records.findIndex((record) => record.kind === "delivery");
+    // The delivery's record went out with the run's write; the failure follows it, naming the run.
+    expect(records[delivery]?.data).toMatchObject({ runId: runs.refused });
+    expect(records.slice(delivery + 1)).toContainEqual(
+      expect.objectContaining({
+        kind: "delivery.failed",
+        data: expect.objectContaining({ runId: runs.refused, to: "agent:main:cron:to" }),
+      }),
+    );
   });
 
   it("records the call beside the reply's writes, but answers only once the run's end is durable", async () => {
