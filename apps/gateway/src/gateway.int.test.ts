@@ -217,6 +217,18 @@ describe("gateway: handshake, roles and runs", () => {
       code: "CONFLICT",
       message: "idempotencyKey: already used for a chat input",
     });
+    // The same message on another lane, or with another time limit, is another input too.
+    const run = { sessionKey: "main", message: "laned", idempotencyKey: "k-2" };
+    await op.call("agent", { ...run, timeoutSeconds: 60 });
+    expect(await op.call("agent", { ...run, timeoutSeconds: 60 })).toMatchObject({ status: "accepted" });
+    expect((await op.request("agent", { ...run, lane: "nested", timeoutSeconds: 60 })).error).toMatchObject({
+      code: "CONFLICT",
+      message: "idempotencyKey: already used for an input on lane main",
+    });
+    expect((await op.request("agent", { ...run, timeoutSeconds: 5 })).error).toMatchObject({
+      code: "CONFLICT",
+      message: "idempotencyKey: already used for an input with timeoutSeconds 60",
+    });
   });
 
   it("replays events after a cursor", async () => {

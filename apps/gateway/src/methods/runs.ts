@@ -60,6 +60,18 @@ export function runMethods({
             "CONFLICT",
             `idempotencyKey: already used for a ${existing.origin} input`,
           );
+        // The run's lane and time limit were the first call's: another under the same key would be
+        // ignored as silently as another message.
+        if ((params.lane ?? "main") !== existing.lane)
+          throw new SwitchboardError(
+            "CONFLICT",
+            `idempotencyKey: already used for an input on lane ${existing.lane}`,
+          );
+        if (params.timeoutSeconds && params.timeoutSeconds !== existing.timeoutSeconds)
+          throw new SwitchboardError(
+            "CONFLICT",
+            `idempotencyKey: already used for an input with timeoutSeconds ${existing.timeoutSeconds ?? "unset"}`,
+          );
         return { runId: existing.runId, status: "accepted" };
       }
     }
