@@ -249,7 +249,8 @@ describe.skipIf(!CLI_BUILT)("hostile input to the switchboard CLI", { timeout: 2
         // The password of a refused --store URL is never echoed.
         expect(result.stderr).not.toContain("secret");
       }
-    });
+      // Eleven CLI processes one after another: ~2 s each on a slow, loaded machine.
+    }, 90_000);
   });
 
   describe.concurrent("data dirs that held up", () => {
