@@ -94,6 +94,8 @@ export class AgentFlows {
   private stopped = false;
   /** Each spawn's announce steps on this process, one after another (keyed by its idempotency key). */
   private readonly announcing: SessionLocks = new InProcessSessionLocks();
+  /** Each run's reply post on this process, one at a time (keyed by its runId). */
+  private readonly posting: SessionLocks = new InProcessSessionLocks();
 
   constructor(
     private readonly config: Config,
@@ -587,8 +589,13 @@ export class AgentFlows {
    * already created is found again by its idempotency key and awaited, not started twice; one whose
    * run died with the old process is made once more (`stepEnd`).
    * Several instances: the leader takes over orphaned follow-ups through the flow claims instead.
+   *
+   * Also, on one instance or on the only live one of several (the start calls this only then):
+   * replies whose post to their channel was pending when the process before died (`deliverReply`).
    */
   async resumeSendFollowUps(): Promise<void> {
+    for (const run of await this.store.runs.list({ pendingReplyPost: true }))
+      this.track(this.deliverReply(run));
     if (this.claims) return;
     // Marked ones, and (from before marks) sends still queued.
     const pending = await this.store.runs.list({ origins: ["send"], pendingFollowUp: true });
@@ -1179,10 +1186,8 @@ export class AgentFlows {
     ) {
       this.track(this.deliverReply(record));
     }
-    if (record.origin === "spawn-announce" && record.status === "ok") {
-      const reply = record.reply?.trim() ?? "";
-      if (reply !== "" && reply !== ANNOUNCE_SKIP) this.track(this.deliverReply(record));
-    }
+    // A spawn's announce run: its reply is posted when the announce settles, before the announce
+    // is marked delivered (`settleAnnounce`); the spawn's pending announce is its durable mark.
     if (record.origin === "spawn-announce" && record.provenance?.kind === "subagent")
       this.track(this.announceRunEnded(record.provenance.runId));
   }
@@ -1194,14 +1199,93 @@ export class AgentFlows {
     if (spawnRun?.spawn?.announce.status === "pending") await this.announceSpawn(spawnRun);
   }
 
-  /** Auto-reply delivery of a session's reply out to its channel (PRE_OUTPUT). */
+  /**
+   * Auto-reply delivery of a chat or agent run's reply out to its session's channel (PRE_OUTPUT),
+   * at least once: `replyPost: "pending"` is written to the run's record before the post and
+   * `"done"` after it, so a process that dies between the run's end and the post leaves the mark,
+   * and the next start posts it (`resumeSendFollowUps`). Taken up so, a post that went out before
+   * the crash left its `delivery.sent` in the transcript and is not made again; one that went out
+   * but died before that record is made twice (at least once, never zero).
+   */
   private async deliverReply(record: RunRecord): Promise<void> {
-    const entry = await this.sessions.get(record.sessionKey);
-    if (!entry || !record.reply) return;
-    if (!this.sessions.route(entry)) return;
-    await this.output.deliver(atEndLabel(entry, record.endLabel), record.reply, {
-      reason: "reply",
-      runId: record.runId,
+    // Most replies have no channel to go to (no route): settled without touching the run's record.
+    if (record.replyPost === undefined) {
+      const entry = await this.sessions.get(record.sessionKey);
+      if (!entry || !record.reply?.trim() || !this.sessions.route(entry)) return;
+    }
+    return this.posting.run(record.runId, async () => {
+      const stored = await this.store.runs.get(record.runId);
+      // Its end not durable yet (the store refused it and the scheduler retries): posted unmarked.
+      const durable = stored !== undefined && TERMINAL_RUN_STATUSES.includes(stored.status);
+      const run = durable ? stored : record;
+      if (run.replyPost === "done" || run.status !== "ok") return;
+      const resumed = run.replyPost === "pending";
+      const entry = await this.sessions.get(run.sessionKey);
+      if (!entry || !run.reply?.trim() || !this.sessions.route(entry)) {
+        if (resumed) await this.markReplyPost(run.runId, "done");
+        return;
+      }
+      if (resumed) {
+        if (await this.postedBefore(entry, run.runId)) {
+          await this.markReplyPost(run.runId, "done");
+          return;
+        }
+      } else if (durable && !(await this.markReplyPost(run.runId, "pending"))) return;
+      await this.output.deliver(atEndLabel(entry, run.endLabel), run.reply, {
+        reason: "reply",
+        runId: run.runId,
+      });
+      if (durable) await this.markReplyPost(run.runId, "done");
+    });
+  }
+
+  /** Whether a post of run `runId`'s reply was made (or refused) already: its transcript says so. */
+  private postedBefore(entry: SessionEntry, runId: string): Promise<boolean> {
+    return this.sessions.wroteRecently(
+      entry,
+      (item) =>
+        item.type === "event" &&
+        item.runId === runId &&
+        (item.event?.name === "delivery.sent" || item.event?.name === "delivery.blocked"),
+    );
+  }
+
+  /**
+   * Writes a run's `replyPost` mark. After the run's end nothing else writes its record but
+   * retention, so a version conflict means it was just written again: re-read. False: the record
+   * is gone (pruned, or never stored).
+   */
+  private async markReplyPost(runId: string, mark: "pending" | "done"): Promise<boolean> {
+    for (let attempt = 0; attempt < 5; attempt++) {
+      const current = await this.store.runs.getVersioned(runId);
+      if (!current) return false;
+      if (current.row.replyPost === mark) return true;
+      try {
+        await this.store.runs.put({ ...current.row, replyPost: mark }, { expectedVersion: current.version });
+        return true;
+      } catch (error) {
+        if (!isConflict(error)) throw error;
+      }
+    }
+    throw new SwitchboardError("CONFLICT", `could not mark the reply post of run ${runId}`);
+  }
+
+  /**
+   * A spawn's announce run ended `ok`: its reply goes out to the requester's channel before the
+   * announce is marked delivered, so the pending announce is the post's durable mark (a restart
+   * settles it again). Settled again after a crash, a post that went out is found in the transcript.
+   */
+  private async postAnnounceReply(run: RunRecord): Promise<void> {
+    const reply = run.reply?.trim() ?? "";
+    if (reply === "" || reply === ANNOUNCE_SKIP) return;
+    await this.posting.run(run.runId, async () => {
+      const entry = await this.sessions.get(run.sessionKey);
+      if (!entry || !this.sessions.route(entry)) return;
+      if (await this.postedBefore(entry, run.runId)) return;
+      await this.output.deliver(atEndLabel(entry, run.endLabel), run.reply!, {
+        reason: "reply",
+        runId: run.runId,
+      });
     });
   }
 
@@ -1423,6 +1507,8 @@ export class AgentFlows {
       const run = await this.scheduler.latestRecord(runId);
       if (run && !TERMINAL_RUN_STATUSES.includes(run.status)) return;
       if (run?.status === "ok") {
+        // Delivered once its reply is posted too (a crash before leaves it pending, settled again).
+        await this.postAnnounceReply(run);
         await this.markAnnounce(record, { status: "delivered" });
         return;
       }

@@ -79,6 +79,9 @@ export class OutputDelivery {
     }
     const finalText = decision.text ?? text;
     const deliveryId = randomUUID();
+    // The post goes out before its records are written: a crash between the two leaves a post
+    // with no `delivery.sent`, which a caller resuming it (a reply's pending mark, an announce)
+    // makes again — at least once. The other order could record a post that never went out.
     this.bus.publish(
       "delivery",
       { sessionKey: entry.key, channel: route.channel, to: route.to, text: finalText, deliveryId },

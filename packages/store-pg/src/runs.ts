@@ -155,6 +155,8 @@ export function createRunRegistry(
       if (query.pendingAnnounce !== undefined) where.push(`pending_announce = ${add(query.pendingAnnounce)}`);
       if (query.pendingFollowUp !== undefined)
         where.push(`(row->>'followUp' IS NOT DISTINCT FROM 'pending') = ${add(query.pendingFollowUp)}`);
+      if (query.pendingReplyPost !== undefined)
+        where.push(`(row->>'replyPost' IS NOT DISTINCT FROM 'pending') = ${add(query.pendingReplyPost)}`);
       if (query.origins !== undefined) where.push(`row->>'origin' = ANY(${add([...query.origins])}::text[])`);
       const limit = query.limit === undefined ? "" : `LIMIT ${add(query.limit)}`;
       const found = await db.read<{ row: RunRecord }>(
@@ -174,7 +176,8 @@ export function createRunRegistry(
            SELECT run_id FROM ${table}
            WHERE ended_at IS NOT NULL AND status IN ('ok', 'error', 'timeout') AND NOT pending_announce
              AND ended_at < $1 AND NOT (run_id = ANY($2::text[]))
-             AND row->>'followUp' IS DISTINCT FROM 'pending' AND NOT (row->>'origin' = ANY($4::text[]))
+             AND row->>'followUp' IS DISTINCT FROM 'pending' AND row->>'replyPost' IS DISTINCT FROM 'pending'
+             AND NOT (row->>'origin' = ANY($4::text[]))
            ORDER BY ended_at, run_id LIMIT $3
            FOR UPDATE SKIP LOCKED
          ), gone AS (DELETE FROM ${table} WHERE run_id IN (SELECT run_id FROM doomed) RETURNING 1)

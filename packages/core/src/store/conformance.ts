@@ -1131,6 +1131,11 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
         expect(await ids({ origins: ["send"] })).toEqual(["r7", "r6"]);
         expect(await ids({ origins: ["send"], pendingFollowUp: false })).toEqual(["r7"]);
         expect(await ids({ origins: ["spawn", "send"], statuses: ["error"] })).toEqual([]);
+        await store.runs.put(sampleRun({ runId: "r8", status: "ok", createdAt: 7, replyPost: "pending" }));
+        await store.runs.put(sampleRun({ runId: "r9", status: "ok", createdAt: 8, replyPost: "done" }));
+        expect(await ids({ pendingReplyPost: true })).toEqual(["r8"]);
+        expect(await ids({ origins: ["chat"], statuses: ["ok"], pendingReplyPost: true })).toEqual(["r8"]);
+        expect((await store.runs.get("r9"))?.replyPost).toBe("done");
         expect(await ids({ agentId: "main", statuses: ["ok", "error"], limit: 1 })).toEqual(["r4"]);
       });
     });
@@ -1177,7 +1182,7 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
       });
     });
 
-    it("counts ended runs, and never prunes a pending follow-up or a run of an excepted origin", async () => {
+    it("counts ended runs, and never prunes a pending follow-up, a pending reply post or a run of an excepted origin", async () => {
       await withStore(async (store) => {
         expect(await store.runs.countEnded()).toBe(0);
         const runs = [
@@ -1185,19 +1190,21 @@ export function storeConformanceCases(open: StoreOpener): ConformanceCase[] {
           sampleRun({ runId: "spawn", status: "error", endedAt: 20, origin: "spawn" }),
           sampleRun({ runId: "follow", status: "ok", endedAt: 30, origin: "send", followUp: "pending" }),
           sampleRun({ runId: "done", status: "timeout", endedAt: 40, origin: "send", followUp: "done" }),
+          sampleRun({ runId: "post", status: "ok", endedAt: 45, origin: "chat", replyPost: "pending" }),
+          sampleRun({ runId: "posted", status: "ok", endedAt: 46, origin: "chat", replyPost: "done" }),
           sampleRun({ runId: "running", status: "running" }),
           sampleRun({ runId: "queued", status: "queued" }),
         ];
         for (const run of runs) await store.runs.put(run);
-        expect(await store.runs.countEnded()).toBe(4);
+        expect(await store.runs.countEnded()).toBe(6);
         const pruned = await store.runs.prune({ endedBefore: 1_000, limit: 100, exceptOrigins: ["spawn"] });
-        expect(pruned).toBe(2);
+        expect(pruned).toBe(3);
         const left = (await store.runs.list({})).map((run) => run.runId).sort();
-        expect(left).toEqual(["follow", "queued", "running", "spawn"]);
-        expect(await store.runs.countEnded()).toBe(2);
-        // A run that ends counts from its end on.
-        await store.runs.put({ ...runs[4]!, status: "ok", endedAt: 50 });
+        expect(left).toEqual(["follow", "post", "queued", "running", "spawn"]);
         expect(await store.runs.countEnded()).toBe(3);
+        // A run that ends counts from its end on.
+        await store.runs.put({ ...runs[6]!, status: "ok", endedAt: 50 });
+        expect(await store.runs.countEnded()).toBe(4);
       });
     });
   });

@@ -157,6 +157,8 @@ export interface RunListQuery {
   pendingAnnounce?: boolean;
   /** Runs whose send follow-up is still `pending` (`RunRecord.followUp`). */
   pendingFollowUp?: boolean;
+  /** Runs whose reply post to its channel is still `pending` (`RunRecord.replyPost`). */
+  pendingReplyPost?: boolean;
   /** Runs of these origins only. */
   origins?: readonly RunOrigin[];
   sessionKey?: string;

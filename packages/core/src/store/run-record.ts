@@ -87,6 +87,13 @@ export const RunRecordSchema = z.object({
    */
   followUp: z.enum(["pending", "done"]).optional(),
   /**
+   * The run's reply posted to its session's channel (a chat or agent reply; a spawn's announce
+   * settles on its own record): `pending` is written before the post and `done` after it, so a
+   * restart between the two posts it again (`RunListQuery.pendingReplyPost`); absent when no post
+   * was due (no reply, no route).
+   */
+  replyPost: z.enum(["pending", "done"]).optional(),
+  /**
    * Set by the gateway alone when the run ended with its process rather than by its worker's answer:
    * the gateway restarted or shut down while it ran, or the cluster lost the instance holding it. A
    * flow step that ended so never had its turn and is made again; an error a worker reports, whatever

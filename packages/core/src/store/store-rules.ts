@@ -351,6 +351,7 @@ const RunListQuerySchema = z.object({
   statuses: z.array(z.string()).optional(),
   pendingAnnounce: z.boolean().optional(),
   pendingFollowUp: z.boolean().optional(),
+  pendingReplyPost: z.boolean().optional(),
   origins: z.array(RunOriginSchema).optional(),
   sessionKey: z.string().optional(),
   agentId: z.string().optional(),
@@ -366,6 +367,8 @@ export function compileRunFilter(query: RunListQuery): (run: RunRecord) => boole
     if (statuses !== undefined && !statuses.has(run.status)) return false;
     if (origins !== undefined && !origins.has(run.origin)) return false;
     if (query.pendingFollowUp !== undefined && (run.followUp === "pending") !== query.pendingFollowUp)
+      return false;
+    if (query.pendingReplyPost !== undefined && (run.replyPost === "pending") !== query.pendingReplyPost)
       return false;
     if (query.sessionKey !== undefined && run.sessionKey !== query.sessionKey) return false;
     if (query.agentId !== undefined && run.agentId !== query.agentId) return false;
@@ -385,6 +388,7 @@ export function runPrunable(run: RunRecord, options: RunPruneOptions): boolean {
     run.endedAt < options.endedBefore &&
     run.spawn?.announce.status !== "pending" &&
     run.followUp !== "pending" &&
+    run.replyPost !== "pending" &&
     !options.exceptOrigins?.includes(run.origin) &&
     !options.keep?.has(run.runId)
   );
