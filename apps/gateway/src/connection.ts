@@ -68,6 +68,15 @@ export class Connection {
     return this.closing.signal;
   }
 
+  /**
+   * A graceful stop: calls waiting on this peer's behalf (a run's end, a send's reply) stop waiting
+   * and answer now, while the socket stays open to carry those answers.
+   */
+  stopWaiting(): void {
+    const signal = this.closedSignal;
+    if (!signal.aborted) this.closing!.abort(new Error("gateway shutting down"));
+  }
+
   /** Called by the transport once the socket is gone. */
   markClosed(): void {
     this.state = "closed";

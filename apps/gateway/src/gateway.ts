@@ -71,6 +71,20 @@ export interface GatewayOptions {
   flowWaitSliceMs?: number;
 }
 
+/** What a graceful stop left undone ({@link Gateway.close}). */
+export interface GatewayCloseResult {
+  /**
+   * Steps that failed, or did not finish by `gateway.shutdown.timeoutMs` and were abandoned (e.g.
+   * the store's close on a database that stopped answering); empty when the stop finished.
+   */
+  undone: string[];
+  /** Requests still being handled when `gateway.shutdown.drainMs` ran out: their sockets were closed. */
+  requestsCut: number;
+}
+
+/** A step of a stop started past its deadline still gets this long (the store's close, say). */
+const LATE_STEP_MS = 1_000;
+
 /** The services of a running gateway, built once by {@link Gateway.start} in dependency order. */
 interface GatewayParts {
   config: Config;
@@ -121,7 +135,8 @@ export class Gateway {
   private readonly transport: Transport;
   private readonly ownsStore: boolean;
   private readonly anchorTimer: NodeJS.Timeout;
-  private closing: Promise<void> | undefined;
+  private closing: Promise<GatewayCloseResult> | undefined;
+  private closeBegun: Promise<void> | undefined;
   private readonly stopLeaderTimers: (() => void) | undefined;
   private readonly clusterRuns: ClusterRuns | undefined;
 
@@ -473,31 +488,93 @@ export class Gateway {
     }
   }
 
-  /** Graceful stop: refuse new connections, end running runs, flush the store, release the lock. */
-  close(): Promise<void> {
-    this.closing ??= (async () => {
+  /**
+   * The first step of a stop (also taken by `close`): no new connections, new requests refused
+   * `UNAVAILABLE` (retryable; a worker's requests for the runs it holds still pass), and no run
+   * handed to a worker any more — queued runs stay queued for the next start. Running runs go on:
+   * a worker in this process (`switchboard up`) may finish them before `close` ends the rest.
+   */
+  beginClose(): Promise<void> {
+    this.closeBegun ??= (async () => {
       clearInterval(this.anchorTimer);
       this.stopLeaderTimers?.();
       this.clusterRuns?.stop();
       this.storeHealth.stop();
       this.retention.stop();
-      await this.transport.stopAccepting();
       this.flows.stop();
-      await this.scheduler.stop();
-      this.transport.closeAll(1001, "gateway shutting down");
-      this.bus.stop();
-      await this.audit.anchor().catch(() => undefined);
-      // Leaves the membership and hands the leader lease over: no instance waits for a lease to expire.
-      await this.cluster
-        ?.close()
-        .catch((error) => this.log.warn({ err: error }, "leaving the cluster failed"));
-      await this.bus
-        .markStopped?.()
-        .catch((error) => this.log.warn({ err: error }, "marking the event numbering's stop failed"));
-      if (this.ownsStore) await this.store.close();
-      await this.telemetry.shutdown();
+      this.scheduler.stopDispatching();
+      await this.transport.stopAccepting();
     })();
+    return this.closeBegun;
+  }
+
+  /**
+   * Graceful stop, in phases within `gateway.shutdown.timeoutMs`: `beginClose`; running runs end
+   * `error` (`gateway shutting down`) and waits on the callers' behalf answer; requests being handled
+   * get `gateway.shutdown.drainMs` to be answered; then the sockets close, and the audit anchor, the
+   * cluster's membership, the event numbering's stop mark and the store's close follow. A step
+   * still unfinished at the deadline is abandoned (a later one still gets a moment) and named in
+   * the result, which the CLI turns into a non-zero exit.
+   */
+  close(): Promise<GatewayCloseResult> {
+    this.closing ??= this.closeInPhases();
     return this.closing;
+  }
+
+  private async closeInPhases(): Promise<GatewayCloseResult> {
+    const { drainMs, timeoutMs } = this.config.gateway.shutdown;
+    const deadline = performance.now() + timeoutMs;
+    const timeLeft = () => Math.max(LATE_STEP_MS, deadline - performance.now());
+    const undone: string[] = [];
+    const log = this.log.child({ component: "shutdown" });
+    /** Runs `work` for at most the time left; a failure is logged, `quiet` ones at debug. */
+    const step = async (name: string, work: () => unknown, quiet = false): Promise<void> => {
+      let timer: NodeJS.Timeout | undefined;
+      const running = Promise.resolve().then(work);
+      const outcome = await Promise.race([
+        running.then(
+          () => "done" as const,
+          (error: unknown) => {
+            if (quiet) log.debug({ err: error, step: name }, "a shutdown step failed");
+            else log.error({ err: error, step: name }, "a shutdown step failed");
+            return quiet ? ("done" as const) : ("failed" as const);
+          },
+        ),
+        new Promise<"late">((resolve) => {
+          timer = setTimeout(() => resolve("late"), timeLeft());
+        }),
+      ]);
+      clearTimeout(timer);
+      if (outcome === "late") {
+        log.error(
+          { step: name, timeoutMs },
+          "a shutdown step did not finish by gateway.shutdown.timeoutMs; going on without it",
+        );
+        undone.push(`${name} (timed out)`);
+      } else if (outcome === "failed") undone.push(`${name} (failed)`);
+    };
+
+    await step("stop accepting", () => this.beginClose());
+    // Running runs end `error` (`gateway shutting down`), which answers the waits on them.
+    await step("end running runs", () => this.scheduler.stop());
+    // Waits on runs that stay queued answer too: nothing will end those before the next start.
+    this.transport.stopWaiting();
+    const requestsCut = await this.transport.drain(Math.min(drainMs, timeLeft()));
+    if (requestsCut > 0)
+      log.warn(
+        { requests: requestsCut, drainMs },
+        "requests still being handled after gateway.shutdown.drainMs; closing their sockets",
+      );
+    this.transport.closeAll(1001, "gateway shutting down");
+    this.bus.stop();
+    await step("anchor the audit chain", () => this.audit.anchor(), true);
+    // Leaves the membership and hands the leader lease over: no instance waits for a lease to expire.
+    if (this.cluster) await step("leave the cluster", () => this.cluster?.close());
+    if (this.bus.markStopped) await step("mark the event numbering's stop", () => this.bus.markStopped?.());
+    if (this.ownsStore) await step("close the store", () => this.store.close());
+    await step("shut telemetry down", () => this.telemetry.shutdown());
+    if (undone.length > 0) log.error({ undone }, `the stop did not finish: ${undone.join("; ")}`);
+    return { undone, requestsCut };
   }
 }
 

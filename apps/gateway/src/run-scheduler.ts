@@ -1348,6 +1348,14 @@ export class RunScheduler {
     return doomed.length;
   }
 
+  /**
+   * The first step of a stop: no run is handed to a worker any more (queued runs stay queued, for
+   * the next start) and new runs are refused; running runs go on until `stop`.
+   */
+  stopDispatching(): void {
+    this.stopping = true;
+  }
+
   /** Stop dispatching; runs still active end `error` so nothing waits forever. */
   async stop(): Promise<void> {
     this.stopping = true;

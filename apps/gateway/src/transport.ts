@@ -75,10 +75,24 @@ export interface TransportHandlers {
 export interface Transport {
   readonly port: number;
   readonly connections: ReadonlySet<Connection>;
-  /** Stop accepting; existing connections stay until `closeAll`. */
+  /**
+   * Stop accepting: no new connections, and new requests on the ones open are refused `UNAVAILABLE`
+   * (retryable; HTTP 503) — except a worker's (role agent), whose requests end or report the runs it
+   * holds. Requests being handled go on; existing connections stay until `closeAll`.
+   */
   stopAccepting(): Promise<void>;
+  /** Calls waiting on a peer's behalf (`agent.wait`, a waiting send) answer now (see `Connection.stopWaiting`). */
+  stopWaiting(): void;
+  /**
+   * Resolves once no request (WebSocket or HTTP) is being handled, or after `timeoutMs`, with the
+   * number still being handled then.
+   */
+  drain(timeoutMs: number): Promise<number>;
   closeAll(code: number, reason: string): void;
 }
+
+/** The answer to a request that arrives while the gateway is stopping. */
+const SHUTTING_DOWN = "gateway shutting down";
 
 /** Reads the request id from a frame we could not fully parse, so the error can still be matched. */
 function salvageId(value: unknown): string | null {
@@ -128,6 +142,19 @@ export async function startTransport(options: {
   const { limits, handlers, log } = options;
   const routes = options.routes ?? [];
   const connections = new Set<Connection>();
+  /** Set by `stopAccepting`: new requests are refused from then on. */
+  let stopping = false;
+  // Requests being handled (WebSocket methods, HTTP requests until their response is done), so a
+  // stop answers them before it closes their sockets and the store under them.
+  let handling = 0;
+  const whenIdle: Array<() => void> = [];
+  const handlingStarted = () => {
+    handling += 1;
+  };
+  const handlingEnded = () => {
+    handling -= 1;
+    if (handling === 0) for (const idle of whenIdle.splice(0)) idle();
+  };
 
   const fileLimit = readOpenFileLimit();
   const maxConnections = limits.maxConnections ?? defaultMaxConnections(fileLimit);
@@ -156,10 +183,24 @@ export async function startTransport(options: {
     (req: IncomingMessage, res: ServerResponse) => {
       if (!withinPipelineCap(req.socket, res)) return;
       keepAliveWithinCap(req.socket, res);
-      if (
+      handlingStarted();
+      res.once("close", handlingEnded);
+      const health =
         (req.method === "GET" || req.method === "HEAD") &&
-        (req.url === "/healthz" || req.url?.startsWith("/healthz?"))
-      ) {
+        (req.url === "/healthz" || req.url?.startsWith("/healthz?"));
+      if (stopping && !health) {
+        // A keep-alive socket's next request during a stop: refused before anything is read.
+        res.shouldKeepAlive = false;
+        res.writeHead(503, { "content-type": "application/json", "cache-control": "no-store" });
+        res.end(
+          JSON.stringify({
+            ok: false,
+            error: new SwitchboardError("UNAVAILABLE", SHUTTING_DOWN, { retryable: true }).toWire(),
+          }),
+        );
+        return;
+      }
+      if (health) {
         // HEAD too: load balancers and uptime checks probe with it (the status alone, no body).
         const report = healthReport();
         res.writeHead(report.ok ? 200 : 503, {
@@ -253,6 +294,8 @@ export async function startTransport(options: {
       log.error({ err: error }, "health check failed");
       report = { ok: false, degraded: ["health check failed"] };
     }
+    // A stopping gateway takes no new work: probes should send it none.
+    if (stopping) return { ...report, ok: false, degraded: [...(report.degraded ?? []), SHUTTING_DOWN] };
     return { ...report, ok: report.ok !== false };
   }
 
@@ -418,6 +461,14 @@ export async function startTransport(options: {
     const frame = parsed.data;
 
     if (connection.state === "handshake") {
+      if (stopping) {
+        // Connected just before the listener closed: it would be closed again in a moment.
+        connection.send(
+          errorFrame(frame.id, new SwitchboardError("UNAVAILABLE", SHUTTING_DOWN, { retryable: true })),
+        );
+        connection.close(CloseCodes.goingAway, SHUTTING_DOWN);
+        return;
+      }
       if (frame.method !== "connect") {
         connection.send(
           errorFrame(
@@ -452,6 +503,14 @@ export async function startTransport(options: {
 
     if (frame.method === "connect") {
       connection.send(errorFrame(frame.id, new SwitchboardError("CONFLICT", "already connected")));
+      return;
+    }
+    // Stopping: nothing new starts. A worker's requests are about the runs it holds (their ends,
+    // progress and tool calls), which may still finish while the stop lets them.
+    if (stopping && connection.identity?.role !== "agent") {
+      connection.send(
+        errorFrame(frame.id, new SwitchboardError("UNAVAILABLE", SHUTTING_DOWN, { retryable: true })),
+      );
       return;
     }
     if (!isMethodName(frame.method)) {
@@ -499,6 +558,7 @@ export async function startTransport(options: {
       return;
     }
     connection.inFlight++;
+    handlingStarted();
     try {
       const result = await handlers.handle(method, params.data, connection);
       connection.send({ type: "res", id: frame.id, ok: true, result });
@@ -511,6 +571,7 @@ export async function startTransport(options: {
       }
     } finally {
       connection.inFlight--;
+      handlingEnded();
     }
   }
 
@@ -528,10 +589,25 @@ export async function startTransport(options: {
     port,
     connections,
     async stopAccepting() {
+      stopping = true;
       // Stop listening at once; the HTTP server's own close waits for live sockets, so it is not awaited here.
       wss.close();
       http.close();
       http.closeIdleConnections?.();
+    },
+    stopWaiting() {
+      for (const connection of connections) connection.stopWaiting();
+    },
+    async drain(timeoutMs) {
+      if (handling === 0) return 0;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, timeoutMs);
+        whenIdle.push(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+      return handling;
     },
     closeAll(code, reason) {
       for (const connection of connections) connection.close(code, reason);

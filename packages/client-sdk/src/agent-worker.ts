@@ -196,8 +196,11 @@ export class AgentWorker {
   }
 
   /**
-   * Stops taking runs: queued ones fail at once, running handlers get `stopGraceMs` to finish,
-   * then their signal is aborted and whatever has not ended is failed. Then closes the client.
+   * Stops taking runs: running handlers get `stopGraceMs` to finish, then their signal is aborted
+   * and whatever has not ended is failed. Then closes the client. Runs it never started (waiting
+   * here for a slot, or assigned during the stop) are not failed: closing the connection hands
+   * them back, and the gateway reassigns each once to another connected worker of its agent
+   * (protocol.md), else ends it. With `closeClient: false` there is no hand-back: they fail.
    */
   stop(): Promise<void> {
     this.stopping ??= this.shutdown();
@@ -207,7 +210,7 @@ export class AgentWorker {
   private async shutdown(): Promise<void> {
     for (const active of this.queue.splice(0)) {
       this.clearRun(active);
-      await this.report(active, { ok: false, error: "the agent worker stopped before starting the run" });
+      await this.decline(active);
     }
     await this.settleWithin(this.options.stopGraceMs);
     const stopReason = new SwitchboardError("UNAVAILABLE", "the agent worker is stopping", {
@@ -223,6 +226,23 @@ export class AgentWorker {
     );
     for (const detach of this.detach.splice(0)) detach();
     if (this.options.closeClient) await this.client.close();
+  }
+
+  /**
+   * A run this stopping worker will not start. Held unreported, the connection's close hands it back
+   * (the gateway takes back the runs of a worker that goes); failing it would end for good a run
+   * that never began. A client left open has no close to hand it back with: the run fails.
+   */
+  private async decline(active: ActiveRun): Promise<void> {
+    if (this.options.closeClient) {
+      active.settled = true;
+      this.logger.info(
+        { runId: active.run.runId },
+        "not starting a run while stopping; the gateway takes it back when the connection closes",
+      );
+      return;
+    }
+    await this.report(active, { ok: false, error: "the agent worker stopped before starting the run" });
   }
 
   private async settleWithin(ms: number): Promise<void> {
@@ -257,7 +277,7 @@ export class AgentWorker {
       deltas: undefined,
     };
     if (this.stopping) {
-      void this.report(active, { ok: false, error: "the agent worker is stopping" });
+      void this.decline(active);
       return;
     }
     this.runs.set(run.runId, active);

@@ -293,8 +293,16 @@ export async function runServer(
 
   const signal = await stopSignal;
   io.err(`${signal}: shutting down…`);
+  // Dispatch stops first: a stopping worker must not be handed the runs still queued (they stay
+  // queued for the next start); the worker then finishes, or fails, the runs it is running.
+  await gateway.beginClose();
   await worker?.stop();
-  await gateway.close();
+  const { undone } = await gateway.close();
+  if (undone.length > 0) {
+    // The rest is abandoned (e.g. a database that stopped answering): the CLI exits regardless.
+    io.err(`stopped, but the shutdown did not finish: ${undone.join("; ")}`);
+    return EXIT.failure;
+  }
   io.err("stopped");
   return EXIT.ok;
 }

@@ -58,7 +58,9 @@ async function startInstances(count: number): Promise<Gateway[]> {
   const instances: Gateway[] = [];
   for (let i = 0; i < count; i++) {
     const gateway = await Gateway.start({ config, port: 0, host: "127.0.0.1" });
-    running.push(() => gateway.close());
+    running.push(async () => {
+      await gateway.close();
+    });
     instances.push(gateway);
   }
   return instances;

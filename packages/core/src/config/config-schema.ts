@@ -77,6 +77,18 @@ const GatewayConfigSchema = z.strictObject({
       maxRunInputBytes: intAtLeast(1_048_576).default(268_435_456),
     })
     .prefault({}),
+  /**
+   * A graceful stop (SIGTERM, `Gateway.close()`): new requests are refused `UNAVAILABLE` (retryable)
+   * and runs are no longer dispatched; requests already being handled get `drainMs` to be answered
+   * before their sockets close; past `timeoutMs` for the whole stop, what is left undone is logged
+   * and abandoned (the CLI then exits 1).
+   */
+  shutdown: z
+    .strictObject({
+      drainMs: intRange(0, 600_000).default(5_000),
+      timeoutMs: intRange(100, 3_600_000).default(30_000),
+    })
+    .prefault({}),
   retention: RetentionConfigSchema.prefault({}),
 });
 

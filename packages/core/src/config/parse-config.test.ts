@@ -138,6 +138,7 @@ describe("parseConfig", () => {
         maxRuns: 100000,
         maxRunInputBytes: 268435456,
       },
+      shutdown: { drainMs: 5000, timeoutMs: 30000 },
       retention: { runsDays: 7, archiveDays: 30 },
     });
     expect(config.session).toEqual({
