@@ -607,6 +607,19 @@ describe("user rules", () => {
     expect(relaxed.evaluate(ctx).ruleId).toBe("three");
   });
 
+  it("times the user rules only: a pause during the built-ins (a loaded machine, a GC) denies nothing", () => {
+    let clock = 0;
+    // Every reading a second later than the one before, as if the process stalled between them.
+    const engine = createPolicyEngine({ hookBudgetMs: 50, now: () => (clock += 1_000) });
+    expect(engine.evaluate(sendContext({}, {})).action).toBe("ALLOW");
+    const ruled = createPolicyEngine({
+      hookBudgetMs: 50,
+      now: () => (clock += 1_000),
+      rules: [{ id: "only", hook: "PRE_SEND", action: "allow" }],
+    });
+    expect(ruled.evaluate(sendContext({}, {}))).toMatchObject({ action: "BLOCK", ruleId: "budget" });
+  });
+
   it("`evaluated` lists exactly what ran, in order, and only on request", () => {
     const engine = createPolicyEngine({
       rules: [
