@@ -97,6 +97,8 @@ export class SessionsService {
    * ever sees a clearance the current config no longer gives. Writes pass through unchanged.
    */
   readonly index: SessionIndexStore;
+  /** Served rows whose clearance in force differs from the stored one: the stored one (`toStore`). */
+  private readonly storedClearances = new WeakMap<SessionEntry, Level>();
 
   constructor(
     private readonly store: Store,
@@ -168,7 +170,21 @@ export class SessionsService {
   /** The row with the clearance in force (the same object when it is the stored one). */
   private served(entry: SessionEntry): SessionEntry {
     const clearance = this.clearanceOf(entry);
-    return clearance === entry.clearance ? entry : { ...entry, clearance };
+    if (clearance === entry.clearance) return entry;
+    const served = { ...entry, clearance };
+    this.storedClearances.set(served, entry.clearance);
+    return served;
+  }
+
+  /**
+   * The row to write for `next`, made from the served row `read`: the stored clearance back in place
+   * unless the change set one. Written as served, the value in force under today's config would
+   * become the stored one, and a sub-agent's spawn cap (or, were it pinned, an operator's choice)
+   * would be lost for good once the config went back up.
+   */
+  private toStore(read: SessionEntry, next: SessionEntry): SessionEntry {
+    const stored = this.storedClearances.get(read);
+    return stored === undefined || next.clearance !== read.clearance ? next : { ...next, clearance: stored };
   }
 
   private servedIndex(raw: SessionIndexStore): SessionIndexStore {
@@ -470,13 +486,14 @@ export class SessionsService {
     version: number,
   ): Promise<SessionEntry> {
     next.updatedAt = Math.max(Date.now(), entry.updatedAt);
-    await this.store.sessions.put(next, { expectedVersion: version });
+    const row = this.toStore(entry, next);
+    await this.store.sessions.put(row, { expectedVersion: version });
     this.bus.publish(
       "session.updated",
-      { key: next.key, sessionId: next.sessionId, reason },
-      { sessionKey: next.key, agentId: next.agentId },
+      { key: row.key, sessionId: row.sessionId, reason },
+      { sessionKey: row.key, agentId: row.agentId },
     );
-    return next;
+    return row;
   }
 
   /**
@@ -514,7 +531,11 @@ export class SessionsService {
           );
         // The transcript's taint entry, the row and the audit record are one unit in the store: all
         // of them or none, also across a crash.
-        const row = { ...entry, taint: to, updatedAt: Math.max(Date.now(), entry.updatedAt) };
+        const row = this.toStore(entry, {
+          ...entry,
+          taint: to,
+          updatedAt: Math.max(Date.now(), entry.updatedAt),
+        });
         const taintEntry = { type: "taint" as const, label: to, taint: { from, to, reason, source } };
         await this.audit.commitTaintRise(
           { kind: "taint", sessionKey: key, data: { from, to, reason, source } },
@@ -662,11 +683,16 @@ export class SessionsService {
     return this.withLock(key, async () => {
       const { entry, next, archiveError } = await this.rewrite(key, async ({ row: entry, version }) => {
         const now = Date.now();
-        const next: SessionEntry = { ...entry, sessionId: randomUUID(), taint: "PUBLIC", updatedAt: now };
+        const next: SessionEntry = this.toStore(entry, {
+          ...entry,
+          sessionId: randomUUID(),
+          taint: "PUBLIC",
+          updatedAt: now,
+        });
         delete next.totalTokens;
         delete next.contextTokens;
         const reset = await resetSessionTranscript(this.store, entry.sessionId, next, now, version);
-        return { entry, next, ...reset };
+        return { entry, next: this.served(next), ...reset };
       });
       if (archiveError) {
         this.log.error(
