@@ -1,9 +1,11 @@
 import { spawn } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { bundleChild } from "../test/bundle-child";
-import { tempDir } from "../test/helpers";
+import { recordingLogger, tempDir } from "../test/helpers";
+import { setFaultHook } from "./fs-io";
+import { acquireLock, releaseLock } from "./lock-file";
 
 // Two gateways must never hold one data dir: each start is a real process, as in production.
 let workDir: string;
@@ -61,4 +63,22 @@ describe("the data dir lock between processes", () => {
       expect(fs.readdirSync(dataDir).filter((name) => name.startsWith("LOCK"))).toEqual([]);
     }
   }, 120_000);
+});
+
+describe("the data dir lock on a filesystem without hard links", () => {
+  afterEach(() => setFaultHook(undefined));
+  const { logger } = recordingLogger();
+
+  for (const code of ["EPERM", "ENOTSUP"]) {
+    it(`is taken when link() answers ${code}, and refuses a second holder`, async () => {
+      const dataDir = path.join(workDir, `nolink-${code}`);
+      fs.mkdirSync(dataDir, { recursive: true });
+      setFaultHook((op) => (op === "link" ? code : undefined));
+      const lock = await acquireLock(dataDir, false, logger);
+      expect(JSON.parse(fs.readFileSync(path.join(dataDir, "LOCK"), "utf8")).pid).toBe(process.pid);
+      await expect(acquireLock(dataDir, false, logger)).rejects.toThrow(/data dir in use by pid/);
+      await releaseLock(lock);
+      expect(fs.readdirSync(dataDir)).toEqual([]);
+    });
+  }
 });

@@ -137,17 +137,31 @@ async function readLockState(lockPath: string): Promise<LockState> {
  */
 async function createWhole(target: string, body: string, durable: boolean): Promise<void> {
   const temp = `${target}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`;
-  const fd = await openFile(temp, "wx");
+  await writeExclusive(temp, body, durable);
   try {
-    try {
-      await writeAllAt(fd, [Buffer.from(body)], 0);
-      if (durable) await syncData(fd);
-    } finally {
-      await closeFile(fd);
-    }
     await linkPath(temp, target);
+  } catch (error) {
+    // A filesystem without hard links (some FUSE, SMB or FAT mounts): the name is created
+    // exclusively and written after, as before links. A start meeting it half-written waits
+    // (`UNREADABLE_LOCK_GRACE_MS`) rather than taking it for dead.
+    if (!NO_HARD_LINKS.includes(errorCode(error) ?? "")) throw error;
+    await writeExclusive(target, body, durable);
   } finally {
     await fs.promises.rm(temp, { force: true });
+  }
+}
+
+/** What `link` answers where the filesystem has no hard links. */
+const NO_HARD_LINKS = ["EPERM", "ENOTSUP", "EOPNOTSUPP", "EXDEV", "EMLINK"];
+
+/** Creates `filePath` (failing with EEXIST when it exists) holding `body`. */
+async function writeExclusive(filePath: string, body: string, durable: boolean): Promise<void> {
+  const fd = await openFile(filePath, "wx");
+  try {
+    await writeAllAt(fd, [Buffer.from(body)], 0);
+    if (durable) await syncData(fd);
+  } finally {
+    await closeFile(fd);
   }
 }
 
