@@ -385,7 +385,10 @@ export class Gateway {
       } else {
         flows.startArchiver();
       }
+      // Aborted by the stop's `stopWaiting`: MCP calls over HTTP waiting on a reply answer then.
+      const stopWaiting = new AbortController();
       const transport = await startTransport({
+        onStopWaiting: () => stopWaiting.abort(new Error("gateway shutting down")),
         host: options.host ?? config.gateway.host,
         port: options.port ?? config.gateway.port,
         limits: { ...config.gateway.limits, handshakeTimeoutMs: options.handshakeTimeoutMs ?? 5000 },
@@ -447,6 +450,7 @@ export class Gateway {
           dispatch,
           metrics: telemetry.metrics,
           cancellationRelay: cluster?.cancellations,
+          stopWaitingSignal: stopWaiting.signal,
         }),
         log: log.child({ component: "transport" }),
       });

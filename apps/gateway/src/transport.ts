@@ -137,6 +137,8 @@ export async function startTransport(options: {
   handlers: TransportHandlers;
   /** HTTP endpoints besides `/healthz`, tried in order. */
   routes?: readonly HttpRoute[];
+  /** Called by `stopWaiting`: the HTTP routes' waiting calls (MCP over HTTP) answer too. */
+  onStopWaiting?: () => void;
   log: Logger;
 }): Promise<Transport> {
   const { limits, handlers, log } = options;
@@ -596,6 +598,7 @@ export async function startTransport(options: {
       http.closeIdleConnections?.();
     },
     stopWaiting() {
+      options.onStopWaiting?.();
       for (const connection of connections) connection.stopWaiting();
     },
     async drain(timeoutMs) {

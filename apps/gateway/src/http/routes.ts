@@ -18,6 +18,8 @@ export interface HttpRouteDeps extends MethodDeps {
   metrics?: GatewayMetrics | undefined;
   /** Several instances: MCP cancellations of calls this instance does not hold go to the others. */
   cancellationRelay?: McpCancellationRelay | undefined;
+  /** Aborted when a graceful stop tells waiting calls to answer (`Transport.stopWaiting`). */
+  stopWaitingSignal?: AbortSignal | undefined;
 }
 
 /** Every HTTP endpoint besides `/healthz`, in the order they are tried. */

@@ -199,7 +199,12 @@ export function mcpRoutes(deps: HttpRouteDeps): HttpRoute[] {
               try {
                 return await tools.call(binding, name, args, {
                   transport: "http",
-                  signal: tracked ? AbortSignal.any([signal, tracked.signal]) : signal,
+                  // A graceful stop answers the calls still waiting, as it does over the websocket.
+                  signal: AbortSignal.any([
+                    signal,
+                    ...(tracked ? [tracked.signal] : []),
+                    ...(deps.stopWaitingSignal ? [deps.stopWaitingSignal] : []),
+                  ]),
                 });
               } catch (error) {
                 // The host hears only that it failed (mcp-server.ts): the cause is logged here.

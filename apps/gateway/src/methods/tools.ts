@@ -31,8 +31,13 @@ export function toolMethods({
     "tools.invoke": async (params, connection) => {
       const tracked = inflight.track(connection, params.toolCallId);
       try {
-        // A call without a `toolCallId` cannot be cancelled by name, but stops with its connection too.
-        const signal = { signal: tracked?.signal ?? connection.closedSignal };
+        // A call without a `toolCallId` cannot be cancelled by name; every call stops with its connection,
+        // and answers when a graceful stop says to stop waiting (`closedSignal` covers both).
+        const signal = {
+          signal: tracked
+            ? AbortSignal.any([tracked.signal, connection.closedSignal])
+            : connection.closedSignal,
+        };
         if (connection.identity!.role === "mcp") {
           const binding = access.mcpBinding(connection, params);
           return await mcp.call(binding, params.tool, params.args, { transport: "websocket", ...signal });
