@@ -184,8 +184,6 @@ export class RunScheduler {
   /** Each timed run's deadline on this process's monotonic clock (see `armTimeout`, `timeLeft`). */
   private readonly dues = new WeakMap<ActiveRun, number>();
   private stopping = false;
-  /** The worker last heard from for each run (a tool call, progress or end): it began the run. */
-  private readonly heardFrom = new WeakMap<ActiveRun, Connection>();
   private cluster: ClusterRunHooks | undefined;
   /** Retries writing ended runs whose final record the store refused (disk full). */
   private unsavedTimer: NodeJS.Timeout | undefined;
@@ -694,11 +692,9 @@ export class RunScheduler {
   }
 
   /**
-   * A worker went away: its runs are reassigned once to another worker of the agent, else fail. A
-   * run it never began (nothing heard from it for the run: no tool call, progress or end; e.g. one
-   * a stopping worker declined) is not mid-run: it waits at the head of its lane for the next worker
-   * instead (its attempt still counts, so a run that keeps losing its worker ends after two). While
-   * the gateway is stopping, no run is handed to another worker: it stays queued for the next start.
+   * A worker went away: its runs are reassigned once to another worker of the agent, else fail
+   * (protocol.md). While the gateway is stopping, no run is handed to another worker: it stays
+   * queued for the next start.
    */
   async removeWorker(connection: Connection): Promise<void> {
     const held = this.workers.remove(connection);
@@ -706,19 +702,13 @@ export class RunScheduler {
       const active = this.active.get(runId);
       if (!active || active.worker !== connection) continue;
       active.worker = undefined;
-      const begun = this.heardFrom.get(active) === connection;
       try {
-        if (active.record.attempts >= 2 || (begun && !this.hasWorker(active.record.agentId))) {
+        if (active.record.attempts >= 2 || !this.hasWorker(active.record.agentId)) {
           await this.finish(active.record, "error", { error: "worker disconnected" });
           continue;
         }
         const next = this.stopping ? undefined : this.pickWorker(active.record.agentId);
-        this.log.info(
-          { runId, begun },
-          begun
-            ? "worker disconnected mid-run; reassigning"
-            : "worker disconnected before starting the run; requeued",
-        );
+        this.log.info({ runId }, "worker disconnected mid-run; reassigning");
         if (next) await this.dispatch(active, next);
         else if (this.cluster) await this.handBack(active);
         else await this.requeueFront(active);
@@ -951,8 +941,6 @@ export class RunScheduler {
         details: { runId },
       });
     }
-    // The worker acts for the run: it has begun it (see `removeWorker`).
-    this.heardFrom.set(active, connection);
     return active.record;
   }
 
