@@ -722,7 +722,13 @@ export class AgentFlows {
       if (!requesterNow || !targetNow) return;
       const passed = await this.passReply(requesterNow, targetNow, latest, latestLabel, position);
       const refused =
-        passed && (await this.raiseWithin(targetKey, passed.label, `reply from ${latestFrom}`, latestFrom));
+        passed &&
+        (await this.sessions.raiseTaintWithin(
+          targetKey,
+          passed.label,
+          `reply from ${latestFrom}`,
+          latestFrom,
+        ));
       if (!passed || refused) latest = roundOneReply;
       else {
         latest = passed.text;
@@ -838,7 +844,7 @@ export class AgentFlows {
       dataLabel && !canFlowTo(dataLabel, target.clearance)
         ? `read-up blocked: announce of ${primary.runId} (${dataLabel}) cannot flow to ${targetKey} (clearance ${target.clearance})`
         : label !== target.taint &&
-          (await this.raiseWithin(targetKey, label, `announce of ${primary.runId}`, targetKey));
+          (await this.sessions.raiseTaintWithin(targetKey, label, `announce of ${primary.runId}`, targetKey));
     if (refused) {
       await this.announceRefused(primary, requesterKey, target, refused);
       return;
@@ -905,26 +911,6 @@ export class AgentFlows {
       sessionKey: target.key,
       data: { runId: primary.runId, requester: requesterKey, refused: true, error: reason },
     });
-  }
-
-  /**
-   * A taint rise for data the gateway's own flow hands a session, bounded by the session's clearance
-   * as the rise writes it (`SessionsService.raiseTaint`): the step decided on a row read before, and
-   * an operator may have lowered the clearance since. Returns why the rise was refused, if it was.
-   */
-  private async raiseWithin(
-    key: string,
-    level: Level,
-    reason: string,
-    source: string,
-  ): Promise<string | undefined> {
-    try {
-      await this.sessions.raiseTaint(key, level, reason, source, "clearance");
-      return undefined;
-    } catch (error) {
-      if (isSwitchboardError(error) && error.code === "FORBIDDEN") return error.message;
-      throw error;
-    }
   }
 
   /**
@@ -1485,7 +1471,7 @@ export class AgentFlows {
     const read = await this.judgeRead(requester, child, sent.text ?? message);
     if (read.action === "BLOCK")
       return { refused: read.message ?? "the requester may not read the sub-agent's findings" };
-    const refused = await this.raiseWithin(
+    const refused = await this.sessions.raiseTaintWithin(
       requester.key,
       child.taint,
       `announce from ${child.key}`,

@@ -5,7 +5,6 @@ import {
   canFlowTo,
   displayKey,
   type HistoryMessage,
-  isSwitchboardError,
   type Level,
   type MessageResult,
   maxLevel,
@@ -404,31 +403,15 @@ export class SessionToolsBackend implements ToolBackend {
       if (recorded.action === "BLOCK") return { status: "forbidden", error: recorded.message };
     }
     if (target.key !== callerEntry.key) {
-      const refused = await this.takeIn(callerEntry.key, level, `read history of ${target.key}`, target.key);
-      if (refused) return refused;
+      const refused = await this.sessions.raiseTaintWithin(
+        callerEntry.key,
+        level,
+        `read history of ${target.key}`,
+        target.key,
+      );
+      if (refused) return { status: "forbidden", error: refused };
     }
     return page;
-  }
-
-  /**
-   * Raises the caller's taint to what a read hands it. The read was decided on the caller's row as
-   * it was at the start of the call; a clearance an operator lowered since is judged on the row the
-   * rise writes over, and refuses the read (`forbidden`) instead of leaving the caller above it.
-   */
-  private async takeIn(
-    callerKey: string,
-    level: Level,
-    reason: string,
-    source: string,
-  ): Promise<ToolFailure | undefined> {
-    try {
-      await this.sessions.raiseTaint(callerKey, level, reason, source, "clearance");
-      return undefined;
-    } catch (error) {
-      if (isSwitchboardError(error) && error.code === "FORBIDDEN")
-        return { status: "forbidden", error: error.message };
-      throw error;
-    }
   }
 
   async send(
@@ -455,13 +438,13 @@ export class SessionToolsBackend implements ToolBackend {
     if (readHook) {
       const decision = await this.policy.enforce(readHook, caller.operator);
       if (decision.action === "BLOCK") return { status: "forbidden", error: decision.message };
-      const refused = await this.takeIn(
+      const refused = await this.sessions.raiseTaintWithin(
         callerEntry.key,
         target.taint,
         `read status of ${target.key}`,
         target.key,
       );
-      if (refused) return refused;
+      if (refused) return { status: "forbidden", error: refused };
     }
     // Its children are rows the caller discovers as `sessions_list` would show them (tools.md: the
     // same visibility rules), at the taint this read leaves it with.

@@ -10,6 +10,7 @@ import {
   deleteSession,
   deriveChannel,
   escalateTaint,
+  isSwitchboardError,
   isUuid,
   type KeyContext,
   type Level,
@@ -494,6 +495,26 @@ export class SessionsService {
       { sessionKey: row.key, agentId: row.agentId },
     );
     return row;
+  }
+
+  /**
+   * `raiseTaint` bounded by the clearance on the row it writes over, for data a step decided on a row
+   * read earlier (an operator may have lowered the clearance since): the refusal's message when the
+   * rise would pass the clearance, else undefined once the taint is raised.
+   */
+  async raiseTaintWithin(
+    key: string,
+    level: Level,
+    reason: string,
+    source: string,
+  ): Promise<string | undefined> {
+    try {
+      await this.raiseTaint(key, level, reason, source, "clearance");
+      return undefined;
+    } catch (error) {
+      if (isSwitchboardError(error) && error.code === "FORBIDDEN") return error.message;
+      throw error;
+    }
   }
 
   /**

@@ -1,7 +1,6 @@
 import { randomUUID } from "node:crypto";
 import {
   type Config,
-  isSwitchboardError,
   isToolName,
   type Level,
   MAX_INPUT_MESSAGE_BYTES,
@@ -215,20 +214,8 @@ export class ToolCalls {
    * as it was before the call, which may have waited long on its executor: a clearance lowered since
    * is judged on the row the rise writes over. Returns why the result is refused, if it is.
    */
-  private async takeIn(sessionKey: string, tool: string, label: Level): Promise<string | undefined> {
-    try {
-      await this.sessions.raiseTaint(
-        sessionKey,
-        label,
-        `result of tool ${tool}`,
-        `tool:${tool}`,
-        "clearance",
-      );
-      return undefined;
-    } catch (error) {
-      if (isSwitchboardError(error) && error.code === "FORBIDDEN") return error.message;
-      throw error;
-    }
+  private takeIn(sessionKey: string, tool: string, label: Level): Promise<string | undefined> {
+    return this.sessions.raiseTaintWithin(sessionKey, label, `result of tool ${tool}`, `tool:${tool}`);
   }
 
   /** The one place tool calls and results become transcript entries. */
