@@ -1,10 +1,6 @@
-import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
-import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import type { ConfigInput, RunRecord } from "@switchboard/core";
 import { afterAll, describe, expect, it } from "vitest";
 import { behaviour } from "../testing/behaviour";
@@ -17,6 +13,13 @@ import {
 } from "../testing/test-gateway";
 import { TestPeer } from "../testing/test-peer";
 import { until } from "../testing/until";
+import {
+  type FlowGateway,
+  flowChildBuilt,
+  kill9,
+  killFlowChildren,
+  startFlowChild,
+} from "./flow-crash-child";
 import { readWholeAudit, readWholeHistory, seededRandom, textOf } from "./reliability-helpers";
 
 /**
@@ -34,17 +37,12 @@ import { readWholeAudit, readWholeHistory, seededRandom, textOf } from "./reliab
 const MAIN = "agent:main:main";
 const LAB = "agent:research:discord:group:lab";
 
-const gatewayRoot = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
-const childScript = join(gatewayRoot, "test", "flow-crash-gateway.mjs");
-const distEntry = join(gatewayRoot, "dist", "index.js");
-const built = existsSync(distEntry) && readFileSync(distEntry, "utf8").includes("Gateway");
-if (!built) {
+if (!flowChildBuilt) {
   console.warn(
-    `[flow-crash.int.test] skipped: ${distEntry} is missing; build first (cd /work/main && npx -y pnpm@10.34.8 build)`,
+    "[flow-crash.int.test] skipped: apps/gateway/dist is missing; build first (cd /work/main && npx -y pnpm@10.34.8 build)",
   );
 }
 
-const children = new Set<ChildProcess>();
 const dataDirs: string[] = [];
 const openWorkers = new Set<TestWorker>();
 const openPeers = new Set<TestPeer>();
@@ -52,87 +50,12 @@ const openPeers = new Set<TestPeer>();
 afterAll(async () => {
   for (const worker of openWorkers) worker.close();
   for (const peer of openPeers) peer.close();
-  for (const child of children) child.kill("SIGKILL");
+  killFlowChildren();
   for (const dir of dataDirs) await rm(dir, { recursive: true, force: true });
 });
 
 function config(overrides: Partial<ConfigInput> = {}): ConfigInput {
   return a2aConfig({ session: { agentToAgent: { maxPingPongTurns: 0 } }, ...overrides });
-}
-
-/** A gateway in a child process (test/flow-crash-gateway.mjs) with a command line into its store. */
-interface FlowGateway {
-  process: ChildProcess;
-  url: string;
-  token: string;
-  exited: Promise<void>;
-  command<T>(cmd: string, args?: Record<string, unknown>): Promise<T>;
-}
-
-function startChild(dataDir: string, input: ConfigInput): Promise<FlowGateway> {
-  const child = spawn(process.execPath, [childScript, dataDir, JSON.stringify(input)], {
-    stdio: ["pipe", "pipe", "pipe"],
-  });
-  children.add(child);
-  const exited = new Promise<void>((done) => child.once("exit", () => done()));
-  void exited.then(() => children.delete(child));
-  let stderr = "";
-  child.stderr!.on("data", (chunk) => {
-    stderr += String(chunk);
-  });
-  // A kill -9 closes stdin under a write in flight: that is expected here.
-  child.stdin!.on("error", () => undefined);
-  const pending = new Map<number, { resolve: (value: unknown) => void; reject: (error: Error) => void }>();
-  let nextId = 1;
-  return new Promise((resolveStart, reject) => {
-    const timer = setTimeout(
-      () => reject(new Error(`child gateway did not start within 15 s; stderr: ${stderr}`)),
-      15_000,
-    );
-    let started = false;
-    createInterface({ input: child.stdout! }).on("line", (line) => {
-      const message = JSON.parse(line) as Record<string, unknown>;
-      if (!started) {
-        started = true;
-        clearTimeout(timer);
-        resolveStart({
-          process: child,
-          url: String(message.url),
-          token: String(message.token),
-          exited,
-          command<T>(cmd: string, args: Record<string, unknown> = {}) {
-            const id = nextId++;
-            return new Promise<T>((resolveCommand, rejectCommand) => {
-              pending.set(id, { resolve: resolveCommand as (value: unknown) => void, reject: rejectCommand });
-              child.stdin!.write(`${JSON.stringify({ id, cmd, args })}\n`);
-            });
-          },
-        });
-        return;
-      }
-      const waiter = pending.get(Number(message.id));
-      if (!waiter) return;
-      pending.delete(Number(message.id));
-      if (message.error) waiter.reject(new Error(String(message.error)));
-      else waiter.resolve(message.result);
-    });
-    child.once("exit", (code, signal) => {
-      clearTimeout(timer);
-      for (const waiter of pending.values()) waiter.reject(new Error("child gateway exited"));
-      pending.clear();
-      if (!started)
-        reject(
-          new Error(
-            `child gateway exited before starting (code ${code}, signal ${signal}); stderr: ${stderr}`,
-          ),
-        );
-    });
-  });
-}
-
-async function kill9(child: FlowGateway): Promise<void> {
-  child.process.kill("SIGKILL");
-  await child.exited;
 }
 
 async function operator(child: FlowGateway): Promise<TestPeer> {
@@ -248,7 +171,7 @@ async function expectConsistent(child: FlowGateway, op: TestPeer): Promise<void>
 async function killAndRestart(child: FlowGateway, dataDir: string, input: ConfigInput, agents: Agents) {
   await settle();
   await kill9(child);
-  const again = await startChild(dataDir, input);
+  const again = await startFlowChild(dataDir, input);
   const op2 = await operator(again);
   await agents.worker(again, ["main", "research"]);
   return { again, op2 };
@@ -259,14 +182,14 @@ async function expectConsistentThenKill(child: FlowGateway, op: TestPeer): Promi
   await kill9(child);
 }
 
-describe.skipIf(!built)("kill -9 in the middle of a send's follow-up (file store)", () => {
+describe.skipIf(!flowChildBuilt)("kill -9 in the middle of a send's follow-up (file store)", () => {
   // Two reply turns and an announce: the target is a discord group with a route.
   const twoTurns = config({ session: { agentToAgent: { maxPingPongTurns: 2 } } });
   const fullFlow = [`primary@${LAB}`, `turn1@${MAIN}`, `turn2@${LAB}`, `announce@${LAB}`];
 
   async function setUp(input: ConfigInput) {
     const dataDir = await newDataDir();
-    const child = await startChild(dataDir, input);
+    const child = await startFlowChild(dataDir, input);
     const op = await operator(child);
     await op.call("sessions.create", { key: MAIN });
     await op.call("sessions.create", { key: LAB, channel: "discord" });
@@ -421,12 +344,12 @@ describe.skipIf(!built)("kill -9 in the middle of a send's follow-up (file store
   });
 });
 
-describe.skipIf(!built)("kill -9 in the middle of a spawn's announce (file store)", () => {
+describe.skipIf(!flowChildBuilt)("kill -9 in the middle of a spawn's announce (file store)", () => {
   const input = config();
 
   async function setUp() {
     const dataDir = await newDataDir();
-    const child = await startChild(dataDir, input);
+    const child = await startFlowChild(dataDir, input);
     const op = await operator(child);
     await op.call("sessions.create", { key: MAIN });
     return { dataDir, child, op };
@@ -536,99 +459,103 @@ describe.skipIf(!built)("kill -9 in the middle of a spawn's announce (file store
   });
 });
 
-describe.skipIf(!built)("kill -9 around a child's end, at seeded random moments (file store)", () => {
-  const ROUNDS = 6;
-  const SEED = 20_260_214;
+describe.skipIf(!flowChildBuilt)(
+  "kill -9 around a child's end, at seeded random moments (file store)",
+  () => {
+    const ROUNDS = 6;
+    const SEED = 20_260_214;
 
-  it(`every spawn's findings reach the requester once, delivered, across ${ROUNDS} kills just after a child answers`, {
-    timeout: 30_000,
-  }, async () => {
-    const input = config();
-    const random = seededRandom(SEED);
-    const dataDir = await newDataDir();
-    // One worker per gateway life; it holds the current round's child until the test releases it.
-    let held: { task: string; assigned: boolean; gate: Promise<void> } | undefined;
-    const act = behaviour({ announceStep: () => "noted the findings" });
-    const start = async () => {
-      const started = await startChild(dataDir, input);
-      const worker = await TestWorker.start(started.url, WORKER, ["main", "research"], async (context) => {
-        if (held && context.run.input.message === held.task) {
-          held.assigned = true;
-          await held.gate;
-        }
-        return act(context);
-      });
-      openWorkers.add(worker);
-      return { started, worker, op: await operator(started) };
-    };
-    let { started: child, worker, op } = await start();
-    await op.call("sessions.create", { key: MAIN });
-    const spawned: Array<{ runId: string; childKey: string; delay: number }> = [];
-    for (let round = 0; round < ROUNDS; round++) {
-      let release: () => void = () => undefined;
-      const gate = new Promise<void>((done) => {
-        release = done;
-      });
-      const current = { task: `find answer ${round}`, assigned: false, gate };
-      held = current;
-      const result = await op.call<{ runId: string; childSessionKey: string }>("tools.invoke", {
-        tool: "sessions_spawn",
-        args: { task: current.task, agentId: "research" },
-        as: MAIN,
-      });
-      // Between the child's end, its announce run and the requester's turn on it, at 0-30 ms.
-      const delay = Math.floor(random() * 30);
-      spawned.push({ runId: result.runId, childKey: result.childSessionKey, delay });
-      await until(() => current.assigned, "the child assigned");
-      release();
-      await new Promise((done) => setTimeout(done, delay));
-      await kill9(child);
-      worker.close();
-      held = undefined;
+    it(`every spawn's findings reach the requester once, delivered, across ${ROUNDS} kills just after a child answers`, {
+      timeout: 30_000,
+    }, async () => {
+      const input = config();
+      const random = seededRandom(SEED);
+      const dataDir = await newDataDir();
+      // One worker per gateway life; it holds the current round's child until the test releases it.
+      let held: { task: string; assigned: boolean; gate: Promise<void> } | undefined;
+      const act = behaviour({ announceStep: () => "noted the findings" });
+      const start = async () => {
+        const started = await startFlowChild(dataDir, input);
+        const worker = await TestWorker.start(started.url, WORKER, ["main", "research"], async (context) => {
+          if (held && context.run.input.message === held.task) {
+            held.assigned = true;
+            await held.gate;
+          }
+          return act(context);
+        });
+        openWorkers.add(worker);
+        return { started, worker, op: await operator(started) };
+      };
+      let { started: child, worker, op } = await start();
+      await op.call("sessions.create", { key: MAIN });
+      const spawned: Array<{ runId: string; childKey: string; delay: number }> = [];
+      for (let round = 0; round < ROUNDS; round++) {
+        let release: () => void = () => undefined;
+        const gate = new Promise<void>((done) => {
+          release = done;
+        });
+        const current = { task: `find answer ${round}`, assigned: false, gate };
+        held = current;
+        const result = await op.call<{ runId: string; childSessionKey: string }>("tools.invoke", {
+          tool: "sessions_spawn",
+          args: { task: current.task, agentId: "research" },
+          as: MAIN,
+        });
+        // Between the child's end, its announce run and the requester's turn on it, at 0-30 ms.
+        const delay = Math.floor(random() * 30);
+        spawned.push({ runId: result.runId, childKey: result.childSessionKey, delay });
+        await until(() => current.assigned, "the child assigned");
+        release();
+        await new Promise((done) => setTimeout(done, delay));
+        await kill9(child);
+        worker.close();
+        held = undefined;
 
-      ({ started: child, worker, op } = await start());
-      const all = await until(
-        async () => {
-          const listed = await runs(child);
-          const settled = spawned.every(
-            (spawn) => listed.find((run) => run.runId === spawn.runId)?.spawn?.announce.status !== "pending",
-          );
-          return settled && !listed.some((run) => run.status === "queued" || run.status === "running")
-            ? listed
-            : false;
-        },
-        `round ${round} (seed ${SEED}, kill ${delay} ms after the child answered): every announce settled`,
-        8_000,
-      );
-      for (const spawn of spawned) {
-        const where = `round ${round}, spawn killed ${spawn.delay} ms after its child answered`;
-        const record = all.find((run) => run.runId === spawn.runId)!;
-        expect(record.spawn!.announce.status, where).toBe("delivered");
-        const turns = all.filter(
-          (run) =>
-            run.origin === "spawn-announce" &&
-            run.provenance?.kind === "subagent" &&
-            run.provenance.runId === spawn.runId,
+        ({ started: child, worker, op } = await start());
+        const all = await until(
+          async () => {
+            const listed = await runs(child);
+            const settled = spawned.every(
+              (spawn) =>
+                listed.find((run) => run.runId === spawn.runId)?.spawn?.announce.status !== "pending",
+            );
+            return settled && !listed.some((run) => run.status === "queued" || run.status === "running")
+              ? listed
+              : false;
+          },
+          `round ${round} (seed ${SEED}, kill ${delay} ms after the child answered): every announce settled`,
+          8_000,
         );
-        expect(
-          turns.filter((run) => run.status === "ok"),
-          `${where}: requester turns on the findings that ended ok`,
-        ).toHaveLength(1);
+        for (const spawn of spawned) {
+          const where = `round ${round}, spawn killed ${spawn.delay} ms after its child answered`;
+          const record = all.find((run) => run.runId === spawn.runId)!;
+          expect(record.spawn!.announce.status, where).toBe("delivered");
+          const turns = all.filter(
+            (run) =>
+              run.origin === "spawn-announce" &&
+              run.provenance?.kind === "subagent" &&
+              run.provenance.runId === spawn.runId,
+          );
+          expect(
+            turns.filter((run) => run.status === "ok"),
+            `${where}: requester turns on the findings that ended ok`,
+          ).toHaveLength(1);
+        }
+        expect(await op.call("audit.verify", {}), `round ${round}: audit chain`).toMatchObject({ ok: true });
       }
-      expect(await op.call("audit.verify", {}), `round ${round}: audit chain`).toMatchObject({ ok: true });
-    }
-    await kill9(child);
-  });
-});
+      await kill9(child);
+    });
+  },
+);
 
-describe.skipIf(!built)("kill -9 and the sub-agent archiver (file store)", () => {
+describe.skipIf(!flowChildBuilt)("kill -9 and the sub-agent archiver (file store)", () => {
   it("a child whose own sub-agent was running at the kill is not archived until that sub-agent's announce has run", {
     timeout: 20_000,
   }, async () => {
     const input = config(nestedSpawns);
     const agents = new Agents();
     const dataDir = await newDataDir();
-    const child = await startChild(dataDir, input);
+    const child = await startFlowChild(dataDir, input);
     const op = await operator(child);
     await op.call("sessions.create", { key: MAIN });
     // The grandchild ("dig") is still thinking at the kill; everything else is answered.
@@ -655,7 +582,7 @@ describe.skipIf(!built)("kill -9 and the sub-agent archiver (file store)", () =>
     await kill9(child);
 
     // No worker after the restart: the grandchild's announce to the child waits.
-    const again = await startChild(dataDir, input);
+    const again = await startFlowChild(dataDir, input);
     const op2 = await operator(again);
     await until(
       async () =>
@@ -708,7 +635,7 @@ describe.skipIf(!built)("kill -9 and the sub-agent archiver (file store)", () =>
     });
     const agents = new Agents();
     const dataDir = await newDataDir();
-    const child = await startChild(dataDir, input);
+    const child = await startFlowChild(dataDir, input);
     const op = await operator(child);
     await op.call("sessions.create", { key: MAIN });
     await agents.worker(child, ["research"]);
@@ -732,7 +659,7 @@ describe.skipIf(!built)("kill -9 and the sub-agent archiver (file store)", () =>
     await settle();
     await kill9(child);
 
-    const again = await startChild(dataDir, input);
+    const again = await startFlowChild(dataDir, input);
     const op2 = await operator(again);
     const before = await runs(again);
     expect(before.find((run) => run.runId === spawned.runId)?.status, "the child's own run").toBe("ok");
@@ -776,7 +703,7 @@ describe.skipIf(!built)("kill -9 and the sub-agent archiver (file store)", () =>
     const input = config();
     const agents = new Agents();
     const dataDir = await newDataDir();
-    const child = await startChild(dataDir, input);
+    const child = await startFlowChild(dataDir, input);
     const op = await operator(child);
     await op.call("sessions.create", { key: MAIN });
     const first = await agents.worker(child, ["main", "research"]);
@@ -806,7 +733,7 @@ describe.skipIf(!built)("kill -9 and the sub-agent archiver (file store)", () =>
     await settle();
     await kill9(child);
 
-    const again = await startChild(dataDir, input);
+    const again = await startFlowChild(dataDir, input);
     const op2 = await operator(again);
     expect(await again.command<number>("sweep", { endedBefore: Date.now() + 60_000 })).toBe(0);
     await agents.worker(again, ["main", "research"]);
